@@ -1,0 +1,84 @@
+"""``paddle-r1``: train | demo | make-tiny-model."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _quiet_libraries() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
+    from paddleformers.utils.log import logger
+
+    logger.set_level("WARNING")
+    fleet_logger.setLevel("WARNING")
+
+
+def _train(args, extra: list[str]) -> int:
+    from .config import GRPOConfig, load_config
+    from .trainer.grpo import GRPOTrainer
+
+    config = load_config(GRPOConfig, args.config, extra)
+    if args.resume:
+        config.resume_from_checkpoint = args.resume
+    result = GRPOTrainer(config).train()
+    print(f"done: {len(result['history'])} steps; checkpoint {result['checkpoint']}")
+    return 0
+
+
+def _demo(args, extra: list[str]) -> int:
+    from .config import parse_overrides
+    from .demo import run_demo
+
+    run_demo(args.output_dir, **parse_overrides(extra))
+    return 0
+
+
+def _make_tiny_model(args, extra: list[str]) -> int:
+    from .models.tiny import make_tiny_model
+
+    if extra:
+        raise SystemExit(f"make-tiny-model: unexpected arguments {extra}")
+    print(make_tiny_model(args.dir, family=args.family, seed=args.seed))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="paddle-r1", description="GRPO fine-tuning of Qwen-VL models on Paddle")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="GRPO training from a yaml/json config; --key value overrides any key")
+    train.add_argument("--config", help="yaml or json config file")
+    train.add_argument("--resume", help="checkpoint folder to resume from, or 'latest'")
+    train.set_defaults(run=_train)
+    demo = sub.add_parser("demo", help="a few GRPO steps of a tiny model on synthetic shapes, on CPU")
+    demo.add_argument("--output-dir", default="demo_output")
+    demo.set_defaults(run=_demo)
+    tiny = sub.add_parser("make-tiny-model", help="write a seeded tiny checkpoint folder")
+    tiny.add_argument("dir")
+    tiny.add_argument("--family", default="qwen2_5_vl")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(run=_make_tiny_model)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .config import ConfigError
+    from .data.samples import DataError
+
+    args, extra = build_parser().parse_known_args(argv)
+    _quiet_libraries()
+    try:
+        return args.run(args, extra)
+    except (ConfigError, DataError, FileNotFoundError, KeyError, ValueError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"paddle-r1 {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"paddle-r1 {args.command}: interrupted; completed checkpoints are intact", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Job configs: one dataclass per job, read from yaml/json plus ``--key value`` overrides.
+
+Names follow TRL's ``GRPOConfig`` and PaddleMIX's r1_mllm arguments so users can carry their
+settings over. An unknown key is an error that names the key and the file, before anything loads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the key, value or path at fault."""
+
+
+@dataclass
+class GRPOConfig:
+    # model
+    model_name_or_path: str = ""
+    dtype: str = "float32"
+    device: str = "cpu"
+    freeze_vision: bool = False
+    coord_system: Optional[str] = None  # default: the model family's own (see paddle_r1.models.coords)
+    min_pixels: Optional[int] = None  # default: the processor's preprocessor_config.json
+    max_pixels: Optional[int] = None
+
+    # data
+    dataset_name: Optional[str] = None  # "synthetic_rec" for the built-in set, else None
+    data_path: Optional[str] = None  # REC json/jsonl file
+    image_root: Optional[str] = None
+    question_template: str = (
+        "{Question} First output the thinking process in <think> </think> tags and then output the final "
+        "answer in <answer> </answer> tags."
+    )
+    system_prompt: Optional[str] = None
+
+    # rewards
+    reward_funcs: list = field(default_factory=lambda: ["format", "iou"])
+    reward_weights: Optional[list] = None
+
+    # rollout
+    num_generations: int = 8
+    max_prompt_length: Optional[int] = None
+    max_completion_length: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    # GRPO objective
+    beta: float = 0.04
+    epsilon: float = 0.2
+    epsilon_high: Optional[float] = None  # default: epsilon
+    num_iterations: int = 1
+    loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo
+    scale_rewards: str = "group"  # group | batch | none
+    mask_truncated_completions: bool = False
+    sync_ref_model: bool = False
+    ref_model_sync_steps: int = 64
+    ref_model_mixup_alpha: float = 0.6
+    logprob_chunk_size: int = 1024  # completion tokens whose logits exist at once
+
+    # optimisation
+    per_device_train_batch_size: int = 1  # prompts per step on each device; each gets num_generations completions
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-6
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    lr_scheduler_type: str = "constant"  # linear | cosine | constant | constant_with_warmup | polynomial
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0
+    max_steps: int = -1
+    num_train_epochs: float = 1.0
+    seed: int = 42
+
+    # output
+    output_dir: str = "output"
+    logging_steps: int = 1
+    save_steps: int = 500
+    save_total_limit: Optional[int] = None
+    log_completions_steps: int = 1  # write completions.jsonl every N steps (0: never)
+    resume_from_checkpoint: Optional[str] = None  # a checkpoint folder, or "latest" in output_dir
+    use_visualdl: bool = True
+    disable_tqdm: bool = False
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        choices = {
+            "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
+            "scale_rewards": ("group", "batch", "none"),
+            "dtype": ("float32", "bfloat16", "float16"),
+        }
+        for key, allowed in choices.items():
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"config key {key!r}: {getattr(self, key)!r} is not one of {', '.join(allowed)}")
+        if self.num_generations < 2:
+            raise ConfigError(
+                f"config key 'num_generations': {self.num_generations} < 2; GRPO compares completions within a group"
+            )
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+            raise ConfigError(
+                f"config key 'reward_weights': {len(self.reward_weights)} weights for "
+                f"{len(self.reward_funcs)} reward_funcs {self.reward_funcs}"
+            )
+        for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations",
+                    "max_completion_length", "logprob_chunk_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"config key {key!r}: must be >= 1, got {getattr(self, key)}")
+        if self.temperature < 0:
+            raise ConfigError(f"config key 'temperature': must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"config key 'top_p': must be in (0, 1], got {self.top_p}")
+
+    @property
+    def clip_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+def config_from_dict(cls, values: dict, source: str = "config"):
+    """Build ``cls`` from a dict; unknown keys are a ConfigError naming them and ``source``."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown config key(s) {', '.join(map(repr, unknown))}")
+    return cls(**values)
+
+
+def read_config_file(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file not found: {path}")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        values = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot parse: {e}") from e
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
+    return values
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """``["--learning_rate", "1e-5", "--beta=0"]`` -> ``{"learning_rate": 1e-05, "beta": 0}`` (values as yaml)."""
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"command line: expected --key value, got {arg!r}")
+        key = arg[2:].replace("-", "_")
+        if "=" in key:
+            key, raw = key.split("=", 1)
+            i += 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            raw = args[i + 1]
+            i += 2
+        else:
+            raw = "true"
+            i += 1
+        values[key] = yaml.safe_load(raw)
+    return values
+
+
+def load_config(cls, path: Optional[str] = None, overrides: Optional[list[str]] = None):
+    """Read ``path`` (yaml or json, optional), apply command-line overrides, and validate."""
+    values = read_config_file(path) if path else {}
+    values.update(parse_overrides(overrides or []))
+    return config_from_dict(cls, values, source=path or "command line")

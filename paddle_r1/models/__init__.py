@@ -1,0 +1,1 @@
+"""Model loading, tiny checkpoints, coordinate systems and shared forward pieces."""

@@ -1,0 +1,38 @@
+"""Pieces of the Qwen-VL forward pass that rollout and log-prob computation share.
+
+Images go through the vision tower once per prompt; the resulting input embeddings and M-RoPE
+positions are repeated for the prompt's G completions instead of re-encoding each image G times.
+"""
+from __future__ import annotations
+
+import paddle
+
+
+def embed_inputs(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> paddle.Tensor:
+    """Token embeddings with image features written over the ``<|image_pad|>`` slots."""
+    inner = model.model
+    embeds = inner.get_input_embeddings()(input_ids)
+    if pixel_values is not None:
+        image_embeds = paddle.concat(inner.get_image_features(pixel_values, image_grid_thw), axis=0)
+        image_embeds = image_embeds.astype(embeds.dtype)
+        image_mask, _ = inner.get_placeholder_mask(input_ids, inputs_embeds=embeds, image_features=image_embeds)
+        embeds = embeds.masked_scatter(image_mask, image_embeds)
+    return embeds
+
+
+def rope_positions(model, input_ids: paddle.Tensor, attention_mask: paddle.Tensor, image_grid_thw=None):
+    """M-RoPE position ids [3, B, L] of a (left-padded) prompt batch, and each row's next free position [B]."""
+    positions, _ = model.model.get_rope_index(input_ids, image_grid_thw, None, attention_mask=attention_mask)
+    next_position = positions.max(axis=0).max(axis=-1) + 1
+    return positions, next_position
+
+
+def text_positions(next_position: paddle.Tensor, length: int) -> paddle.Tensor:
+    """Positions [3, B, length] of text tokens that follow a prompt: all three axes advance together."""
+    steps = paddle.arange(length, dtype=next_position.dtype)
+    pos = next_position.unsqueeze(-1) + steps.unsqueeze(0)
+    return pos.unsqueeze(0).expand([3, -1, -1])
+
+
+def repeat_rows(x: paddle.Tensor, repeats: int, axis: int = 0) -> paddle.Tensor:
+    return x if repeats == 1 else paddle.repeat_interleave(x, repeats, axis=axis)

@@ -1,0 +1,115 @@
+"""Load policy, reference and processor from a local folder or a hub id.
+
+The family comes from ``config.json``'s ``model_type``, never from the folder's name. On CPU the
+fused RMSNorm kernel is missing, so it is switched off in every sub-config there.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import paddle
+
+from .coords import FAMILY_COORD_SYSTEM
+
+SUPPORTED_FAMILIES = ("qwen2_5_vl",)
+
+
+@dataclass
+class LoadedModels:
+    policy: paddle.nn.Layer
+    reference: Optional[paddle.nn.Layer]
+    processor: object
+    family: str
+
+
+def model_family(path: str) -> str:
+    """``model_type`` from a local folder's config.json (hub ids are resolved by paddleformers)."""
+    config_file = os.path.join(path, "config.json")
+    if os.path.isdir(path):
+        if not os.path.isfile(config_file):
+            raise FileNotFoundError(f"model folder {path} has no config.json")
+        with open(config_file, encoding="utf-8") as f:
+            family = json.load(f).get("model_type")
+    else:
+        from paddleformers.transformers import AutoConfig
+
+        family = AutoConfig.from_pretrained(path).model_type
+    if family not in SUPPORTED_FAMILIES:
+        raise ValueError(
+            f"{config_file}: model_type {family!r} is not supported yet (supported: {', '.join(SUPPORTED_FAMILIES)})"
+        )
+    return family
+
+
+def default_coord_system(family: str) -> str:
+    return FAMILY_COORD_SYSTEM[family]
+
+
+def check_model_path(path: str) -> None:
+    """Fail before any hub lookup when ``path`` is neither a folder nor shaped like a hub id (org/name)."""
+    if not os.path.isdir(path) and re.fullmatch(r"[\w.-]+/[\w.-]+", path) is None:
+        raise FileNotFoundError(f"model folder not found: {path}")
+
+
+def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False) -> paddle.nn.Layer:
+    from paddleformers.transformers import AutoConfig
+
+    from .qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
+
+    check_model_path(path)
+    model_family(path)
+    config = AutoConfig.from_pretrained(path)
+    if paddle.get_device() == "cpu":
+        for sub in (config, getattr(config, "text_config", None), getattr(config, "vision_config", None)):
+            if sub is not None:
+                sub.fuse_rms_norm = False
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(path, config=config, dtype=dtype)
+    if freeze_vision:
+        for param in model.visual.parameters():
+            param.stop_gradient = True
+    return model
+
+
+def load_processor(path: str, min_pixels: Optional[int] = None, max_pixels: Optional[int] = None):
+    """The folder's own processor; left padding, as batched generation needs."""
+    from paddleformers.transformers import AutoProcessor
+
+    check_model_path(path)
+    kwargs = {}
+    if min_pixels is not None:
+        kwargs["min_pixels"] = min_pixels
+    if max_pixels is not None:
+        kwargs["max_pixels"] = max_pixels
+    processor = AutoProcessor.from_pretrained(path, **kwargs)
+    if min_pixels is not None or max_pixels is not None:
+        # the fast image processor keeps its limits in `size`; keep both spellings in step
+        image_processor = processor.image_processor
+        size = dict(getattr(image_processor, "size", None) or {})
+        if min_pixels is not None:
+            image_processor.min_pixels = size["shortest_edge"] = min_pixels
+        if max_pixels is not None:
+            image_processor.max_pixels = size["longest_edge"] = max_pixels
+        image_processor.size = size
+    processor.tokenizer.padding_side = "left"
+    return processor
+
+
+def load_models(path: str, beta: float, dtype: str = "float32", freeze_vision: bool = False,
+                min_pixels: Optional[int] = None, max_pixels: Optional[int] = None) -> LoadedModels:
+    """Policy + processor, and a frozen reference only when the KL term is on (beta > 0)."""
+    family = model_family(path) if os.path.isdir(path) else None
+    check_model_path(path)
+    policy = load_model(path, dtype=dtype, freeze_vision=freeze_vision)
+    family = family or policy.config.model_type
+    reference = None
+    if beta > 0:
+        reference = load_model(path, dtype=dtype)
+        reference.eval()
+        for param in reference.parameters():
+            param.stop_gradient = True
+    processor = load_processor(path, min_pixels=min_pixels, max_pixels=max_pixels)
+    return LoadedModels(policy=policy, reference=reference, processor=processor, family=family)

@@ -1,0 +1,309 @@
+"""The GRPO loop. One optimizer step reads top to bottom:
+
+prompts -> rollout (G completions each) -> rewards -> group advantages -> loss -> optimizer step -> metrics.
+
+With ``num_iterations`` = mu > 1 a rollout is made every mu steps and reused by the next mu steps,
+its log-probs at rollout time kept as the PPO "old" policy (TRL's semantics).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import paddle
+from tqdm import tqdm
+
+from ..config import ConfigError, GRPOConfig
+from ..data.samples import load_rec_file
+from ..data.synthetic import make_synthetic_rec
+from ..models.coords import COORD_SYSTEMS
+from ..models.loading import default_coord_system, load_model, load_models
+from ..rewards import get_reward
+from . import checkpoint as ckpt
+from .logprobs import completion_logprobs
+from .loss import combine_rewards, grpo_loss, group_advantages
+from .metrics import MetricsLogger
+from .prompts import PromptFacts, build_prompt_batch
+from .rollout import Rollout, SamplingParams, sample_completions
+from .sampler import PromptSampler
+
+
+@dataclass
+class Experience:
+    """One micro-batch of rollouts with everything the loss needs."""
+
+    rollout: Rollout
+    mask: paddle.Tensor  # completion mask, truncated rows zeroed if mask_truncated_completions
+    advantages: paddle.Tensor
+    old_logp: Optional[paddle.Tensor]
+    ref_logp: Optional[paddle.Tensor]
+    scores: np.ndarray  # [N, F], NaN where a reward returned None
+    rewards: np.ndarray  # [N] weighted sum
+    texts: list
+    samples: list
+    generation_seconds: float
+
+
+def load_train_samples(config: GRPOConfig) -> list[dict]:
+    if config.dataset_name == "synthetic_rec":
+        path = make_synthetic_rec(os.path.join(config.output_dir, "synthetic_rec"), seed=config.seed)
+        return load_rec_file(path, image_root=os.path.join(os.path.dirname(path), "images"))
+    if config.dataset_name is not None:
+        raise ConfigError(f"config key 'dataset_name': unknown dataset {config.dataset_name!r} (known: synthetic_rec)")
+    if not config.data_path:
+        raise ConfigError("config key 'data_path' is required (or dataset_name: synthetic_rec)")
+    return load_rec_file(config.data_path, image_root=config.image_root)
+
+
+class GRPOTrainer:
+    def __init__(self, config: GRPOConfig, samples: Optional[list[dict]] = None):
+        self.config = cfg = config
+        if not cfg.model_name_or_path:
+            raise ConfigError("config key 'model_name_or_path' is required")
+        if cfg.coord_system is not None and cfg.coord_system not in COORD_SYSTEMS:
+            raise ConfigError(f"config key 'coord_system': {cfg.coord_system!r} is not one of {COORD_SYSTEMS}")
+        paddle.set_device(cfg.device)
+        self.samples = samples if samples is not None else load_train_samples(cfg)
+        if not self.samples:
+            raise ConfigError("the dataset is empty")
+        self.reward_names = list(cfg.reward_funcs)
+        self.reward_fns = [get_reward(name) for name in self.reward_names]
+        self.reward_weights = np.asarray(cfg.reward_weights or [1.0] * len(self.reward_fns), dtype="float32")
+
+        resume_path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir) \
+            if cfg.resume_from_checkpoint else None
+        paddle.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        loaded = load_models(resume_path or cfg.model_name_or_path, beta=0.0, dtype=cfg.dtype,
+                             freeze_vision=cfg.freeze_vision, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
+        self.policy, self.processor = loaded.policy, loaded.processor
+        self.reference = self._load_reference(resume_path)
+        self.coord_system = cfg.coord_system or default_coord_system(loaded.family)
+        tokenizer = self.processor.tokenizer
+        self.eos_token_ids = sorted({tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")})
+        self.pad_token_id = tokenizer.pad_token_id
+        self.sampling = SamplingParams(max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
+                                       top_p=cfg.top_p, top_k=cfg.top_k)
+
+        prompts_per_step = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+        self.total_steps = cfg.max_steps if cfg.max_steps > 0 else \
+            math.ceil(cfg.num_train_epochs * len(self.samples) / prompts_per_step) * cfg.num_iterations
+        self.optimizer = self._build_optimizer()
+        self.sampler = PromptSampler(len(self.samples), cfg.per_device_train_batch_size, cfg.seed)
+        self.step = 0
+        self.buffer: list[Experience] = []
+        if resume_path:
+            self._restore(resume_path)
+        self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl)
+
+    # ---- setup -------------------------------------------------------------------------------
+    def _load_reference(self, resume_path):
+        cfg = self.config
+        if cfg.beta == 0.0:
+            return None  # no KL term: no second copy of the model
+        synced = resume_path and os.path.isdir(os.path.join(resume_path, "ref_model"))
+        reference = load_model(os.path.join(resume_path, "ref_model") if synced else cfg.model_name_or_path,
+                               dtype=cfg.dtype)
+        reference.eval()
+        for param in reference.parameters():
+            param.stop_gradient = True
+        return reference
+
+    def _build_optimizer(self):
+        from paddleformers.trainer.trainer_utils import get_scheduler
+
+        cfg = self.config
+        warmup = cfg.warmup_steps or math.ceil(cfg.warmup_ratio * self.total_steps)
+        self.scheduler = get_scheduler(cfg.lr_scheduler_type, learning_rate=cfg.learning_rate,
+                                       num_warmup_steps=warmup, num_training_steps=self.total_steps)
+        trainable = [p for p in self.policy.parameters() if not p.stop_gradient]
+        return paddle.optimizer.AdamW(
+            learning_rate=self.scheduler, parameters=trainable, weight_decay=cfg.weight_decay,
+            beta1=cfg.adam_beta1, beta2=cfg.adam_beta2, epsilon=cfg.adam_epsilon,
+            grad_clip=paddle.nn.ClipGradByGlobalNorm(cfg.max_grad_norm) if cfg.max_grad_norm > 0 else None,
+        )
+
+    def _restore(self, path: str) -> None:
+        state = ckpt.load_trainer_state(path)
+        self.step = state["global_step"]
+        self.sampler.load_state_dict(state["sampler"])
+        ckpt.load_optimizer_state(self.optimizer, self.policy, paddle.load(os.path.join(path, "optimizer.pdopt")))
+        extra_path = os.path.join(path, "extra_state.pdparams")
+        if os.path.isfile(extra_path):
+            self.buffer = [Experience(**e) if isinstance(e, dict) else e for e in paddle.load(extra_path)["buffer"]]
+        ckpt.load_rng_state(path)
+
+    # ---- one step ----------------------------------------------------------------------------
+    def _score(self, texts: list[str], samples: list[dict], facts: PromptFacts) -> np.ndarray:
+        g = self.config.num_generations
+        columns: dict[str, list] = {}
+        for key in {k for s in samples for k in s}:
+            columns[key] = [s.get(key) for s in samples for _ in range(g)]
+        columns["image_sizes"] = [sizes for sizes in facts.image_sizes for _ in range(g)]
+        columns["input_sizes"] = [sizes for sizes in facts.input_sizes for _ in range(g)]
+        columns["coord_system"] = [self.coord_system] * len(texts)
+        scores = np.full((len(texts), len(self.reward_fns)), np.nan, dtype="float32")
+        for j, (name, fn) in enumerate(zip(self.reward_names, self.reward_fns)):
+            values = fn(texts, **columns)
+            if len(values) != len(texts):
+                raise RuntimeError(f"reward {name!r} returned {len(values)} scores for {len(texts)} completions")
+            scores[:, j] = [np.nan if v is None else float(v) for v in values]
+        return scores
+
+    def make_experience(self) -> Experience:
+        cfg = self.config
+        samples = [self.samples[i] for i in self.sampler.next_batch()]
+        prompt, facts = build_prompt_batch(samples, self.processor, cfg.question_template, cfg.system_prompt)
+        start = time.perf_counter()
+        rollout = sample_completions(self.policy, prompt, cfg.num_generations, self.sampling,
+                                     self.eos_token_ids, self.pad_token_id)
+        generation_seconds = time.perf_counter() - start
+        ids = rollout.completion_ids.numpy()
+        lengths = rollout.completion_mask.sum(axis=1).numpy()
+        texts = self.processor.tokenizer.batch_decode([row[:n].tolist() for row, n in zip(ids, lengths)],
+                                                      skip_special_tokens=True)
+        scores = self._score(texts, samples, facts)
+        rewards = combine_rewards(paddle.to_tensor(scores), paddle.to_tensor(self.reward_weights))
+        advantages = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards)
+        mask = rollout.completion_mask
+        if cfg.mask_truncated_completions:
+            mask = mask * (~rollout.truncated).astype(mask.dtype).unsqueeze(1)
+        with paddle.no_grad():
+            old_logp = completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature) \
+                if cfg.num_iterations > 1 else None
+            ref_logp = completion_logprobs(self.reference, rollout, cfg.logprob_chunk_size, cfg.temperature) \
+                if self.reference is not None else None
+        return Experience(rollout=rollout, mask=mask, advantages=advantages, old_logp=old_logp, ref_logp=ref_logp,
+                          scores=scores, rewards=rewards.numpy(), texts=texts, samples=samples,
+                          generation_seconds=generation_seconds)
+
+    def training_step(self) -> dict:
+        cfg = self.config
+        start = time.perf_counter()
+        if self.step % cfg.num_iterations == 0:
+            self.buffer = [self.make_experience() for _ in range(cfg.gradient_accumulation_steps)]
+        tokens_in_step = float(sum(float(e.mask.sum()) for e in self.buffer))
+        losses, stats = [], []
+        for exp in self.buffer:
+            logp = completion_logprobs(self.policy, exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
+            old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
+            loss, loss_stats = grpo_loss(
+                logp, old_logp, exp.ref_logp, exp.advantages, exp.mask, beta=cfg.beta,
+                epsilon_low=cfg.epsilon, epsilon_high=cfg.clip_high, loss_type=cfg.loss_type,
+                max_completion_length=cfg.max_completion_length, num_items_in_batch=tokens_in_step)
+            if cfg.loss_type != "dapo":  # dapo already divides by the whole step's token count
+                loss = loss / cfg.gradient_accumulation_steps
+            loss.backward()
+            losses.append(float(loss))
+            stats.append(loss_stats)
+        grad_norm = self._grad_norm()
+        learning_rate = self.optimizer.get_lr()
+        self.optimizer.step()
+        self.optimizer.clear_grad()
+        self.scheduler.step()
+        self.step += 1
+        if self.reference is not None and cfg.sync_ref_model and self.step % cfg.ref_model_sync_steps == 0:
+            self._sync_reference()
+        return self._step_metrics(losses, stats, grad_norm, learning_rate, time.perf_counter() - start)
+
+    def _grad_norm(self) -> float:
+        squares = [float((p.grad.astype("float32") ** 2).sum()) for p in self.policy.parameters() if p.grad is not None]
+        return math.sqrt(sum(squares))
+
+    @paddle.no_grad()
+    def _sync_reference(self) -> None:
+        """ref <- alpha * policy + (1 - alpha) * ref (TRL's sync_ref_model)."""
+        alpha = self.config.ref_model_mixup_alpha
+        policy_params = dict(self.policy.named_parameters())
+        for name, ref_param in self.reference.named_parameters():
+            ref_param.set_value(alpha * policy_params[name] + (1 - alpha) * ref_param)
+
+    def _step_metrics(self, losses, stats, grad_norm, learning_rate, seconds) -> dict:
+        exps = self.buffer
+        g = self.config.num_generations
+        scores = np.concatenate([e.scores for e in exps])
+        rewards = np.concatenate([e.rewards for e in exps])
+        lengths = np.concatenate([e.rollout.completion_mask.sum(axis=1).numpy() for e in exps])
+        truncated = np.concatenate([e.rollout.truncated.numpy() for e in exps])
+        generated = int(lengths.sum())
+        generation_seconds = sum(e.generation_seconds for e in exps)
+        metrics = {
+            "loss": float(sum(losses)),
+            "reward": float(rewards.mean()),
+            "reward_std": float(rewards.reshape(-1, g).std(axis=1, ddof=1).mean()),
+            "kl": float(np.mean([s.kl for s in stats])),
+            "clip_ratio/low_mean": float(np.mean([s.clip_low for s in stats])),
+            "clip_ratio/high_mean": float(np.mean([s.clip_high for s in stats])),
+            "clip_ratio/region_mean": float(np.mean([s.clip_region for s in stats])),
+            "completion_length": float(lengths.mean()),
+            "completion_length/max": float(lengths.max()),
+            "truncated_ratio": float(truncated.mean()),
+            "learning_rate": float(learning_rate),
+            "grad_norm": grad_norm,
+            "step_seconds": seconds,
+            "tokens_per_second": generated / generation_seconds if generation_seconds > 0 else 0.0,
+            "epoch": self.sampler.progress,
+        }
+        for j, name in enumerate(self.reward_names):
+            column = scores[:, j][~np.isnan(scores[:, j])]
+            metrics[f"rewards/{name}/mean"] = float(column.mean()) if column.size else float("nan")
+            metrics[f"rewards/{name}/std"] = float(column.std()) if column.size else float("nan")
+        return metrics
+
+    def _completion_rows(self) -> list[dict]:
+        g = self.config.num_generations
+        rows = []
+        for exp in self.buffer:
+            advantages = exp.advantages.numpy()
+            for i, text in enumerate(exp.texts):
+                sample = exp.samples[i // g]
+                row = {"step": self.step, "problem": sample["problem"], "images": sample["images"],
+                       "solution": sample["solution"], "completion": text,
+                       "reward": float(exp.rewards[i]), "advantage": float(advantages[i])}
+                for j, name in enumerate(self.reward_names):
+                    value = exp.scores[i, j]
+                    row[f"reward/{name}"] = None if np.isnan(value) else float(value)
+                rows.append(row)
+        return rows
+
+    # ---- the run -----------------------------------------------------------------------------
+    def save(self) -> str:
+        cfg = self.config
+        extra = None
+        if self.step % cfg.num_iterations != 0:  # mid-reuse: the next steps need this rollout
+            extra = {"buffer": [dataclasses.asdict(e) for e in self.buffer]}
+        state = {"global_step": self.step, "sampler": self.sampler.state_dict(), "total_steps": self.total_steps,
+                 "config": dataclasses.asdict(cfg)}
+        reference = self.reference if cfg.sync_ref_model else None
+        return ckpt.save_checkpoint(cfg.output_dir, self.step, policy=self.policy, processor=self.processor,
+                                    optimizer=self.optimizer, trainer_state=state, reference=reference,
+                                    extra=extra, save_total_limit=cfg.save_total_limit)
+
+    def train(self) -> dict:
+        cfg = self.config
+        history = []
+        bar = tqdm(total=self.total_steps, initial=self.step, disable=cfg.disable_tqdm, desc="GRPO", unit="step")
+        last_saved = None
+        try:
+            while self.step < self.total_steps:
+                metrics = self.training_step()
+                history.append(metrics)
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics['reward']:.3f}", loss=f"{metrics['loss']:.4f}")
+                if self.step % cfg.logging_steps == 0:
+                    self.logger.log(self.step, metrics, echo=bar.write)
+                if cfg.log_completions_steps and self.step % cfg.log_completions_steps == 0:
+                    self.logger.log_completions(self._completion_rows())
+                if cfg.save_steps and self.step % cfg.save_steps == 0:
+                    last_saved = self.save()
+            if last_saved is None or not last_saved.endswith(f"checkpoint-{self.step}"):
+                last_saved = self.save()
+        finally:
+            bar.close()
+            self.logger.close()
+        return {"history": history, "checkpoint": last_saved, "output_dir": cfg.output_dir}

@@ -1,0 +1,88 @@
+"""Group advantages and the GRPO policy loss (with TRL's loss-type normalisations)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import paddle
+
+
+def combine_rewards(scores: paddle.Tensor, weights: paddle.Tensor) -> paddle.Tensor:
+    """r_i = sum_f w_f * s_if over the functions that scored completion i (NaN = None = left out)."""
+    valid = ~paddle.isnan(scores)
+    return paddle.where(valid, scores * weights, paddle.zeros_like(scores)).sum(axis=1)
+
+
+def group_advantages(rewards: paddle.Tensor, num_generations: int, scale_rewards: str = "group") -> paddle.Tensor:
+    """A_i = r_i - mean(group), divided by std(group) ("group"), std(batch) ("batch") or 1 ("none").
+
+    Rows are grouped contiguously: completions 0..G-1 belong to prompt 0, and so on.
+    std is the unbiased sample std (as TRL's ``torch.std``); 1e-4 keeps a flat group finite.
+    """
+    grouped = rewards.reshape([-1, num_generations])
+    advantages = (grouped - grouped.mean(axis=1, keepdim=True)).reshape([-1])
+    if scale_rewards == "group":
+        std = paddle.repeat_interleave(grouped.std(axis=1, unbiased=True), num_generations)
+    elif scale_rewards == "batch":
+        std = rewards.std(unbiased=True).expand_as(rewards)
+    elif scale_rewards == "none":
+        return advantages
+    else:
+        raise ValueError(f"scale_rewards must be group, batch or none, got {scale_rewards!r}")
+    return advantages / (std + 1e-4)
+
+
+@dataclass
+class LossStats:
+    kl: float
+    clip_low: float
+    clip_high: float
+    clip_region: float
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, epsilon_low: float,
+              epsilon_high: float, loss_type: str, max_completion_length: int,
+              num_items_in_batch: float | None = None) -> tuple[paddle.Tensor, LossStats]:
+    """Clipped policy-gradient loss with a k3 KL penalty.
+
+    ratio_t = exp(logp_t - old_logp_t)
+    l_t = -min(ratio_t * A, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A) + beta * kl_t
+    kl_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1          (k3 estimator, >= 0)
+
+    Normalisation over the mask m (N rows, T tokens):
+    grpo: mean_i( sum_t l m / sum_t m );  bnpo: sum l m / sum m;
+    dr_grpo: sum l m / (N * max_completion_length);  dapo: sum l m / num_items_in_batch
+    (completion tokens in the whole optimizer step, across accumulation micro-batches).
+    """
+    mask = mask.astype(logp.dtype)
+    ratio = paddle.exp(logp - old_logp)
+    adv = advantages.unsqueeze(1)
+    clipped = paddle.clip(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    per_token = -paddle.minimum(ratio * adv, clipped * adv)
+    kl = None
+    if beta != 0.0:
+        delta = ref_logp - logp
+        kl = paddle.exp(delta) - delta - 1
+        per_token = per_token + beta * kl
+    tokens = mask.sum().clip(min=1.0)
+    if loss_type == "grpo":
+        loss = ((per_token * mask).sum(axis=1) / mask.sum(axis=1).clip(min=1.0)).mean()
+    elif loss_type == "bnpo":
+        loss = (per_token * mask).sum() / tokens
+    elif loss_type == "dr_grpo":
+        loss = (per_token * mask).sum() / (logp.shape[0] * max_completion_length)
+    elif loss_type == "dapo":
+        denominator = tokens if num_items_in_batch is None else num_items_in_batch
+        loss = (per_token * mask).sum() / denominator
+    else:
+        raise ValueError(f"unknown loss_type {loss_type!r}")
+
+    with paddle.no_grad():
+        low = ((ratio < 1 - epsilon_low) & (adv < 0)).astype(mask.dtype)
+        high = ((ratio > 1 + epsilon_high) & (adv > 0)).astype(mask.dtype)
+        stats = LossStats(
+            kl=float((kl * mask).sum() / tokens) if kl is not None else 0.0,
+            clip_low=float((low * mask).sum() / tokens),
+            clip_high=float((high * mask).sum() / tokens),
+            clip_region=float(((low + high) * mask).sum() / tokens),
+        )
+    return loss, stats

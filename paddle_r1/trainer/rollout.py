@@ -1,0 +1,114 @@
+"""Rollout: G sampled completions for each prompt of a batch, from one batched KV-cached decode.
+
+paddleformers' ``generate`` re-runs the whole prefix at each step for Qwen2.5-VL; this loop runs
+the prompt once (images through the vision tower once per prompt), keeps the KV cache, and feeds one
+token per step with M-RoPE positions continuing from each prompt's last position.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import paddle
+
+from ..models.forward import embed_inputs, repeat_rows, rope_positions, text_positions
+
+
+@dataclass
+class PromptBatch:
+    """Processor output for B distinct prompts (left padded)."""
+
+    input_ids: paddle.Tensor
+    attention_mask: paddle.Tensor
+    pixel_values: Optional[paddle.Tensor] = None
+    image_grid_thw: Optional[paddle.Tensor] = None
+
+    @property
+    def size(self) -> int:
+        return self.input_ids.shape[0]
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0
+
+
+@dataclass
+class Rollout:
+    prompt: PromptBatch
+    num_generations: int
+    completion_ids: paddle.Tensor  # [B*G, T], pad after EOS; rows are grouped prompt by prompt
+    completion_mask: paddle.Tensor  # [B*G, T] int32, 1 up to and including EOS
+    truncated: paddle.Tensor  # [B*G] bool, no EOS within max_new_tokens
+
+
+def pick_next_token(logits: paddle.Tensor, params: SamplingParams) -> paddle.Tensor:
+    """Greedy at temperature 0, else sample from softmax(logits / T) restricted by top-k and top-p."""
+    logits = logits.astype("float32")
+    if params.temperature == 0:
+        return logits.argmax(axis=-1)
+    logits = logits / params.temperature
+    if params.top_k > 0:
+        kth = paddle.topk(logits, min(params.top_k, logits.shape[-1]), axis=-1)[0][:, -1:]
+        logits = paddle.where(logits < kth, paddle.full_like(logits, float("-inf")), logits)
+    if params.top_p < 1.0:
+        sorted_logits, order = paddle.sort(logits, axis=-1, descending=True), paddle.argsort(logits, axis=-1, descending=True)
+        probs = paddle.nn.functional.softmax(sorted_logits, axis=-1)
+        # drop a token when the tokens ranked above it already hold top_p of the mass (the first always stays)
+        drop_sorted = (paddle.cumsum(probs, axis=-1) - probs) > params.top_p
+        drop = paddle.put_along_axis(paddle.zeros_like(drop_sorted), order, drop_sorted, axis=-1)
+        logits = paddle.where(drop, paddle.full_like(logits, float("-inf")), logits)
+    probs = paddle.nn.functional.softmax(logits, axis=-1)
+    return paddle.multinomial(probs, num_samples=1).squeeze(-1)
+
+
+@paddle.no_grad()
+def sample_completions(model, prompt: PromptBatch, num_generations: int, params: SamplingParams,
+                       eos_token_ids: Sequence[int], pad_token_id: int) -> Rollout:
+    was_training = model.training
+    model.eval()
+    try:
+        embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw)
+        positions, next_position = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
+        embeds = repeat_rows(embeds, num_generations)
+        positions = repeat_rows(positions, num_generations, axis=1)
+        next_position = repeat_rows(next_position, num_generations)
+        attention_mask = repeat_rows(prompt.attention_mask, num_generations)
+
+        out = model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions,
+                    use_cache=True, logits_to_keep=1)
+        cache, logits = out.past_key_values, out.logits[:, -1]
+        rows = embeds.shape[0]
+        eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
+        finished = paddle.zeros([rows], dtype="bool")
+        ones = paddle.ones([rows, 1], dtype=attention_mask.dtype)
+        tokens = []
+        for step in range(params.max_new_tokens):
+            token = pick_next_token(logits, params).astype("int64")
+            token = paddle.where(finished, paddle.full_like(token, pad_token_id), token)
+            tokens.append(token)
+            finished = finished | paddle.isin(token, eos)
+            if bool(finished.all()) or step == params.max_new_tokens - 1:
+                break
+            attention_mask = paddle.concat([attention_mask, ones], axis=1)
+            out = model(input_ids=token.unsqueeze(-1), attention_mask=attention_mask,
+                        position_ids=text_positions(next_position + step, 1),
+                        past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1]
+    finally:
+        model.train(was_training)
+
+    completion_ids = paddle.stack(tokens, axis=1)
+    completion_mask = completion_mask_from_ids(completion_ids, eos)
+    return Rollout(prompt=prompt, num_generations=num_generations, completion_ids=completion_ids,
+                   completion_mask=completion_mask, truncated=~finished)
+
+
+def completion_mask_from_ids(completion_ids: paddle.Tensor, eos: paddle.Tensor) -> paddle.Tensor:
+    """1 for every token up to and including the first EOS of each row, 0 after it."""
+    is_eos = paddle.isin(completion_ids, eos).astype("int64")
+    eos_before = paddle.cumsum(is_eos, axis=1) - is_eos  # EOS tokens strictly before each position
+    return (eos_before == 0).astype("int32")

@@ -1,0 +1,29 @@
+import os
+
+from setuptools import find_packages, setup
+
+# GPU users install paddlepaddle-gpu themselves and set PADDLE_R1_GPU=1 so that pip does not add the
+# CPU wheel next to it (the two are different distributions of the same `paddle` package).
+PADDLE = [] if os.environ.get("PADDLE_R1_GPU") == "1" else ["paddlepaddle>=3.3.1"]
+
+setup(
+    name="paddle_r1",
+    version="0.1.0",
+    description="GRPO reinforcement fine-tuning of Qwen2-VL / Qwen2.5-VL on PaddlePaddle",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["paddle_r1", "paddle_r1.*"]),
+    python_requires=">=3.10",
+    install_requires=PADDLE + [
+        "paddleformers==1.2.0",
+        "numpy",
+        "pillow",
+        "pyyaml",
+        "safetensors",
+        "tokenizers",
+        "tqdm",
+        "visualdl",
+    ],
+    extras_require={"test": ["pytest>=7", "pytest-timeout"]},
+    entry_points={"console_scripts": ["paddle-r1=paddle_r1.cli:main"]},
+)

@@ -1,0 +1,45 @@
+import os
+import warnings
+
+import pytest
+
+warnings.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quiet_libraries():
+    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
+    from paddleformers.utils.log import logger
+
+    logger.set_level("WARNING")
+    fleet_logger.setLevel("WARNING")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    from paddle_r1.models.tiny import make_tiny_model
+
+    return make_tiny_model(str(tmp_path_factory.mktemp("tiny") / "qwen2_5_vl"))
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_model_dir):
+    """(policy, processor) loaded once for the read-only tests."""
+    from paddle_r1.models.loading import load_model, load_processor
+
+    model = load_model(tiny_model_dir)
+    return model, load_processor(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def rec_jsonl(tmp_path_factory):
+    from paddle_r1.data.synthetic import make_synthetic_rec
+
+    return make_synthetic_rec(str(tmp_path_factory.mktemp("rec")), num_samples=12, seed=3)
+
+
+@pytest.fixture(scope="session")
+def rec_samples(rec_jsonl):
+    from paddle_r1.data.samples import load_rec_file
+
+    return load_rec_file(rec_jsonl, image_root=os.path.join(os.path.dirname(rec_jsonl), "images"))
