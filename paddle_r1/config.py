@@ -23,7 +23,7 @@ class GRPOConfig:
     # model
     model_name_or_path: str = ""
     dtype: str = "float32"
-    device: str = "cpu"
+    device: Optional[str] = None  # default: gpu when Paddle was built with CUDA, else cpu
     freeze_vision: bool = False
     coord_system: Optional[str] = None  # default: the model family's own (see paddle_r1.models.coords)
     min_pixels: Optional[int] = None  # default: the processor's preprocessor_config.json
@@ -45,7 +45,6 @@ class GRPOConfig:
 
     # rollout
     num_generations: int = 8
-    max_prompt_length: Optional[int] = None
     max_completion_length: int = 256
     temperature: float = 1.0
     top_p: float = 1.0

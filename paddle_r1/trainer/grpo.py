@@ -29,7 +29,7 @@ from .logprobs import completion_logprobs
 from .loss import combine_rewards, grpo_loss, group_advantages
 from .metrics import MetricsLogger
 from .prompts import PromptFacts, build_prompt_batch
-from .rollout import Rollout, SamplingParams, sample_completions
+from .rollout import PromptBatch, Rollout, SamplingParams, sample_completions
 from .sampler import PromptSampler
 
 
@@ -47,6 +47,15 @@ class Experience:
     texts: list
     samples: list
     generation_seconds: float
+
+    def state(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Experience":
+        rollout = dict(state["rollout"])
+        rollout["prompt"] = PromptBatch(**rollout["prompt"])
+        return cls(**{**state, "rollout": Rollout(**rollout)})
 
 
 def load_train_samples(config: GRPOConfig) -> list[dict]:
@@ -67,7 +76,7 @@ class GRPOTrainer:
             raise ConfigError("config key 'model_name_or_path' is required")
         if cfg.coord_system is not None and cfg.coord_system not in COORD_SYSTEMS:
             raise ConfigError(f"config key 'coord_system': {cfg.coord_system!r} is not one of {COORD_SYSTEMS}")
-        paddle.set_device(cfg.device)
+        paddle.set_device(cfg.device or ("gpu" if paddle.is_compiled_with_cuda() else "cpu"))
         self.samples = samples if samples is not None else load_train_samples(cfg)
         if not self.samples:
             raise ConfigError("the dataset is empty")
@@ -135,7 +144,7 @@ class GRPOTrainer:
         ckpt.load_optimizer_state(self.optimizer, self.policy, paddle.load(os.path.join(path, "optimizer.pdopt")))
         extra_path = os.path.join(path, "extra_state.pdparams")
         if os.path.isfile(extra_path):
-            self.buffer = [Experience(**e) if isinstance(e, dict) else e for e in paddle.load(extra_path)["buffer"]]
+            self.buffer = [Experience.from_state(e) for e in paddle.load(extra_path)["buffer"]]
         ckpt.load_rng_state(path)
 
     # ---- one step ----------------------------------------------------------------------------
@@ -276,7 +285,7 @@ class GRPOTrainer:
         cfg = self.config
         extra = None
         if self.step % cfg.num_iterations != 0:  # mid-reuse: the next steps need this rollout
-            extra = {"buffer": [dataclasses.asdict(e) for e in self.buffer]}
+            extra = {"buffer": [e.state() for e in self.buffer]}
         state = {"global_step": self.step, "sampler": self.sampler.state_dict(), "total_steps": self.total_steps,
                  "config": dataclasses.asdict(cfg)}
         reference = self.reference if cfg.sync_ref_model else None

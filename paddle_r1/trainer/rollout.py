@@ -55,12 +55,13 @@ def pick_next_token(logits: paddle.Tensor, params: SamplingParams) -> paddle.Ten
         kth = paddle.topk(logits, min(params.top_k, logits.shape[-1]), axis=-1)[0][:, -1:]
         logits = paddle.where(logits < kth, paddle.full_like(logits, float("-inf")), logits)
     if params.top_p < 1.0:
-        sorted_logits, order = paddle.sort(logits, axis=-1, descending=True), paddle.argsort(logits, axis=-1, descending=True)
+        order = paddle.argsort(logits, axis=-1, descending=True)
+        sorted_logits = paddle.take_along_axis(logits, order, axis=-1)
         probs = paddle.nn.functional.softmax(sorted_logits, axis=-1)
         # drop a token when the tokens ranked above it already hold top_p of the mass (the first always stays)
-        drop_sorted = (paddle.cumsum(probs, axis=-1) - probs) > params.top_p
-        drop = paddle.put_along_axis(paddle.zeros_like(drop_sorted), order, drop_sorted, axis=-1)
-        logits = paddle.where(drop, paddle.full_like(logits, float("-inf")), logits)
+        drop = (paddle.cumsum(probs, axis=-1) - probs) > params.top_p
+        sorted_logits = paddle.where(drop, paddle.full_like(sorted_logits, float("-inf")), sorted_logits)
+        logits = paddle.put_along_axis(logits, order, sorted_logits, axis=-1)
     probs = paddle.nn.functional.softmax(logits, axis=-1)
     return paddle.multinomial(probs, num_samples=1).squeeze(-1)
 

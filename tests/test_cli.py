@@ -1,0 +1,71 @@
+"""The commands as a user types them, each in its own process."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from paddle_r1.config import GRPOConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def paddle_r1(*args, cwd=None):
+    exe = os.path.join(os.path.dirname(sys.executable), "paddle-r1")
+    command = [exe] if os.path.exists(exe) else [sys.executable, "-m", "paddle_r1.cli"]
+    return subprocess.run(command + list(args), capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_make_tiny_model(tmp_path):
+    result = paddle_r1("make-tiny-model", str(tmp_path / "m"), "--family", "qwen2_5_vl")
+    assert result.returncode == 0, result.stderr
+    assert json.load(open(tmp_path / "m" / "config.json"))["model_type"] == "qwen2_5_vl"
+    result = paddle_r1("make-tiny-model", str(tmp_path / "x"), "--family", "llava")
+    assert result.returncode == 2 and "family 'llava' is not supported" in result.stderr
+
+
+def test_train_stops_on_bad_input_with_one_line(tmp_path, tiny_model_dir, rec_jsonl):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model_name_or_path: {tiny_model_dir}\ndata_path: {rec_jsonl}\nnum_generation: 4\n")
+    result = paddle_r1("train", "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == \
+        f"paddle-r1 train: error: {config}: unknown config key(s) 'num_generation'"
+    config.write_text(f"model_name_or_path: {tmp_path}/missing\ndata_path: {rec_jsonl}\n")
+    result = paddle_r1("train", "--config", str(config))
+    assert result.returncode == 2 and f"model folder not found: {tmp_path}/missing" in result.stderr
+    config.write_text(f"model_name_or_path: {tiny_model_dir}\ndata_path: {rec_jsonl}\nnum_generations: 1\n")
+    assert "'num_generations': 1 < 2" in paddle_r1("train", "--config", str(config)).stderr
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    config.write_text(f"model_name_or_path: {tiny_model_dir}\ndata_path: {empty}\n")
+    assert "the dataset is empty" in paddle_r1("train", "--config", str(config)).stderr
+
+
+def test_train_and_resume_from_the_command_line(tmp_path, tiny_model_dir, rec_jsonl):
+    out = tmp_path / "run"
+    args = ["train", "--model_name_or_path", tiny_model_dir, "--data_path", rec_jsonl,
+            "--image_root", os.path.join(os.path.dirname(rec_jsonl), "images"), "--output_dir", str(out),
+            "--num_generations", "2", "--max_completion_length", "6", "--save_steps", "1", "--use_visualdl", "false"]
+    first = paddle_r1(*args, "--max_steps", "1")
+    assert first.returncode == 0, first.stderr
+    resumed = paddle_r1(*args, "--max_steps", "2", "--resume", "latest")
+    assert resumed.returncode == 0, resumed.stderr
+    steps = [json.loads(line)["step"] for line in open(out / "metrics.jsonl")]
+    assert steps == [1, 2] and os.path.isdir(out / "checkpoint-2")
+
+
+def test_demo_runs_and_says_where_things_are(tmp_path):
+    result = paddle_r1("demo", "--output-dir", str(tmp_path / "demo"), "--max_steps", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for what in ("metrics:", "completions:", "checkpoint:"):
+        assert what in result.stdout
+    assert os.path.isdir(tmp_path / "demo" / "checkpoint-2")
+
+
+def test_the_shipped_config_lists_every_key_and_loads():
+    values = yaml.safe_load(open(os.path.join(ROOT, "configs", "grpo_rec.yaml")))
+    assert set(values) == set(GRPOConfig.__dataclass_fields__)
+    GRPOConfig(**values)

@@ -1,0 +1,50 @@
+import numpy as np
+import paddle
+
+from paddle_r1.trainer.logprobs import chunked_token_logprobs, completion_logprobs
+from paddle_r1.trainer.prompts import build_prompt_batch
+from paddle_r1.trainer.rollout import SamplingParams, sample_completions
+
+
+def test_chunked_equals_full_log_softmax_with_gradients():
+    paddle.seed(0)
+    head = paddle.nn.Linear(16, 50, bias_attr=False)
+    hidden = paddle.randn([3, 7, 16])
+    hidden.stop_gradient = False
+    targets = paddle.randint(0, 50, [3, 7])
+    full = paddle.take_along_axis(paddle.nn.functional.log_softmax(head(hidden) / 0.7, axis=-1),
+                                  targets.unsqueeze(-1), axis=-1).squeeze(-1)
+    (full * paddle.arange(21, dtype="float32").reshape([3, 7])).sum().backward()
+    grad_full, head_grad_full = hidden.grad.numpy().copy(), head.weight.grad.numpy().copy()
+    hidden.clear_gradient()
+    head.weight.clear_gradient()
+    chunked = chunked_token_logprobs(head, hidden, targets, chunk_size=4, temperature=0.7)
+    (chunked * paddle.arange(21, dtype="float32").reshape([3, 7])).sum().backward()
+    np.testing.assert_allclose(chunked.numpy(), full.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(hidden.grad.numpy(), grad_full, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(head.weight.grad.numpy(), head_grad_full, rtol=1e-4, atol=1e-6)
+
+
+@paddle.no_grad()
+def test_completion_logprobs_match_the_models_own_forward(tiny, rec_samples):
+    model, processor = tiny
+    prompt, _ = build_prompt_batch(rec_samples[:2], processor, "{Question}")
+    eos = [processor.tokenizer.eos_token_id]
+    paddle.seed(3)
+    rollout = sample_completions(model, prompt, 2, SamplingParams(6, temperature=1.0), eos,
+                                 processor.tokenizer.pad_token_id)
+    got = completion_logprobs(model, rollout, chunk_size=5, temperature=1.0).numpy()
+    for row in range(4):
+        p = row // 2
+        ids = paddle.concat([prompt.input_ids[p:p + 1], rollout.completion_ids[row:row + 1]], axis=1)
+        mask = paddle.concat([prompt.attention_mask[p:p + 1],
+                              paddle.ones([1, rollout.completion_ids.shape[1]], dtype="int64")], axis=1)
+        grid = prompt.image_grid_thw[p:p + 1]
+        patches = int(prompt.image_grid_thw[:p].prod(axis=1).sum()) if p else 0
+        pixels = prompt.pixel_values[patches:patches + int(grid.prod())]
+        model.model.rope_deltas = None
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid).logits
+        logp = paddle.nn.functional.log_softmax(logits[0, prompt.input_ids.shape[1] - 1:-1], axis=-1)
+        expected = paddle.take_along_axis(logp, rollout.completion_ids[row].unsqueeze(-1), axis=-1).squeeze(-1)
+        n = int(rollout.completion_mask[row].sum())
+        np.testing.assert_allclose(got[row, :n], expected.numpy()[:n], rtol=1e-4, atol=1e-5)

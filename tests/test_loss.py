@@ -1,0 +1,73 @@
+import math
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_r1.trainer.loss import combine_rewards, group_advantages, grpo_loss
+
+T = paddle.to_tensor
+
+
+def _loss(loss_type, **kw):
+    logp = T([[-1.0, -2.0, -0.5], [-0.3, -0.2, -0.1]])
+    args = dict(beta=0.0, epsilon_low=0.2, epsilon_high=0.2, loss_type=loss_type, max_completion_length=4)
+    args.update(kw)
+    return grpo_loss(logp, logp, None, T([1.0, -2.0]), T([[1, 1, 0], [1, 1, 1]]), **args)
+
+
+@pytest.mark.parametrize("loss_type, expected", [
+    ("grpo", 0.5),     # mean(-1 over row 0, +2 over row 1)
+    ("bnpo", 0.8),     # (-1 * 2 + 2 * 3) / 5 tokens
+    ("dr_grpo", 0.5),  # 4 / (2 rows * max_completion_length 4)
+])
+def test_loss_types_by_hand(loss_type, expected):
+    loss, stats = _loss(loss_type)
+    assert float(loss) == pytest.approx(expected, abs=1e-6)
+    assert stats.kl == 0 and stats.clip_region == 0
+
+
+def test_dapo_divides_by_the_steps_token_count():
+    assert float(_loss("dapo", num_items_in_batch=10.0)[0]) == pytest.approx(0.4)
+    assert float(_loss("dapo")[0]) == pytest.approx(0.8)  # alone in its step: the micro-batch's tokens
+
+
+def test_k3_kl_by_hand():
+    logp = T([[math.log(0.5)]])
+    ref = T([[math.log(0.25)]])
+    loss, stats = grpo_loss(logp, logp, ref, T([0.0]), T([[1]]), beta=0.1, epsilon_low=0.2, epsilon_high=0.2,
+                            loss_type="bnpo", max_completion_length=1)
+    kl = 0.5 - math.log(0.5) - 1  # exp(d) - d - 1 with d = log(0.25 / 0.5)
+    assert stats.kl == pytest.approx(kl, rel=1e-5)
+    assert float(loss) == pytest.approx(0.1 * kl, rel=1e-5)
+
+
+def test_clipping_and_its_gradient():
+    old = T([[0.0, 0.0]])
+    logp = T([[math.log(1.5), math.log(1.1)]])
+    logp.stop_gradient = False
+    loss, stats = grpo_loss(logp, old, None, T([1.0]), T([[1, 1]]), beta=0.0, epsilon_low=0.2, epsilon_high=0.28,
+                            loss_type="bnpo", max_completion_length=2)
+    assert float(loss) == pytest.approx(-(1.28 + 1.1) / 2, rel=1e-5)  # ratio 1.5 clipped at 1 + 0.28
+    loss.backward()
+    np.testing.assert_allclose(logp.grad.numpy(), [[0.0, -1.1 / 2]], rtol=1e-5)  # clipped token: no gradient
+    assert stats.clip_high == pytest.approx(0.5) and stats.clip_low == 0
+    low, stats = grpo_loss(T([[math.log(0.5)]]), T([[0.0]]), None, T([-1.0]), T([[1]]), beta=0.0,
+                           epsilon_low=0.2, epsilon_high=0.2, loss_type="bnpo", max_completion_length=1)
+    assert float(low) == pytest.approx(0.8) and stats.clip_low == 1.0
+
+
+def test_group_advantages():
+    rewards = T([1.0, 0.0, 3.0, 3.0])
+    std = math.sqrt(0.5)  # unbiased std of (1, 0)
+    np.testing.assert_allclose(group_advantages(rewards, 2, "group").numpy(),
+                               [0.5 / (std + 1e-4), -0.5 / (std + 1e-4), 0, 0], rtol=1e-5)
+    batch_std = np.std([1, 0, 3, 3], ddof=1)
+    np.testing.assert_allclose(group_advantages(rewards, 2, "batch").numpy(),
+                               np.array([0.5, -0.5, 0, 0]) / (batch_std + 1e-4), rtol=1e-5)
+    np.testing.assert_allclose(group_advantages(rewards, 2, "none").numpy(), [0.5, -0.5, 0, 0])
+
+
+def test_weighted_sum_leaves_out_none():
+    scores = T(np.array([[1.0, 0.5], [np.nan, 0.5], [np.nan, np.nan]], "float32"))
+    np.testing.assert_allclose(combine_rewards(scores, T([2.0, 4.0])).numpy(), [4.0, 2.0, 0.0])

@@ -1,0 +1,110 @@
+import numpy as np
+import paddle
+import pytest
+
+from paddle_r1.trainer.prompts import build_prompt_batch
+from paddle_r1.trainer.rollout import (SamplingParams, completion_mask_from_ids, pick_next_token,
+                                       sample_completions)
+
+TEMPLATE = "{Question} Answer with a box."
+
+
+def _prompts(tiny, rec_samples, n=3):
+    model, processor = tiny
+    # samples of different image sizes, so prompts differ in length and get left padding
+    return build_prompt_batch(rec_samples[:n], processor, TEMPLATE)
+
+
+def _eos(processor):
+    return [processor.tokenizer.eos_token_id], processor.tokenizer.pad_token_id
+
+
+@paddle.no_grad()
+def _uncached_greedy(model, prompt, steps, eos_id):
+    """Reference: the whole sequence through the model's own forward at every step (no cache,
+    positions computed by the model from input_ids and image_grid_thw)."""
+    ids, mask = prompt.input_ids, prompt.attention_mask
+    finished = np.zeros(ids.shape[0], bool)
+    out = []
+    for _ in range(steps):
+        model.model.rope_deltas = None
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=prompt.pixel_values,
+                       image_grid_thw=prompt.image_grid_thw).logits[:, -1]
+        token = logits.argmax(-1).numpy()
+        token[finished] = 0
+        finished |= token == eos_id
+        out.append(token)
+        ids = paddle.concat([ids, paddle.to_tensor(token).unsqueeze(1)], axis=1)
+        mask = paddle.concat([mask, paddle.ones([ids.shape[0], 1], dtype=mask.dtype)], axis=1)
+    return np.stack(out, axis=1)
+
+
+def test_cached_greedy_equals_uncached(tiny, rec_samples):
+    model, processor = tiny
+    prompt, facts = _prompts(tiny, rec_samples)
+    assert len({int(m.sum()) for m in prompt.attention_mask}) > 1  # left padding is exercised
+    eos, pad = _eos(processor)
+    rollout = sample_completions(model, prompt, 2, SamplingParams(max_new_tokens=12, temperature=0.0), eos, pad)
+    reference = _uncached_greedy(model, prompt, 12, eos[0])
+    got = rollout.completion_ids.numpy()
+    assert got.shape == (6, 12)
+    for row in range(6):
+        n = int(rollout.completion_mask[row].sum())
+        np.testing.assert_array_equal(got[row, :n], reference[row // 2, :n])
+
+
+def test_sampling_groups_masks_and_lengths(tiny, rec_samples):
+    model, processor = tiny
+    prompt, _ = _prompts(tiny, rec_samples, n=2)
+    eos, pad = _eos(processor)
+    paddle.seed(1)
+    rollout = sample_completions(model, prompt, 4, SamplingParams(max_new_tokens=10, temperature=1.0), eos, pad)
+    ids, mask = rollout.completion_ids.numpy(), rollout.completion_mask.numpy()
+    assert ids.shape[0] == 8 and ids.shape[1] <= 10
+    assert len({tuple(r) for r in ids[:4]}) > 1  # samples within a group differ
+    for row, m, truncated in zip(ids, mask, rollout.truncated.numpy()):
+        n = int(m.sum())
+        assert (m[:n] == 1).all() and (m[n:] == 0).all()
+        if truncated:
+            assert n == len(row) and eos[0] not in row
+        else:
+            assert row[n - 1] == eos[0] and (row[n:] == pad).all()
+    paddle.seed(1)
+    again = sample_completions(model, prompt, 4, SamplingParams(max_new_tokens=10, temperature=1.0), eos, pad)
+    np.testing.assert_array_equal(again.completion_ids.numpy(), ids)  # seeded: reproducible
+
+
+def test_top_k_one_is_greedy(tiny, rec_samples):
+    model, processor = tiny
+    prompt, _ = _prompts(tiny, rec_samples, n=2)
+    eos, pad = _eos(processor)
+    greedy = sample_completions(model, prompt, 2, SamplingParams(8, temperature=0.0), eos, pad)
+    top1 = sample_completions(model, prompt, 2, SamplingParams(8, temperature=1.5, top_k=1), eos, pad)
+    np.testing.assert_array_equal(greedy.completion_ids.numpy(), top1.completion_ids.numpy())
+
+
+def test_completion_mask_stops_after_first_eos():
+    ids = paddle.to_tensor([[5, 7, 2, 0, 0], [5, 5, 5, 5, 5], [2, 0, 0, 0, 0]])
+    mask = completion_mask_from_ids(ids, paddle.to_tensor([2]))
+    assert mask.numpy().tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
+
+
+def _frequencies(logits, params, n=4000):
+    paddle.seed(0)
+    batch = paddle.to_tensor(np.repeat(np.asarray([logits], "float32"), n, axis=0))
+    picks = pick_next_token(batch, params).numpy()
+    return np.bincount(picks, minlength=len(logits)) / n
+
+
+def test_temperature_top_k_top_p():
+    logits = np.log(np.asarray([0.5, 0.3, 0.15, 0.05]))
+    freq = _frequencies(logits, SamplingParams(1, temperature=1.0))
+    np.testing.assert_allclose(freq, [0.5, 0.3, 0.15, 0.05], atol=0.03)
+    hot = np.exp(logits / 2.0) / np.exp(logits / 2.0).sum()
+    np.testing.assert_allclose(_frequencies(logits, SamplingParams(1, temperature=2.0)), hot, atol=0.03)
+    top2 = _frequencies(logits, SamplingParams(1, temperature=1.0, top_k=2))
+    np.testing.assert_allclose(top2, [0.625, 0.375, 0, 0], atol=0.03)
+    # top_p = 0.7: 0.5 alone is below 0.7, so 0.3 joins; 0.15 is dropped (0.8 above it already)
+    nucleus = _frequencies(logits, SamplingParams(1, temperature=1.0, top_p=0.7))
+    np.testing.assert_allclose(nucleus, [0.625, 0.375, 0, 0], atol=0.03)
+    assert _frequencies(logits, SamplingParams(1, temperature=1.0, top_p=0.01))[0] == 1.0

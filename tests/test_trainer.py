@@ -1,0 +1,123 @@
+import json
+import os
+import shutil
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_r1.config import ConfigError, GRPOConfig
+from paddle_r1.models.loading import load_model
+from paddle_r1.trainer.checkpoint import list_checkpoints, resolve_checkpoint
+from paddle_r1.trainer.grpo import GRPOTrainer
+
+
+def _config(model_dir, out, **kw):
+    base = dict(model_name_or_path=model_dir, output_dir=str(out), reward_funcs=["reward_helpers:short_reward", "iou"],
+                num_generations=3, per_device_train_batch_size=2, max_completion_length=8, learning_rate=5e-3,
+                max_steps=2, save_steps=100, use_visualdl=False, disable_tqdm=True, seed=7, beta=0.0)
+    base.update(kw)
+    return GRPOConfig(**base)
+
+
+def _weights(model):
+    return {k: v.numpy().copy() for k, v in model.state_dict().items()}
+
+
+def test_steps_log_save_and_reload(tiny_model_dir, rec_samples, tmp_path):
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, use_visualdl=True, beta=0.04), samples=rec_samples)
+    before = _weights(trainer.policy)
+    result = trainer.train()
+    after = _weights(trainer.policy)
+    assert any(not np.array_equal(before[k], after[k]) for k in before)
+
+    metrics = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert [m["step"] for m in metrics] == [1, 2]
+    for key in ("loss", "reward", "reward_std", "kl", "clip_ratio/region_mean", "completion_length",
+                "learning_rate", "grad_norm", "step_seconds", "tokens_per_second",
+                "rewards/reward_helpers:short_reward/mean", "rewards/iou/std"):
+        assert key in metrics[0], key
+    assert metrics[0]["grad_norm"] > 0 and metrics[1]["kl"] > 0
+    completions = [json.loads(line) for line in open(tmp_path / "completions.jsonl")]
+    assert len(completions) == 2 * 2 * 3
+    assert {"problem", "completion", "reward", "advantage", "reward/iou"} <= set(completions[0])
+    assert os.listdir(tmp_path / "visualdl")
+
+    # the checkpoint is a model folder from_pretrained loads as it is, equal to the trained policy
+    assert result["checkpoint"] == str(tmp_path / "checkpoint-2")
+    reloaded = _weights(load_model(result["checkpoint"]))
+    for key, value in after.items():
+        np.testing.assert_array_equal(reloaded[key], value, err_msg=key)
+
+
+def _run(model_dir, out, samples, **kw):
+    trainer = GRPOTrainer(_config(model_dir, out, **kw), samples=samples)
+    losses = [h["loss"] for h in trainer.train()["history"]]
+    return losses, _weights(trainer.policy)
+
+
+@pytest.mark.parametrize("extra", [
+    dict(),
+    dict(beta=0.05, sync_ref_model=True, ref_model_sync_steps=1, num_iterations=2, lr_scheduler_type="linear",
+         warmup_steps=1),
+], ids=["plain", "ref-sync-reuse-schedule"])
+def test_resume_is_exact(tiny_model_dir, rec_samples, tmp_path, extra):
+    straight_losses, straight_weights = _run(tiny_model_dir, tmp_path / "straight", rec_samples, max_steps=4, **extra)
+    # a run that stopped after its step-3 checkpoint (step 4's is removed as if it never happened) ...
+    split = tmp_path / "split"
+    first, _ = _run(tiny_model_dir, split, rec_samples, max_steps=4, save_steps=3, **extra)
+    shutil.rmtree(split / "checkpoint-4")
+    # ... resumed from the newest complete checkpoint continues exactly as the uninterrupted run
+    rest, resumed_weights = _run(tiny_model_dir, split, rec_samples, max_steps=4, resume_from_checkpoint="latest",
+                                 **extra)
+    assert len(rest) == 1
+    np.testing.assert_allclose(first[:3] + rest, straight_losses, rtol=1e-6, atol=1e-7)
+    for key, value in straight_weights.items():
+        np.testing.assert_allclose(resumed_weights[key], value, rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+def test_interrupted_save_is_never_the_latest(tmp_path):
+    complete = tmp_path / "checkpoint-2"
+    complete.mkdir()
+    (complete / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-4.tmp").mkdir()  # a save cut off half way
+    (tmp_path / "checkpoint-6").mkdir()  # renamed but without state: not complete
+    assert list_checkpoints(str(tmp_path)) == [str(complete)]
+    assert resolve_checkpoint("latest", str(tmp_path)) == str(complete)
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        resolve_checkpoint(str(tmp_path / "checkpoint-6"), str(tmp_path))
+
+
+def test_freeze_vision(tiny_model_dir, rec_samples, tmp_path):
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, freeze_vision=True, max_steps=1), samples=rec_samples)
+    before = _weights(trainer.policy)
+    trainer.train()
+    after = _weights(trainer.policy)
+    vision = [k for k in before if ".visual." in k or k.startswith("visual.")]
+    text = [k for k in before if "language_model.layers" in k]
+    assert vision and text
+    assert all(np.array_equal(before[k], after[k]) for k in vision)
+    assert any(not np.array_equal(before[k], after[k]) for k in text)
+
+
+def test_sync_ref_model_mixes_weights(tiny_model_dir, rec_samples, tmp_path):
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, beta=0.1, sync_ref_model=True, ref_model_sync_steps=1,
+                                  ref_model_mixup_alpha=0.25, max_steps=1), samples=rec_samples)
+    ref_before = _weights(trainer.reference)
+    trainer.train()
+    policy, ref_after = _weights(trainer.policy), _weights(trainer.reference)
+    for key in ref_before:
+        np.testing.assert_allclose(ref_after[key], 0.25 * policy[key] + 0.75 * ref_before[key], rtol=1e-5, atol=1e-7)
+
+
+def test_rewards_that_are_none_and_bad_setups(tiny_model_dir, rec_samples, tmp_path):
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, reward_funcs=["reward_helpers:none_for_all", "format"],
+                                  max_steps=1), samples=rec_samples)
+    metrics = trainer.train()["history"][0]
+    assert np.isnan(metrics["rewards/reward_helpers:none_for_all/mean"]) and metrics["reward"] == 0.0
+    with pytest.raises(ConfigError, match="the dataset is empty"):
+        GRPOTrainer(_config(tiny_model_dir, tmp_path), samples=[])
+    with pytest.raises(KeyError, match="unknown reward 'accurcy'"):
+        GRPOTrainer(_config(tiny_model_dir, tmp_path, reward_funcs=["accurcy"]), samples=rec_samples)
+    with pytest.raises(FileNotFoundError, match="model folder not found: /no/such/model"):
+        GRPOTrainer(_config("/no/such/model", tmp_path), samples=rec_samples)
