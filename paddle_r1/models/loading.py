@@ -99,17 +99,19 @@ def load_processor(path: str, min_pixels: Optional[int] = None, max_pixels: Opti
 
 
 def load_models(path: str, beta: float, dtype: str = "float32", freeze_vision: bool = False,
-                min_pixels: Optional[int] = None, max_pixels: Optional[int] = None) -> LoadedModels:
-    """Policy + processor, and a frozen reference only when the KL term is on (beta > 0)."""
-    family = model_family(path) if os.path.isdir(path) else None
-    check_model_path(path)
+                min_pixels: Optional[int] = None, max_pixels: Optional[int] = None,
+                reference_path: Optional[str] = None) -> LoadedModels:
+    """Policy + processor from ``path``, and a frozen reference only when the KL term is on (beta > 0).
+
+    ``reference_path`` (default ``path``) lets a resumed run take its policy from a checkpoint while the
+    reference stays the original model (or the synced copy the checkpoint saved).
+    """
     policy = load_model(path, dtype=dtype, freeze_vision=freeze_vision)
-    family = family or policy.config.model_type
     reference = None
     if beta > 0:
-        reference = load_model(path, dtype=dtype)
+        reference = load_model(reference_path or path, dtype=dtype)
         reference.eval()
         for param in reference.parameters():
             param.stop_gradient = True
     processor = load_processor(path, min_pixels=min_pixels, max_pixels=max_pixels)
-    return LoadedModels(policy=policy, reference=reference, processor=processor, family=family)
+    return LoadedModels(policy=policy, reference=reference, processor=processor, family=policy.config.model_type)

@@ -22,7 +22,7 @@ from ..config import ConfigError, GRPOConfig
 from ..data.samples import load_rec_file
 from ..data.synthetic import make_synthetic_rec
 from ..models.coords import COORD_SYSTEMS
-from ..models.loading import default_coord_system, load_model, load_models
+from ..models.loading import default_coord_system, load_models
 from ..rewards import get_reward
 from . import checkpoint as ckpt
 from .logprobs import completion_logprobs
@@ -88,10 +88,10 @@ class GRPOTrainer:
             if cfg.resume_from_checkpoint else None
         paddle.seed(cfg.seed)
         np.random.seed(cfg.seed)
-        loaded = load_models(resume_path or cfg.model_name_or_path, beta=0.0, dtype=cfg.dtype,
-                             freeze_vision=cfg.freeze_vision, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
-        self.policy, self.processor = loaded.policy, loaded.processor
-        self.reference = self._load_reference(resume_path)
+        loaded = load_models(resume_path or cfg.model_name_or_path, beta=cfg.beta, dtype=cfg.dtype,
+                             freeze_vision=cfg.freeze_vision, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels,
+                             reference_path=self._reference_path(resume_path))
+        self.policy, self.reference, self.processor = loaded.policy, loaded.reference, loaded.processor
         self.coord_system = cfg.coord_system or default_coord_system(loaded.family)
         tokenizer = self.processor.tokenizer
         self.eos_token_ids = sorted({tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")})
@@ -111,17 +111,10 @@ class GRPOTrainer:
         self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl)
 
     # ---- setup -------------------------------------------------------------------------------
-    def _load_reference(self, resume_path):
-        cfg = self.config
-        if cfg.beta == 0.0:
-            return None  # no KL term: no second copy of the model
-        synced = resume_path and os.path.isdir(os.path.join(resume_path, "ref_model"))
-        reference = load_model(os.path.join(resume_path, "ref_model") if synced else cfg.model_name_or_path,
-                               dtype=cfg.dtype)
-        reference.eval()
-        for param in reference.parameters():
-            param.stop_gradient = True
-        return reference
+    def _reference_path(self, resume_path: Optional[str]) -> str:
+        """The original model, or the synced reference a checkpoint saved (sync_ref_model)."""
+        synced = os.path.join(resume_path, "ref_model") if resume_path else None
+        return synced if synced and os.path.isdir(synced) else self.config.model_name_or_path
 
     def _build_optimizer(self):
         from paddleformers.trainer.trainer_utils import get_scheduler
