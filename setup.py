@@ -16,6 +16,10 @@ setup(
     python_requires=">=3.10",
     install_requires=PADDLE + [
         "paddleformers==1.2.0",
+        "math-verify[antlr4_13_2]",
+        "nltk",
+        "pycocotools",
+        "scipy",
         "numpy",
         "pillow",
         "pyyaml",

@@ -42,6 +42,7 @@ class GRPOConfig:
     # rewards
     reward_funcs: list = field(default_factory=lambda: ["format", "iou"])
     reward_weights: Optional[list] = None
+    reward_kwargs: dict = field(default_factory=dict)  # {reward name: {keyword: value}} passed to that reward
 
     # rollout
     num_generations: int = 8
@@ -110,6 +111,9 @@ class GRPOConfig:
                 f"config key 'reward_weights': {len(self.reward_weights)} weights for "
                 f"{len(self.reward_funcs)} reward_funcs {self.reward_funcs}"
             )
+        stray = sorted(set(self.reward_kwargs) - set(self.reward_funcs))
+        if stray:
+            raise ConfigError(f"config key 'reward_kwargs': {', '.join(map(repr, stray))} not in reward_funcs")
         for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations",
                     "max_completion_length", "logprob_chunk_size"):
             if getattr(self, key) < 1:

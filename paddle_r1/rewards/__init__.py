@@ -39,4 +39,4 @@ def get_reward(name: str) -> RewardFn:
     raise KeyError(f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}, or 'module.path:function'")
 
 
-from . import boxes, format  # noqa: E402,F401  (register the built-in rewards)
+from . import answers, boxes, caption, detection, format, gui, judge, multibox, products  # noqa: E402,F401,I001

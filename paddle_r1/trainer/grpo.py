@@ -7,6 +7,7 @@ its log-probs at rollout time kept as the PPO "old" policy (TRL's semantics).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import os
@@ -106,6 +107,7 @@ class GRPOTrainer:
         self.sampler = PromptSampler(len(self.samples), cfg.per_device_train_batch_size, cfg.seed)
         self.step = 0
         self.buffer: list[Experience] = []
+        self.reward_counters: dict[str, float] = collections.defaultdict(float)
         if resume_path:
             self._restore(resume_path)
         self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl)
@@ -151,10 +153,13 @@ class GRPOTrainer:
         columns["coord_system"] = [self.coord_system] * len(texts)
         scores = np.full((len(texts), len(self.reward_fns)), np.nan, dtype="float32")
         for j, (name, fn) in enumerate(zip(self.reward_names, self.reward_fns)):
-            values = fn(texts, **columns)
+            values = fn(texts, **columns, **self.config.reward_kwargs.get(name, {}))
             if len(values) != len(texts):
                 raise RuntimeError(f"reward {name!r} returned {len(values)} scores for {len(texts)} completions")
             scores[:, j] = [np.nan if v is None else float(v) for v in values]
+            pop_metrics = getattr(fn, "pop_metrics", None)  # e.g. the judge's failure count
+            for key, value in (pop_metrics() if pop_metrics else {}).items():
+                self.reward_counters[f"rewards/{name}/{key}"] += value
         return scores
 
     def make_experience(self) -> Experience:
@@ -255,6 +260,8 @@ class GRPOTrainer:
             column = scores[:, j][~np.isnan(scores[:, j])]
             metrics[f"rewards/{name}/mean"] = float(column.mean()) if column.size else float("nan")
             metrics[f"rewards/{name}/std"] = float(column.std()) if column.size else float("nan")
+        metrics.update(self.reward_counters)
+        self.reward_counters.clear()
         return metrics
 
     def _completion_rows(self) -> list[dict]:

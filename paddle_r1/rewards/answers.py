@@ -1,0 +1,1 @@
+"""Answer-content rewards: counting, math, multiple choice, yes/no, and the accuracy router."""

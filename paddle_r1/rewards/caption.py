@@ -1,0 +1,1 @@
+"""Caption rewards: METEOR and the METEOR + judge mix."""

@@ -1,0 +1,1 @@
+"""Detection rewards via pycocotools: mAP, AP50, mask IoU."""

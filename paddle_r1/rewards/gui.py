@@ -1,0 +1,1 @@
+"""GUI agent action reward (seed 004)."""

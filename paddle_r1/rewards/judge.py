@@ -1,0 +1,1 @@
+"""LLM judge: an OpenAI-compatible chat-completions endpoint decides whether an answer matches."""

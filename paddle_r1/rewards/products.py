@@ -1,0 +1,1 @@
+"""Product attribute rewards (seed 002): length / width / height."""
