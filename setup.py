@@ -19,6 +19,8 @@ setup(
         "math-verify[antlr4_13_2]",
         "nltk",
         "pycocotools",
+        # paddleformers pins numpy<=1.26.4 (via fast_dataindex); pyarrow 26 needs numpy 2, and `datasets` needs pyarrow
+        "pyarrow>=24,<26",
         "scipy",
         "numpy",
         "pillow",

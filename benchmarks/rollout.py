@@ -30,7 +30,7 @@ def main() -> None:
 
     logger.set_level("ERROR")
     fleet_logger.setLevel("ERROR")
-    from paddle_r1.data.samples import load_rec_file
+    from paddle_r1.data.loader import load_samples
     from paddle_r1.data.synthetic import make_synthetic_rec
     from paddle_r1.models.loading import load_model, load_processor
     from paddle_r1.models.tiny import TinySize, make_tiny_model
@@ -43,7 +43,7 @@ def main() -> None:
     model_dir = make_tiny_model(f"{work}/model", size=size)
     model, processor = load_model(model_dir), load_processor(model_dir)
     model.eval()
-    samples = load_rec_file(make_synthetic_rec(f"{work}/data", args.prompts), image_root=f"{work}/data/images")
+    samples, _ = load_samples(make_synthetic_rec(f"{work}/data", args.prompts))
     prompt, _ = build_prompt_batch(samples, processor, "{Question}")
     g, n = args.generations, args.new_tokens
     params = SamplingParams(max_new_tokens=n, temperature=0.0)

@@ -1,4 +1,4 @@
-"""``paddle-r1``: train | demo | make-tiny-model."""
+"""``paddle-r1``: train | check-data | demo | make-tiny-model."""
 from __future__ import annotations
 
 import argparse
@@ -28,6 +28,17 @@ def _train(args, extra: list[str]) -> int:
     return 0
 
 
+def _check_data(args, extra: list[str]) -> int:
+    from .config import GRPOConfig, load_config
+    from .data.loader import load_from_config
+
+    config = load_config(GRPOConfig, args.config, extra)
+    samples, report = load_from_config(config)
+    print(report.table())
+    print(report.summary() or f"all {len(samples)} samples are usable")
+    return 0
+
+
 def _demo(args, extra: list[str]) -> int:
     from .config import parse_overrides
     from .demo import run_demo
@@ -52,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", help="yaml or json config file")
     train.add_argument("--resume", help="checkpoint folder to resume from, or 'latest'")
     train.set_defaults(run=_train)
+    check = sub.add_parser("check-data", help="validate a config's data without training; counts per file")
+    check.add_argument("config")
+    check.set_defaults(run=_check_data)
     demo = sub.add_parser("demo", help="a few GRPO steps of a tiny model on synthetic shapes, on CPU")
     demo.add_argument("--output-dir", default="demo_output")
     demo.set_defaults(run=_demo)

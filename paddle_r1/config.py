@@ -31,8 +31,12 @@ class GRPOConfig:
 
     # data
     dataset_name: Optional[str] = None  # "synthetic_rec" for the built-in set, else None
-    data_path: Optional[str] = None  # REC json/jsonl file
+    data_path: Optional[str] = None  # a json/jsonl/csv file, a datasets folder, or a mixture yaml
     image_root: Optional[str] = None
+    data_format: Optional[str] = None  # rec | conversation | r1v | r1v_eval | grounding | products | generic; None: detect
+    strict_data: bool = False  # stop at the first bad record instead of skipping and counting it
+    image_columns: Optional[list] = None  # products format: the columns holding image paths
+    image_cache_dir: Optional[str] = None  # where images stored inside datasets folders are written
     question_template: str = (
         "{Question} First output the thinking process in <think> </think> tags and then output the final "
         "answer in <answer> </answer> tags."
@@ -175,8 +179,47 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
     return values
 
 
+# EasyDistill job configs (seed 000): {"job_type", "dataset": {...}, "models": {...}, "training": {...}}
+EASYDISTILL_RENAMES = {
+    "dataset.labeled_path": "data_path",
+    "models.student": "model_name_or_path",
+    "training.roll_out_num": "num_generations",
+    "training.max_length": "max_completion_length",
+}
+EASYDISTILL_IGNORED = {"training.deepspeed": "DeepSpeed does not apply to Paddle; sharding is chosen in paddle_r1"}
+
+
+def from_easydistill(values: dict, source: str) -> dict:
+    """Map an EasyDistill json config onto GRPOConfig keys; an unknown key is an error naming its path."""
+    known = set(GRPOConfig.__dataclass_fields__)
+    mapped: dict[str, Any] = {}
+    for section in ("dataset", "models", "training"):
+        block = values.get(section, {})
+        if not isinstance(block, dict):
+            raise ConfigError(f"{source}: {section!r} must be a mapping")
+        for key, value in block.items():
+            path = f"{section}.{key}"
+            if path in EASYDISTILL_IGNORED:
+                print(f"{source}: ignoring {path} ({EASYDISTILL_IGNORED[path]})")
+            elif path in EASYDISTILL_RENAMES:
+                mapped[EASYDISTILL_RENAMES[path]] = value
+            elif key in known:
+                mapped[key] = value
+            else:
+                raise ConfigError(f"{source}: unknown config key {path!r}")
+    stray = sorted(set(values) - {"job_type", "dataset", "models", "training"})
+    if stray:
+        raise ConfigError(f"{source}: unknown config key(s) {', '.join(map(repr, stray))}")
+    if "reward_funcs" in mapped:  # EasyDistill names some rewards with a _reward suffix
+        mapped["reward_funcs"] = [name.removesuffix("_reward") for name in mapped["reward_funcs"]]
+    return mapped
+
+
 def load_config(cls, path: Optional[str] = None, overrides: Optional[list[str]] = None):
-    """Read ``path`` (yaml or json, optional), apply command-line overrides, and validate."""
+    """Read ``path`` (yaml or json, optional; EasyDistill job configs are translated), apply command-line
+    overrides, and validate."""
     values = read_config_file(path) if path else {}
+    if "job_type" in values:
+        values = from_easydistill(values, path)
     values.update(parse_overrides(overrides or []))
     return config_from_dict(cls, values, source=path or "command line")

@@ -40,6 +40,6 @@ def rec_jsonl(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def rec_samples(rec_jsonl):
-    from paddle_r1.data.samples import load_rec_file
+    from paddle_r1.data.loader import load_samples
 
-    return load_rec_file(rec_jsonl, image_root=os.path.join(os.path.dirname(rec_jsonl), "images"))
+    return load_samples(rec_jsonl)[0]

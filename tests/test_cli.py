@@ -46,8 +46,7 @@ def test_train_stops_on_bad_input_with_one_line(tmp_path, tiny_model_dir, rec_js
 
 def test_train_and_resume_from_the_command_line(tmp_path, tiny_model_dir, rec_jsonl):
     out = tmp_path / "run"
-    args = ["train", "--model_name_or_path", tiny_model_dir, "--data_path", rec_jsonl,
-            "--image_root", os.path.join(os.path.dirname(rec_jsonl), "images"), "--output_dir", str(out),
+    args = ["train", "--model_name_or_path", tiny_model_dir, "--data_path", rec_jsonl, "--output_dir", str(out),
             "--num_generations", "2", "--max_completion_length", "6", "--save_steps", "1", "--use_visualdl", "false"]
     first = paddle_r1(*args, "--max_steps", "1")
     assert first.returncode == 0, first.stderr
@@ -69,3 +68,19 @@ def test_the_shipped_config_lists_every_key_and_loads():
     values = yaml.safe_load(open(os.path.join(ROOT, "configs", "grpo_rec.yaml")))
     assert set(values) == set(GRPOConfig.__dataclass_fields__)
     GRPOConfig(**values)
+
+
+def test_check_data_counts_per_file(tmp_path, rec_jsonl):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"image": "nope.png", "problem": "p", "solution": [0, 0, 1, 1]}\nnot json\n')
+    mixture = tmp_path / "mix.yaml"
+    mixture.write_text(f"datasets:\n  - json_path: {rec_jsonl}\n  - json_path: {bad}\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"data_path: {mixture}\n")
+    result = paddle_r1("check-data", str(config))
+    assert result.returncode == 0, result.stderr
+    assert f"| {rec_jsonl} | 12 | 12 | 0 |" in result.stdout and f"| {bad} | 2 | 0 | 2 |" in result.stdout
+    assert f"skipped 2 of 14 samples: {bad}:1 image not found" in result.stdout
+    config.write_text(f"data_path: {bad}\nstrict_data: true\n")
+    result = paddle_r1("check-data", str(config))
+    assert result.returncode == 2 and f"{bad}:1: image not found" in result.stderr

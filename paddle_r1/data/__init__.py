@@ -1,3 +1,4 @@
 """Datasets, adapted to one sample schema:
 ``{"images": [path, ...], "problem": str, "solution": any, "reward_method": str | None, ...extra}``."""
-from .samples import DataError, load_rec_file, validate_sample  # noqa: F401
+from .loader import DataReport, load_samples  # noqa: F401
+from .samples import DataError, validate_sample  # noqa: F401

@@ -55,7 +55,7 @@ def make_synthetic_rec(out_dir: str, num_samples: int = 32, seed: int = 0,
         name = f"shape_{i:05d}.png"
         img.save(os.path.join(image_dir, name))
         lines.append({
-            "image": name,
+            "image": f"images/{name}",  # relative to this jsonl's folder
             "problem": f"Locate the {target_color} {target_shape} in the image.",
             "solution": target_box,
             "normal_caption": f"a {target_color} {target_shape}",

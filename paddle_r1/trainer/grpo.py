@@ -20,8 +20,8 @@ import paddle
 from tqdm import tqdm
 
 from ..config import ConfigError, GRPOConfig
-from ..data.samples import load_rec_file
-from ..data.synthetic import make_synthetic_rec
+from ..data.loader import load_from_config
+from ..data.samples import DataError
 from ..models.coords import COORD_SYSTEMS
 from ..models.loading import default_coord_system, load_models
 from ..rewards import get_reward
@@ -29,7 +29,7 @@ from . import checkpoint as ckpt
 from .logprobs import completion_logprobs
 from .loss import combine_rewards, grpo_loss, group_advantages
 from .metrics import MetricsLogger
-from .prompts import PromptFacts, build_prompt_batch
+from .prompts import PromptFacts, build_prompt_batch, load_sample_images
 from .rollout import PromptBatch, Rollout, SamplingParams, sample_completions
 from .sampler import PromptSampler
 
@@ -59,17 +59,6 @@ class Experience:
         return cls(**{**state, "rollout": Rollout(**rollout)})
 
 
-def load_train_samples(config: GRPOConfig) -> list[dict]:
-    if config.dataset_name == "synthetic_rec":
-        path = make_synthetic_rec(os.path.join(config.output_dir, "synthetic_rec"), seed=config.seed)
-        return load_rec_file(path, image_root=os.path.join(os.path.dirname(path), "images"))
-    if config.dataset_name is not None:
-        raise ConfigError(f"config key 'dataset_name': unknown dataset {config.dataset_name!r} (known: synthetic_rec)")
-    if not config.data_path:
-        raise ConfigError("config key 'data_path' is required (or dataset_name: synthetic_rec)")
-    return load_rec_file(config.data_path, image_root=config.image_root)
-
-
 class GRPOTrainer:
     def __init__(self, config: GRPOConfig, samples: Optional[list[dict]] = None):
         self.config = cfg = config
@@ -78,7 +67,11 @@ class GRPOTrainer:
         if cfg.coord_system is not None and cfg.coord_system not in COORD_SYSTEMS:
             raise ConfigError(f"config key 'coord_system': {cfg.coord_system!r} is not one of {COORD_SYSTEMS}")
         paddle.set_device(cfg.device or ("gpu" if paddle.is_compiled_with_cuda() else "cpu"))
-        self.samples = samples if samples is not None else load_train_samples(cfg)
+        if samples is None:
+            samples, report = load_from_config(cfg)
+            if report.summary():
+                print(report.summary())
+        self.samples = samples
         if not self.samples:
             raise ConfigError("the dataset is empty")
         self.reward_names = list(cfg.reward_funcs)
@@ -107,7 +100,7 @@ class GRPOTrainer:
         self.sampler = PromptSampler(len(self.samples), cfg.per_device_train_batch_size, cfg.seed)
         self.step = 0
         self.buffer: list[Experience] = []
-        self.reward_counters: dict[str, float] = collections.defaultdict(float)
+        self.step_counters: dict[str, float] = collections.defaultdict(float)
         if resume_path:
             self._restore(resume_path)
         self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl)
@@ -159,13 +152,30 @@ class GRPOTrainer:
             scores[:, j] = [np.nan if v is None else float(v) for v in values]
             pop_metrics = getattr(fn, "pop_metrics", None)  # e.g. the judge's failure count
             for key, value in (pop_metrics() if pop_metrics else {}).items():
-                self.reward_counters[f"rewards/{name}/{key}"] += value
+                self.step_counters[f"rewards/{name}/{key}"] += value
         return scores
+
+    def _next_samples(self) -> tuple[list[dict], list]:
+        """The next batch with its images opened; a sample whose image fails now is skipped and counted."""
+        while True:
+            samples, images = [], []
+            for index in self.sampler.next_batch():
+                sample = self.samples[index]
+                try:
+                    images.append(load_sample_images(sample))
+                except DataError as e:
+                    print(f"skipping sample {index}: {e}")
+                    self.step_counters["data/skipped_samples"] += 1
+                    continue
+                samples.append(sample)
+            if samples:
+                return samples, images
 
     def make_experience(self) -> Experience:
         cfg = self.config
-        samples = [self.samples[i] for i in self.sampler.next_batch()]
-        prompt, facts = build_prompt_batch(samples, self.processor, cfg.question_template, cfg.system_prompt)
+        samples, images = self._next_samples()
+        prompt, facts = build_prompt_batch(samples, self.processor, cfg.question_template, cfg.system_prompt,
+                                           images=images)
         start = time.perf_counter()
         rollout = sample_completions(self.policy, prompt, cfg.num_generations, self.sampling,
                                      self.eos_token_ids, self.pad_token_id)
@@ -260,8 +270,8 @@ class GRPOTrainer:
             column = scores[:, j][~np.isnan(scores[:, j])]
             metrics[f"rewards/{name}/mean"] = float(column.mean()) if column.size else float("nan")
             metrics[f"rewards/{name}/std"] = float(column.std()) if column.size else float("nan")
-        metrics.update(self.reward_counters)
-        self.reward_counters.clear()
+        metrics.update(self.step_counters)
+        self.step_counters.clear()
         return metrics
 
     def _completion_rows(self) -> list[dict]:

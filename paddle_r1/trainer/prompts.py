@@ -20,25 +20,39 @@ class PromptFacts:
 
 
 def build_messages(sample: dict, question_template: str, system_prompt: Optional[str] = None) -> list[dict]:
-    content = [{"type": "image"} for _ in sample["images"]]
-    content.append({"type": "text", "text": question_template.format(Question=sample["problem"])})
+    """One user turn: the images, then the templated problem; a problem with one ``<image>`` marker per
+    image (VLM-R1 conversations) gets each image where its marker stands."""
+    text = question_template.replace("{Question}", sample["problem"])
+    pieces = text.split("<image>")
+    content = []
+    if len(pieces) - 1 == len(sample["images"]) and len(pieces) > 1:
+        for i, piece in enumerate(pieces):
+            if i:
+                content.append({"type": "image"})
+            if piece.strip():
+                content.append({"type": "text", "text": piece})
+    else:
+        content = [{"type": "image"} for _ in sample["images"]] + [{"type": "text", "text": text}]
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": content})
     return messages
 
 
-def build_prompt_batch(samples: list[dict], processor, question_template: str,
-                       system_prompt: Optional[str] = None) -> tuple[PromptBatch, PromptFacts]:
-    texts, images, image_sizes = [], [], []
-    for sample in samples:
-        texts.append(processor.apply_chat_template(build_messages(sample, question_template, system_prompt),
-                                                   tokenize=False, add_generation_prompt=True))
-        opened = [load_image(path) for path in sample["images"]]
-        images.extend(opened)
-        image_sizes.append([img.size for img in opened])
-    encoded = processor(text=texts, images=images or None, padding=True, return_tensors="pd")
+def load_sample_images(sample: dict) -> list:
+    return [load_image(path) for path in sample["images"]]
+
+
+def build_prompt_batch(samples: list[dict], processor, question_template: str, system_prompt: Optional[str] = None,
+                       images: Optional[list] = None) -> tuple[PromptBatch, PromptFacts]:
+    """``images``: per sample, its opened images (else they are opened here)."""
+    images = images if images is not None else [load_sample_images(s) for s in samples]
+    texts = [processor.apply_chat_template(build_messages(s, question_template, system_prompt), tokenize=False,
+                                           add_generation_prompt=True) for s in samples]
+    image_sizes = [[img.size for img in opened] for opened in images]
+    flat = [img for opened in images for img in opened]
+    encoded = processor(text=texts, images=flat or None, padding=True, return_tensors="pd")
     patch = processor.image_processor.patch_size
-    grids = encoded["image_grid_thw"].tolist() if images else []
+    grids = encoded["image_grid_thw"].tolist() if flat else []
     input_sizes, k = [], 0
     for sizes in image_sizes:
         input_sizes.append([(int(w) * patch, int(h) * patch) for _, h, w in grids[k:k + len(sizes)]])

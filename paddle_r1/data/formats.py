@@ -1,0 +1,228 @@
+"""Adapters from each source system's record format to the one sample schema
+
+    {"images": [path, ...], "problem": str, "solution": any, "reward_method": str | None, ...extra}
+
+Extra fields travel to the rewards unchanged. The format is named in the config or detected from
+the fields (``detect_format``). An adapter raises ``SampleError`` with the reason a record is unusable.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+ANSWER_TAGS = re.compile(r"^\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
+
+
+class SampleError(ValueError):
+    """Why one record cannot become a sample."""
+
+
+@dataclass
+class SourceContext:
+    """What an adapter needs to know about the file a record came from."""
+
+    path: str
+    image_root: Optional[str] = None
+    image_columns: Optional[list] = None  # products format: which columns hold images
+    image_cache_dir: Optional[str] = None  # where images embedded in a datasets folder are written
+
+    def image_path(self, name) -> str:
+        if isinstance(name, str):
+            if not name.strip():
+                raise SampleError("empty image path")
+            if os.path.isabs(name):
+                return name
+            base = self.image_root if self.image_root is not None else os.path.dirname(self.path)
+            return os.path.join(base, name)
+        return self._cached_image(name)
+
+    def _cached_image(self, image) -> str:
+        """An image stored inside a datasets row (PIL image or {"bytes", "path"}): write it once, use the path."""
+        if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):
+            return self.image_path(image["path"])
+        data = image["bytes"] if isinstance(image, dict) else _png_bytes(image)
+        if not data:
+            raise SampleError(f"unusable image value of type {type(image).__name__}")
+        digest = hashlib.sha1(data).hexdigest()[:20]
+        folder = self.image_cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "paddle_r1", "images")
+        os.makedirs(folder, exist_ok=True)
+        target = os.path.join(folder, f"{digest}.png" if not isinstance(image, dict) else f"{digest}.img")
+        if not os.path.exists(target):
+            with open(target + ".part", "wb") as f:
+                f.write(data)
+            os.replace(target + ".part", target)
+        return target
+
+    def image_paths(self, value) -> list:
+        values = value if isinstance(value, list) else [value]
+        if not values or any(v is None for v in values):
+            raise SampleError("no image")
+        return [self.image_path(v) for v in values]
+
+
+def _png_bytes(image) -> Optional[bytes]:
+    if not hasattr(image, "save"):
+        return None
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _required(record: dict, *keys: str):
+    missing = [k for k in keys if record.get(k) is None or (isinstance(record.get(k), str) and not record[k].strip())]
+    if missing:
+        raise SampleError(f"missing or empty {', '.join(map(repr, missing))}")
+    return [record[k] for k in keys]
+
+
+def _box(value, what: str) -> list:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise SampleError(f"{what} is not a box: {value!r}") from None
+    if not (isinstance(value, list) and len(value) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                                for v in value)):
+        raise SampleError(f"{what} must be [x1, y1, x2, y2], got {value!r}")
+    if value[0] > value[2] or value[1] > value[3]:
+        raise SampleError(f"{what} has x1 > x2 or y1 > y2: {value!r}")
+    return list(value)
+
+
+def _extras(record: dict, used: set) -> dict:
+    return {k: v for k, v in record.items() if k not in used}
+
+
+def strip_answer_tags(solution):
+    """R1-V solutions come as "<answer> 3 </answer>"; the schema keeps the bare answer."""
+    if isinstance(solution, str):
+        match = ANSWER_TAGS.match(solution)
+        if match:
+            return match.group(1).strip()
+    return solution
+
+
+def adapt_rec(record: dict, ctx: SourceContext) -> dict:
+    """PaddleMIX / VLM-R1 REC: {image, problem, solution: [x1, y1, x2, y2], normal_caption?, ...}."""
+    image, problem, solution = _required(record, "image", "problem", "solution")
+    return {**_extras(record, {"image"}), "images": ctx.image_paths(image), "problem": problem,
+            "solution": _box(solution, "solution")}
+
+
+def adapt_conversation(record: dict, ctx: SourceContext) -> dict:
+    """VLM-R1 jsonl: {id, image: str | [str], conversations: [{from: human, value: "<image>..."},
+    {from: gpt, value}], accu_reward_method?}. The problem keeps its <image> markers, one per image,
+    so that multi-image prompts keep the images where the text puts them."""
+    turns = record.get("conversations")
+    if not isinstance(turns, list):
+        raise SampleError("'conversations' must be a list of {from, value}")
+    question = next((t.get("value") for t in turns if isinstance(t, dict) and t.get("from") in ("human", "user")), None)
+    answer = next((t.get("value") for t in turns if isinstance(t, dict) and t.get("from") in ("gpt", "assistant")), None)
+    if not isinstance(question, str) or not question.strip():
+        raise SampleError("no human turn with text in 'conversations'")
+    if answer is None:
+        raise SampleError("no gpt turn (the solution) in 'conversations'")
+    image = record.get("image", record.get("images"))
+    images = ctx.image_paths(image) if image not in (None, [], "") else []
+    markers = question.count("<image>")
+    if markers and markers != len(images):
+        raise SampleError(f"{markers} <image> markers for {len(images)} images")
+    return {**_extras(record, {"image", "images", "conversations", "accu_reward_method"}), "images": images,
+            "problem": question, "solution": strip_answer_tags(answer),
+            "reward_method": record.get("accu_reward_method")}
+
+
+def adapt_r1v(record: dict, ctx: SourceContext) -> dict:
+    """R1-V datasets folders (clevr_cogen_a_train, GEOQA_R1V_Train_8K): {image, problem, solution}."""
+    image, problem, solution = _required(record, "image", "problem", "solution")
+    return {**_extras(record, {"image"}), "images": ctx.image_paths(image), "problem": problem,
+            "solution": strip_answer_tags(solution)}
+
+
+def adapt_r1v_eval(record: dict, ctx: SourceContext) -> dict:
+    """R1-V eval jsonl (superclevr_test200_counting_problems, geoqa_test_prompts):
+    {image_path, question, ground_truth}."""
+    image, question, truth = _required(record, "image_path", "question", "ground_truth")
+    return {**_extras(record, {"image_path", "question", "ground_truth"}), "images": ctx.image_paths(image),
+            "problem": question, "solution": strip_answer_tags(truth)}
+
+
+def adapt_grounding(record: dict, ctx: SourceContext) -> dict:
+    """EasyDistill grounding (seed 000): {image_path, height, width, instruction, abs_box: {label: [[x1, y1,
+    x2, y2], ...]}} or the single-box variant {..., bbox: [x1, y1, x2, y2]}."""
+    image, instruction = _required(record, "image_path", "instruction")
+    if "abs_box" in record:
+        boxes = record["abs_box"]
+        if not isinstance(boxes, dict):
+            raise SampleError(f"'abs_box' must map labels to lists of boxes, got {type(boxes).__name__}")
+        solution = {}
+        for label, label_boxes in boxes.items():
+            if not isinstance(label_boxes, list):
+                raise SampleError(f"'abs_box' label {label!r}: expected a list of boxes")
+            solution[str(label)] = [_box(b, f"'abs_box' label {label!r} box") for b in label_boxes]
+        used = {"image_path", "instruction", "abs_box"}
+    elif "bbox" in record:
+        solution = _box(record["bbox"], "'bbox'")
+        used = {"image_path", "instruction", "bbox"}
+    else:
+        raise SampleError("grounding record has neither 'abs_box' nor 'bbox'")
+    return {**_extras(record, used), "images": ctx.image_paths(image), "problem": instruction, "solution": solution}
+
+
+DEFAULT_IMAGE_COLUMNS = ("sku_img", "spu_img_1", "spu_img_2", "spu_img_3", "spu_img_4")
+
+
+def adapt_products(record: dict, ctx: SourceContext) -> dict:
+    """Product attributes (seed 002): {text, label: "12 8 15", sku_img, spu_img_1, ...}. Empty image cells
+    are left out; a URL is looked up by its file name under image_root (download images beforehand)."""
+    text, label = _required(record, "text", "label")
+    columns = ctx.image_columns or [c for c in DEFAULT_IMAGE_COLUMNS if c in record]
+    names = [str(record[c]).strip() for c in columns if record.get(c) not in (None, "") and str(record[c]).strip()]
+    if not names:
+        raise SampleError(f"no image in columns {', '.join(columns) or '(none found)'}")
+    images = [ctx.image_path(n.rsplit("/", 1)[-1].split("?")[0] if "://" in n else n) for n in names]
+    return {**_extras(record, {"text", "label", *columns}), "images": images, "problem": str(text),
+            "solution": str(label).strip()}
+
+
+def adapt_generic(record: dict, ctx: SourceContext) -> dict:
+    """The plain schema itself: {images: [...], problem, solution, reward_method?, ...}."""
+    images, problem = _required(record, "images", "problem")
+    if "solution" not in record:
+        raise SampleError("missing 'solution'")
+    return {**_extras(record, {"images"}), "images": ctx.image_paths(images), "problem": problem}
+
+
+FORMATS: dict[str, Callable[[dict, SourceContext], dict]] = {
+    "rec": adapt_rec,
+    "conversation": adapt_conversation,
+    "r1v": adapt_r1v,
+    "r1v_eval": adapt_r1v_eval,
+    "grounding": adapt_grounding,
+    "products": adapt_products,
+    "generic": adapt_generic,
+}
+
+
+def detect_format(record: dict) -> str:
+    keys = set(record)
+    if "conversations" in keys:
+        return "conversation"
+    if "abs_box" in keys or ("bbox" in keys and "instruction" in keys):
+        return "grounding"
+    if {"image_path", "question", "ground_truth"} <= keys:
+        return "r1v_eval"
+    if {"images", "problem"} <= keys:
+        return "generic"
+    if {"image", "problem"} <= keys:
+        solution = record.get("solution")
+        is_box = isinstance(solution, list) and len(solution) == 4
+        return "rec" if is_box else "r1v"
+    if {"text", "label"} <= keys:
+        return "products"
+    raise SampleError(f"cannot tell the format from the fields {sorted(keys)}; name it with 'format:'")

@@ -1,0 +1,145 @@
+"""From config to a list of checked samples, with one report of what was skipped and why.
+
+Every record goes: read -> adapt to the sample schema -> check fields -> check its images (present,
+readable, an aspect ratio Qwen's resize accepts). A record that fails is skipped and counted (or,
+with ``strict_data``, stops the run with the same message). Nothing is ever silently replaced.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+from PIL import Image
+
+from .formats import FORMATS, SampleError, SourceContext, detect_format
+from .mixture import Source, check_strategy, read_mixture, sample_indices
+from .records import BadRecord, read_records
+from .samples import DataError, validate_sample
+
+MAX_ASPECT_RATIO = 200  # Qwen2-VL's smart_resize refuses more extreme images
+SHOWN_PROBLEMS = 5
+
+
+@dataclass
+class DataReport:
+    read: Counter = field(default_factory=Counter)  # per file
+    kept: Counter = field(default_factory=Counter)
+    problems: list = field(default_factory=list)  # (where, reason)
+
+    @property
+    def skipped(self) -> int:
+        return len(self.problems)
+
+    def summary(self) -> Optional[str]:
+        """One line naming the first few skipped records and reasons, then a count; None when clean."""
+        if not self.problems:
+            return None
+        shown = "; ".join(f"{where} {reason}" for where, reason in self.problems[:SHOWN_PROBLEMS])
+        more = len(self.problems) - SHOWN_PROBLEMS
+        total = sum(self.read.values())
+        return f"skipped {self.skipped} of {total} samples: {shown}" + (f"; and {more} more" if more > 0 else "")
+
+    def table(self) -> str:
+        rows = ["| file | read | kept | skipped |", "|---|---|---|---|"]
+        for path in self.read:
+            rows.append(f"| {path} | {self.read[path]} | {self.kept[path]} | {self.read[path] - self.kept[path]} |")
+        return "\n".join(rows)
+
+
+def check_images(paths: list[str]) -> list[tuple[int, int]]:
+    """Original (w, h) of each image, read from the header only; SampleError naming the file otherwise."""
+    sizes = []
+    for path in paths:
+        if not os.path.isfile(path):
+            raise SampleError(f"image not found: {path}")
+        try:
+            with Image.open(path) as img:
+                width, height = img.size
+        except (OSError, ValueError) as e:
+            raise SampleError(f"cannot read image {path}: {e}") from None
+        if min(width, height) == 0 or max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
+            raise SampleError(f"image {path} is {width}x{height}: aspect ratio above {MAX_ASPECT_RATIO}")
+        sizes.append((width, height))
+    return sizes
+
+
+def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext) -> dict:
+    name = fmt or detect_format(record)
+    if name not in FORMATS:
+        raise DataError(f"{ctx.path}: unknown format {name!r} (known: {', '.join(FORMATS)})")
+    sample = FORMATS[name](record, ctx)
+    try:
+        validate_sample(sample, "")
+    except DataError as e:
+        raise SampleError(str(e).lstrip(": ")) from None
+    check_images(sample["images"])
+    return sample
+
+
+def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
+                image_columns=None, image_cache_dir=None) -> list[dict]:
+    ctx = SourceContext(path=source.path, image_root=source.image_root, image_columns=image_columns,
+                        image_cache_dir=image_cache_dir)
+    records = list(read_records(source.path))
+    samples = []
+    for index in sample_indices(len(records), source.sampling_strategy, seed):
+        record = records[index]
+        report.read[source.path] += 1
+        try:
+            if isinstance(record, BadRecord):
+                raise SampleError(record.reason)
+            sample = _adapt(record.value, source.format, ctx)
+        except SampleError as e:
+            where = record.where
+            if strict:
+                raise DataError(f"{where}: {e} (strict_data is on)") from None
+            report.problems.append((where, str(e)))
+            continue
+        if source.reward_method and not sample.get("reward_method"):
+            sample["reward_method"] = source.reward_method
+        samples.append(sample)
+        report.kept[source.path] += 1
+    return samples
+
+
+def sources_from(data_path: str, image_root: Optional[str] = None, data_format: Optional[str] = None,
+                 sampling_strategy: str = "all") -> list[Source]:
+    """A mixture yaml lists its sources; any other path is one source."""
+    if data_path.endswith((".yaml", ".yml")):
+        sources = read_mixture(data_path)
+        for source in sources:  # the config's image_root serves entries that name none
+            source.image_root = source.image_root if source.image_root is not None else image_root
+        return sources
+    check_strategy(sampling_strategy, "config key 'sampling_strategy'")
+    return [Source(path=data_path, sampling_strategy=sampling_strategy, image_root=image_root, format=data_format)]
+
+
+def load_samples(data_path: str, *, image_root: Optional[str] = None, data_format: Optional[str] = None,
+                 strict: bool = False, seed: int = 0, image_columns=None, image_cache_dir=None,
+                 ) -> tuple[list[dict], DataReport]:
+    report = DataReport()
+    samples = []
+    for i, source in enumerate(sources_from(data_path, image_root, data_format)):
+        samples.extend(load_source(source, report, strict=strict, seed=seed + i, image_columns=image_columns,
+                                   image_cache_dir=image_cache_dir))
+    if not samples:
+        detail = report.summary() or "no records"
+        raise DataError(f"{data_path}: the dataset is empty ({detail})")
+    return samples, report
+
+
+def load_from_config(config) -> tuple[list[dict], DataReport]:
+    """The samples a job config names: the built-in synthetic set, or ``data_path`` with its options."""
+    from .synthetic import make_synthetic_rec
+
+    if config.dataset_name == "synthetic_rec":
+        return load_samples(make_synthetic_rec(os.path.join(config.output_dir, "synthetic_rec"), seed=config.seed))
+    if config.dataset_name is not None:
+        raise DataError(f"config key 'dataset_name': unknown dataset {config.dataset_name!r} (known: synthetic_rec)")
+    if not config.data_path:
+        raise DataError("config key 'data_path' is required (or dataset_name: synthetic_rec)")
+    return load_samples(config.data_path, image_root=config.image_root, data_format=config.data_format,
+                        strict=config.strict_data, seed=config.seed, image_columns=config.image_columns,
+                        image_cache_dir=config.image_cache_dir)
