@@ -108,3 +108,28 @@ def test_temperature_top_k_top_p():
     nucleus = _frequencies(logits, SamplingParams(1, temperature=1.0, top_p=0.7))
     np.testing.assert_allclose(nucleus, [0.625, 0.375, 0, 0], atol=0.03)
     assert _frequencies(logits, SamplingParams(1, temperature=1.0, top_p=0.01))[0] == 1.0
+
+
+def test_given_uniforms_fix_each_rows_draw(tiny, rec_samples):
+    """Row i's tokens depend only on its own uniforms: the same prompt gives the same completion whether it
+    is sampled alone or in a batch (what makes N ranks equal one process)."""
+    model, processor = tiny
+    eos, pad = _eos(processor)
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, top_p=0.9)
+    u = paddle.to_tensor(np.random.default_rng(0).random((4, 6)).astype("float32"))
+    prompt, _ = _prompts(tiny, rec_samples[:1], n=1)
+    alone = sample_completions(model, prompt, 2, params, eos, pad, uniforms=u[2:])
+    pair, _ = build_prompt_batch([rec_samples[1], rec_samples[0]], processor, TEMPLATE)
+    batched = sample_completions(model, pair, 2, params, eos, pad, uniforms=u)
+    n = int(alone.completion_mask[0].sum())
+    np.testing.assert_array_equal(batched.completion_ids.numpy()[2:, :n], alone.completion_ids.numpy()[:, :n])
+    assert batched.completion_ids.numpy()[0].tolist() != batched.completion_ids.numpy()[1].tolist()
+
+
+def test_inverse_cdf_draw_matches_the_distribution():
+    logits = np.log(np.asarray([0.5, 0.3, 0.15, 0.05]))
+    n = 4000
+    batch = paddle.to_tensor(np.repeat(np.asarray([logits], "float32"), n, axis=0))
+    u = paddle.to_tensor(np.random.default_rng(1).random(n).astype("float32"))
+    picks = pick_next_token(batch, SamplingParams(1, temperature=1.0), u).numpy()
+    np.testing.assert_allclose(np.bincount(picks, minlength=4) / n, [0.5, 0.3, 0.15, 0.05], atol=0.03)

@@ -64,12 +64,21 @@ def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
 
 
-def save_checkpoint(output_dir: str, step: int, *, policy, processor, optimizer, trainer_state: dict,
-                    reference=None, extra: Optional[dict] = None, save_total_limit: Optional[int] = None) -> str:
-    final = os.path.join(output_dir, f"checkpoint-{step}")
-    tmp = final + ".tmp"
+def checkpoint_dir(output_dir: str, step: int) -> str:
+    return os.path.join(output_dir, f"checkpoint-{step}")
+
+
+def begin_checkpoint(output_dir: str, step: int) -> str:
+    """A fresh ``checkpoint-N.tmp`` folder to write into."""
+    tmp = checkpoint_dir(output_dir, step) + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
+    return tmp
+
+
+def finish_checkpoint(tmp: str, final: str, *, policy, processor, optimizer, trainer_state: dict, reference=None,
+                      save_total_limit: Optional[int] = None) -> str:
+    """Write the model, processor, optimizer, RNG and trainer state into ``tmp``, then rename it to ``final``."""
     policy.save_pretrained(tmp)
     processor.save_pretrained(tmp)
     if reference is not None:
@@ -77,8 +86,6 @@ def save_checkpoint(output_dir: str, step: int, *, policy, processor, optimizer,
     paddle.save(optimizer_state(optimizer, policy), os.path.join(tmp, "optimizer.pdopt"))
     with open(os.path.join(tmp, "rng_state.pkl"), "wb") as f:
         pickle.dump(rng_state(), f)
-    if extra:
-        paddle.save(extra, os.path.join(tmp, "extra_state.pdparams"))
     for junk in os.listdir(tmp):  # paddleformers' save-completion markers
         if junk.startswith("saved_signal_"):
             os.remove(os.path.join(tmp, junk))
@@ -88,7 +95,7 @@ def save_checkpoint(output_dir: str, step: int, *, policy, processor, optimizer,
         shutil.rmtree(final)
     os.replace(tmp, final)
     if save_total_limit:
-        for old in list_checkpoints(output_dir)[:-save_total_limit]:
+        for old in list_checkpoints(os.path.dirname(final))[:-save_total_limit]:
             shutil.rmtree(old)
     return final
 

@@ -31,6 +31,8 @@ from .loss import combine_rewards, grpo_loss, group_advantages
 from .metrics import MetricsLogger
 from .prompts import PromptFacts, build_prompt_batch, load_sample_images
 from .rollout import PromptBatch, Rollout, SamplingParams, sample_completions
+from .distributed import (average_gradients, barrier, in_rank_order, init_distributed, reduce_metrics, replica_io,
+                          sum_across_ranks)
 from .sampler import PromptSampler
 
 
@@ -67,6 +69,8 @@ class GRPOTrainer:
         if cfg.coord_system is not None and cfg.coord_system not in COORD_SYSTEMS:
             raise ConfigError(f"config key 'coord_system': {cfg.coord_system!r} is not one of {COORD_SYSTEMS}")
         paddle.set_device(cfg.device or ("gpu" if paddle.is_compiled_with_cuda() else "cpu"))
+        self.rank, self.world_size = init_distributed()
+        self.is_main = self.rank == 0
         if samples is None:
             samples, report = load_from_config(cfg)
             if report.summary():
@@ -82,9 +86,11 @@ class GRPOTrainer:
             if cfg.resume_from_checkpoint else None
         paddle.seed(cfg.seed)
         np.random.seed(cfg.seed)
-        loaded = load_models(resume_path or cfg.model_name_or_path, beta=cfg.beta, dtype=cfg.dtype,
-                             freeze_vision=cfg.freeze_vision, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels,
-                             reference_path=self._reference_path(resume_path))
+        with replica_io(self.world_size):
+            loaded = in_rank_order(lambda: load_models(
+                resume_path or cfg.model_name_or_path, beta=cfg.beta, dtype=cfg.dtype, freeze_vision=cfg.freeze_vision,
+                min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels,
+                reference_path=self._reference_path(resume_path)), self.rank, self.world_size)
         self.policy, self.reference, self.processor = loaded.policy, loaded.reference, loaded.processor
         self.coord_system = cfg.coord_system or default_coord_system(loaded.family)
         tokenizer = self.processor.tokenizer
@@ -93,17 +99,18 @@ class GRPOTrainer:
         self.sampling = SamplingParams(max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
                                        top_p=cfg.top_p, top_k=cfg.top_k)
 
-        prompts_per_step = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+        prompts_per_step = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * self.world_size
         self.total_steps = cfg.max_steps if cfg.max_steps > 0 else \
             math.ceil(cfg.num_train_epochs * len(self.samples) / prompts_per_step) * cfg.num_iterations
         self.optimizer = self._build_optimizer()
-        self.sampler = PromptSampler(len(self.samples), cfg.per_device_train_batch_size, cfg.seed)
+        # one global sequence of prompt batches; each rank takes its own slice of every batch
+        self.sampler = PromptSampler(len(self.samples), cfg.per_device_train_batch_size * self.world_size, cfg.seed)
         self.step = 0
         self.buffer: list[Experience] = []
         self.step_counters: dict[str, float] = collections.defaultdict(float)
         if resume_path:
             self._restore(resume_path)
-        self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl)
+        self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl) if self.is_main else None
 
     # ---- setup -------------------------------------------------------------------------------
     def _reference_path(self, resume_path: Optional[str]) -> str:
@@ -130,7 +137,7 @@ class GRPOTrainer:
         self.step = state["global_step"]
         self.sampler.load_state_dict(state["sampler"])
         ckpt.load_optimizer_state(self.optimizer, self.policy, paddle.load(os.path.join(path, "optimizer.pdopt")))
-        extra_path = os.path.join(path, "extra_state.pdparams")
+        extra_path = os.path.join(path, f"extra_state_rank{self.rank}.pdparams")
         if os.path.isfile(extra_path):
             self.buffer = [Experience.from_state(e) for e in paddle.load(extra_path)["buffer"]]
         ckpt.load_rng_state(path)
@@ -155,30 +162,43 @@ class GRPOTrainer:
                 self.step_counters[f"rewards/{name}/{key}"] += value
         return scores
 
-    def _next_samples(self) -> tuple[list[dict], list]:
-        """The next batch with its images opened; a sample whose image fails now is skipped and counted."""
+    def _next_samples(self) -> tuple[list[dict], list, list[int]]:
+        """This rank's slice of the next global batch, images opened, with each prompt's place in the global
+        batch. A sample whose image fails now is skipped and counted; a batch left empty on any rank is
+        replaced on every rank, so the ranks' samplers stay in step."""
+        per_device = self.config.per_device_train_batch_size
         while True:
-            samples, images = [], []
-            for index in self.sampler.next_batch():
-                sample = self.samples[index]
+            batch = self.sampler.next_batch()
+            samples, images, places = [], [], []
+            for place in range(self.rank * per_device, (self.rank + 1) * per_device):
+                sample = self.samples[batch[place]]
                 try:
                     images.append(load_sample_images(sample))
                 except DataError as e:
-                    print(f"skipping sample {index}: {e}")
+                    print(f"skipping sample {batch[place]}: {e}")
                     self.step_counters["data/skipped_samples"] += 1
                     continue
                 samples.append(sample)
-            if samples:
-                return samples, images
+                places.append(place)
+            if sum_across_ranks(float(not samples), self.world_size) == 0:
+                return samples, images, places
 
-    def make_experience(self) -> Experience:
+    def _uniforms(self, micro_batch: int, places: list[int]) -> paddle.Tensor:
+        """The random numbers each completion samples with, from (seed, step, micro-batch, place in the global
+        batch, generation): the same completions on any number of ranks, and after a resume."""
         cfg = self.config
-        samples, images = self._next_samples()
+        rows = [np.random.default_rng([cfg.seed, self.step, micro_batch, place, g]).random(cfg.max_completion_length)
+                for place in places for g in range(cfg.num_generations)]
+        return paddle.to_tensor(np.stack(rows).astype("float32"))
+
+    def make_experience(self, micro_batch: int = 0) -> Experience:
+        cfg = self.config
+        samples, images, places = self._next_samples()
         prompt, facts = build_prompt_batch(samples, self.processor, cfg.question_template, cfg.system_prompt,
                                            images=images)
         start = time.perf_counter()
         rollout = sample_completions(self.policy, prompt, cfg.num_generations, self.sampling,
-                                     self.eos_token_ids, self.pad_token_id)
+                                     self.eos_token_ids, self.pad_token_id, uniforms=self._uniforms(micro_batch, places))
         generation_seconds = time.perf_counter() - start
         ids = rollout.completion_ids.numpy()
         lengths = rollout.completion_mask.sum(axis=1).numpy()
@@ -203,8 +223,10 @@ class GRPOTrainer:
         cfg = self.config
         start = time.perf_counter()
         if self.step % cfg.num_iterations == 0:
-            self.buffer = [self.make_experience() for _ in range(cfg.gradient_accumulation_steps)]
-        tokens_in_step = float(sum(float(e.mask.sum()) for e in self.buffer))
+            self.buffer = [self.make_experience(i) for i in range(cfg.gradient_accumulation_steps)]
+        # dapo divides by the step's completion tokens over all ranks; gradients are then averaged over ranks
+        tokens_in_step = sum_across_ranks(float(sum(float(e.mask.sum()) for e in self.buffer)),
+                                          self.world_size) / self.world_size
         losses, stats = [], []
         for exp in self.buffer:
             logp = completion_logprobs(self.policy, exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
@@ -218,6 +240,7 @@ class GRPOTrainer:
             loss.backward()
             losses.append(float(loss))
             stats.append(loss_stats)
+        average_gradients(self.policy.parameters(), self.world_size)
         grad_norm = self._grad_norm()
         learning_rate = self.optimizer.get_lr()
         self.optimizer.step()
@@ -226,7 +249,8 @@ class GRPOTrainer:
         self.step += 1
         if self.reference is not None and cfg.sync_ref_model and self.step % cfg.ref_model_sync_steps == 0:
             self._sync_reference()
-        return self._step_metrics(losses, stats, grad_norm, learning_rate, time.perf_counter() - start)
+        metrics = self._step_metrics(losses, stats, grad_norm, learning_rate, time.perf_counter() - start)
+        return reduce_metrics(metrics, self.world_size)
 
     def _grad_norm(self) -> float:
         squares = [float((p.grad.astype("float32") ** 2).sum()) for p in self.policy.parameters() if p.grad is not None]
@@ -292,21 +316,33 @@ class GRPOTrainer:
 
     # ---- the run -----------------------------------------------------------------------------
     def save(self) -> str:
+        """Rank 0 writes the model, optimizer and state (identical on every rank); each rank adds its own
+        rollout buffer when a resume needs it (mid-way through num_iterations)."""
         cfg = self.config
-        extra = None
-        if self.step % cfg.num_iterations != 0:  # mid-reuse: the next steps need this rollout
-            extra = {"buffer": [e.state() for e in self.buffer]}
-        state = {"global_step": self.step, "sampler": self.sampler.state_dict(), "total_steps": self.total_steps,
-                 "config": dataclasses.asdict(cfg)}
-        reference = self.reference if cfg.sync_ref_model else None
-        return ckpt.save_checkpoint(cfg.output_dir, self.step, policy=self.policy, processor=self.processor,
-                                    optimizer=self.optimizer, trainer_state=state, reference=reference,
-                                    extra=extra, save_total_limit=cfg.save_total_limit)
+        tmp = ckpt.begin_checkpoint(cfg.output_dir, self.step) if self.is_main else None
+        barrier(self.world_size)
+        if self.step % cfg.num_iterations != 0:
+            paddle.save({"buffer": [e.state() for e in self.buffer]},
+                        os.path.join(ckpt.checkpoint_dir(cfg.output_dir, self.step) + ".tmp",
+                                     f"extra_state_rank{self.rank}.pdparams"))
+        barrier(self.world_size)
+        final = ckpt.checkpoint_dir(cfg.output_dir, self.step)
+        if self.is_main:
+            state = {"global_step": self.step, "sampler": self.sampler.state_dict(), "total_steps": self.total_steps,
+                     "world_size": self.world_size, "config": dataclasses.asdict(cfg)}
+            reference = self.reference if cfg.sync_ref_model else None
+            with replica_io(self.world_size):
+                ckpt.finish_checkpoint(tmp, final, policy=self.policy, processor=self.processor,
+                                       optimizer=self.optimizer, trainer_state=state, reference=reference,
+                                       save_total_limit=cfg.save_total_limit)
+        barrier(self.world_size)
+        return final
 
     def train(self) -> dict:
         cfg = self.config
         history = []
-        bar = tqdm(total=self.total_steps, initial=self.step, disable=cfg.disable_tqdm, desc="GRPO", unit="step")
+        bar = tqdm(total=self.total_steps, initial=self.step, disable=cfg.disable_tqdm or not self.is_main,
+                   desc="GRPO", unit="step")
         last_saved = None
         try:
             while self.step < self.total_steps:
@@ -314,9 +350,9 @@ class GRPOTrainer:
                 history.append(metrics)
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics['reward']:.3f}", loss=f"{metrics['loss']:.4f}")
-                if self.step % cfg.logging_steps == 0:
+                if self.is_main and self.step % cfg.logging_steps == 0:
                     self.logger.log(self.step, metrics, echo=bar.write)
-                if cfg.log_completions_steps and self.step % cfg.log_completions_steps == 0:
+                if self.is_main and cfg.log_completions_steps and self.step % cfg.log_completions_steps == 0:
                     self.logger.log_completions(self._completion_rows())
                 if cfg.save_steps and self.step % cfg.save_steps == 0:
                     last_saved = self.save()
@@ -324,5 +360,6 @@ class GRPOTrainer:
                 last_saved = self.save()
         finally:
             bar.close()
-            self.logger.close()
+            if self.logger is not None:
+                self.logger.close()
         return {"history": history, "checkpoint": last_saved, "output_dir": cfg.output_dir}

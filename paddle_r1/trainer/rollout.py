@@ -45,8 +45,14 @@ class Rollout:
     truncated: paddle.Tensor  # [B*G] bool, no EOS within max_new_tokens
 
 
-def pick_next_token(logits: paddle.Tensor, params: SamplingParams) -> paddle.Tensor:
-    """Greedy at temperature 0, else sample from softmax(logits / T) restricted by top-k and top-p."""
+def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Optional[paddle.Tensor] = None
+                    ) -> paddle.Tensor:
+    """Greedy at temperature 0, else sample from softmax(logits / T) restricted by top-k and top-p.
+
+    ``uniform`` ([rows] in [0, 1)) makes the draw an inverse-CDF lookup, so a row's tokens depend only
+    on the numbers it is given (the trainer derives them from seed, step and the prompt's place in the
+    global batch: the same completions on 1 or N ranks, and after a resume).
+    """
     logits = logits.astype("float32")
     if params.temperature == 0:
         return logits.argmax(axis=-1)
@@ -63,12 +69,18 @@ def pick_next_token(logits: paddle.Tensor, params: SamplingParams) -> paddle.Ten
         sorted_logits = paddle.where(drop, paddle.full_like(sorted_logits, float("-inf")), sorted_logits)
         logits = paddle.put_along_axis(logits, order, sorted_logits, axis=-1)
     probs = paddle.nn.functional.softmax(logits, axis=-1)
-    return paddle.multinomial(probs, num_samples=1).squeeze(-1)
+    if uniform is None:
+        return paddle.multinomial(probs, num_samples=1).squeeze(-1)
+    cdf = paddle.cumsum(probs, axis=-1)
+    below = (cdf < (uniform.astype(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)).astype("int64").sum(axis=-1)
+    return paddle.clip(below, max=logits.shape[-1] - 1)
 
 
 @paddle.no_grad()
 def sample_completions(model, prompt: PromptBatch, num_generations: int, params: SamplingParams,
-                       eos_token_ids: Sequence[int], pad_token_id: int) -> Rollout:
+                       eos_token_ids: Sequence[int], pad_token_id: int,
+                       uniforms: Optional[paddle.Tensor] = None) -> Rollout:
+    """``uniforms`` [B*G, max_new_tokens]: the random numbers each row samples with (else paddle's RNG)."""
     was_training = model.training
     model.eval()
     try:
@@ -88,7 +100,8 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
         ones = paddle.ones([rows, 1], dtype=attention_mask.dtype)
         tokens = []
         for step in range(params.max_new_tokens):
-            token = pick_next_token(logits, params).astype("int64")
+            uniform = None if uniforms is None else uniforms[:, step]
+            token = pick_next_token(logits, params, uniform).astype("int64")
             token = paddle.where(finished, paddle.full_like(token, pad_token_id), token)
             tokens.append(token)
             finished = finished | paddle.isin(token, eos)
