@@ -1,0 +1,41 @@
+# Shared by run_grpo_*.sh: settings the environment can override, the launch line, logs to OUTPUT_DIR.
+#   GPUS=8                 GPUs per node; GPUS=0 (or no GPU on the machine) runs a CPU smoke run on a tiny model
+#   NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500   multi-node, as paddle.distributed.launch takes them
+#   MODEL_PATH DATA_PATH IMAGE_ROOT BATCH_SIZE NUM_GENERATIONS MAX_PIXELS OUTPUT_DIR   the job
+# Extra arguments are passed to `paddle-r1 train` (--key value overrides any config key).
+
+GPUS=${GPUS:-8}
+NNODES=${NNODES:-1}
+NODE_RANK=${NODE_RANK:-0}
+MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+MASTER_PORT=${MASTER_PORT:-29500}
+PYTHON=${PYTHON:-python}
+
+has_gpu() {
+    [ "$GPUS" != "0" ] && "$PYTHON" -c "import paddle, sys; sys.exit(0 if paddle.device.cuda.device_count() > 0 else 1)" 2>/dev/null
+}
+
+launch_grpo() {
+    mkdir -p "$OUTPUT_DIR"
+    local job=(--config "$CONFIG" --output_dir "$OUTPUT_DIR")
+    if has_gpu; then
+        local launch=(--devices "$(seq -s, 0 $((GPUS - 1)))" --log_dir "$OUTPUT_DIR/launch_logs")
+        if [ "$NNODES" -gt 1 ]; then
+            launch+=(--nnodes "$NNODES" --rank "$NODE_RANK" --master "$MASTER_ADDR:$MASTER_PORT")
+        fi
+        echo "GRPO on $NNODES node(s) x $GPUS GPU(s): $CONFIG -> $OUTPUT_DIR"
+        "$PYTHON" -m paddle.distributed.launch "${launch[@]}" scripts/grpo_entry.py train "${job[@]}" \
+            --model_name_or_path "$MODEL_PATH" --data_path "$DATA_PATH" --image_root "$IMAGE_ROOT" \
+            --per_device_train_batch_size "$BATCH_SIZE" --num_generations "$NUM_GENERATIONS" \
+            --max_pixels "$MAX_PIXELS" "$@" 2>&1 | tee -a "$OUTPUT_DIR/train.log"
+    else
+        echo "no GPU (GPUS=$GPUS): CPU smoke run of $CONFIG on a tiny model -> $OUTPUT_DIR"
+        local tiny="$OUTPUT_DIR/tiny-model"
+        [ -f "$tiny/config.json" ] || "$PYTHON" scripts/grpo_entry.py make-tiny-model "$tiny" > /dev/null
+        "$PYTHON" scripts/grpo_entry.py train "${job[@]}" --model_name_or_path "$tiny" \
+            --dataset_name synthetic_rec --data_path null --image_root null --reward_funcs "[format, iou]" \
+            --reward_weights null --reward_kwargs "{}" --device cpu --dtype float32 --max_steps 2 \
+            --per_device_train_batch_size 1 --num_generations 2 --max_completion_length 16 --max_pixels 12544 \
+            --min_pixels 3136 --save_steps 2 --use_visualdl false "$@" 2>&1 | tee -a "$OUTPUT_DIR/train.log"
+    fi
+}

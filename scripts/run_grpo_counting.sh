@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# GRPO on counting (CLEVR-70K, R1-V's clevr_cogen_a_train), 8 GPUs by default. Settings: scripts/common.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONFIG=${CONFIG:-configs/grpo_counting.yaml}
+MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2-VL-2B-Instruct}
+DATA_PATH=${DATA_PATH:-data/clevr_cogen_a_train}
+IMAGE_ROOT=${IMAGE_ROOT:-data}
+BATCH_SIZE=${BATCH_SIZE:-1}
+NUM_GENERATIONS=${NUM_GENERATIONS:-8}
+MAX_PIXELS=${MAX_PIXELS:-401408}
+OUTPUT_DIR=${OUTPUT_DIR:-output/grpo_counting}
+source scripts/common.sh
+launch_grpo "$@"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# GRPO on geometry reasoning (R1-V's GEOQA_R1V_Train_8K), 8 GPUs by default. Settings: scripts/common.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONFIG=${CONFIG:-configs/grpo_geometry.yaml}
+MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2-VL-2B-Instruct}
+DATA_PATH=${DATA_PATH:-data/GEOQA_R1V_Train_8K}
+IMAGE_ROOT=${IMAGE_ROOT:-data}
+BATCH_SIZE=${BATCH_SIZE:-1}
+NUM_GENERATIONS=${NUM_GENERATIONS:-8}
+MAX_PIXELS=${MAX_PIXELS:-401408}
+OUTPUT_DIR=${OUTPUT_DIR:-output/grpo_geometry}
+source scripts/common.sh
+launch_grpo "$@"
