@@ -1,10 +1,13 @@
 """Load policy, reference and processor from a local folder or a hub id.
 
-The family comes from ``config.json``'s ``model_type``, never from the folder's name. On CPU the
-fused RMSNorm kernel is missing, so it is switched off in every sub-config there.
+The family comes from ``config.json``'s ``model_type``, never from the folder's name; each family has its
+model class (Qwen2.5-VL: paddleformers' with a save fix; Qwen2-VL: written in ``qwen2_vl.py``), whose
+``config_class`` reads the published config.json. On CPU the fused RMSNorm kernel is missing, so it is
+switched off in every sub-config there.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -14,8 +17,14 @@ from typing import Optional
 import paddle
 
 from .coords import FAMILY_COORD_SYSTEM
+from .qwen3_vl import QWEN3_VL_NOT_SUPPORTED
 
-SUPPORTED_FAMILIES = ("qwen2_5_vl",)
+# family (config.json model_type) -> its Paddle model class, imported on first use
+MODEL_CLASSES = {
+    "qwen2_vl": (".qwen2_vl", "Qwen2VLForConditionalGeneration"),
+    "qwen2_5_vl": (".qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
+}
+SUPPORTED_FAMILIES = tuple(MODEL_CLASSES)
 
 
 @dataclass
@@ -35,14 +44,21 @@ def model_family(path: str) -> str:
         with open(config_file, encoding="utf-8") as f:
             family = json.load(f).get("model_type")
     else:
-        from paddleformers.transformers import AutoConfig
+        from paddleformers.transformers.configuration_utils import PretrainedConfig
 
-        family = AutoConfig.from_pretrained(path).model_type
+        family = PretrainedConfig.get_config_dict(path)[0].get("model_type")
+    if family == "qwen3_vl":
+        raise ValueError(f"{config_file}: {QWEN3_VL_NOT_SUPPORTED}")
     if family not in SUPPORTED_FAMILIES:
         raise ValueError(
             f"{config_file}: model_type {family!r} is not supported yet (supported: {', '.join(SUPPORTED_FAMILIES)})"
         )
     return family
+
+
+def model_class(family: str):
+    module, name = MODEL_CLASSES[family]
+    return getattr(importlib.import_module(module, __package__), name)
 
 
 def default_coord_system(family: str) -> str:
@@ -56,18 +72,14 @@ def check_model_path(path: str) -> None:
 
 
 def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False) -> paddle.nn.Layer:
-    from paddleformers.transformers import AutoConfig
-
-    from .qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
-
     check_model_path(path)
-    model_family(path)
-    config = AutoConfig.from_pretrained(path)
+    cls = model_class(model_family(path))
+    config = cls.config_class.from_pretrained(path)
     if paddle.get_device() == "cpu":
         for sub in (config, getattr(config, "text_config", None), getattr(config, "vision_config", None)):
             if sub is not None:
                 sub.fuse_rms_norm = False
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(path, config=config, dtype=dtype)
+    model = cls.from_pretrained(path, config=config, dtype=dtype)
     if freeze_vision:
         for param in model.visual.parameters():
             param.stop_gradient = True

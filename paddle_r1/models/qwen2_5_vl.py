@@ -4,11 +4,28 @@ paddleformers 1.2.0 loads published checkpoints (``model.layers.N.self_attn.q_pr
 inverse mapping, used by ``save_pretrained``, leaves the q/k/v biases under
 ``model.language_model.layers.N...``: the saved folder then fails to load. This subclass adds the
 missing renames so every checkpoint paddle_r1 writes loads with ``from_pretrained`` as it is.
+It also writes config.json flat, as published: a nested ``text_config`` does not load in transformers 4.51.
 """
+from paddleformers.transformers import Qwen2_5_VLConfig as _PaddleFormersQwen2_5_VLConfig
 from paddleformers.transformers import Qwen2_5_VLForConditionalGeneration as _PaddleFormersQwen2_5_VL
 
 
+class Qwen2_5_VLConfig(_PaddleFormersQwen2_5_VLConfig):
+    def to_dict(self, saving_file=False):
+        """When saving, the published flat layout: the text fields at the top level, no ``text_config``.
+        text_config's values win: the top-level copies from construction are not updated when a text field
+        is set later."""
+        output = super().to_dict(saving_file=saving_file)
+        if saving_file and isinstance(output.get("text_config"), dict):
+            text = output.pop("text_config")
+            text.pop("model_type", None)
+            output.update(text)
+        return output
+
+
 class Qwen2_5_VLForConditionalGeneration(_PaddleFormersQwen2_5_VL):
+    config_class = Qwen2_5_VLConfig
+
     @classmethod
     def _gen_inv_aoa_config(cls, config):
         aoa = super()._gen_inv_aoa_config(config)

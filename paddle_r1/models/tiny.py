@@ -1,6 +1,6 @@
 """Tiny, seeded Qwen-VL checkpoints in the published layout, for tests and the demo.
 
-The folder looks like a download from a model hub: a flat ``config.json``, one
+The folder looks like a download from a model hub (Qwen2-VL or Qwen2.5-VL): a flat ``config.json``, one
 ``model.safetensors`` with the published weight names (``visual.blocks.0.attn.qkv.weight``,
 ``model.layers.0.self_attn.q_proj.weight``, ``lm_head.weight``) in PyTorch orientation,
 a byte-level BPE ``tokenizer.json`` carrying Qwen's special tokens, the chat template and
@@ -13,6 +13,13 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+
+from .qwen3_vl import QWEN3_VL_NOT_SUPPORTED
+
+FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+ARCHITECTURES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration"}
+PROCESSOR_CLASSES = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
+QWEN2_VL_MLP_RATIO = 4  # every published Qwen2-VL; its vision MLP is mlp_ratio * embed_dim wide
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",
@@ -65,7 +72,7 @@ class TinySize:
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     vision_hidden_size: int = 32
-    vision_intermediate_size: int = 64
+    vision_intermediate_size: int = 64  # Qwen2.5-VL; Qwen2-VL's MLP is QWEN2_VL_MLP_RATIO times the width
     vision_depth: int = 2
     vision_num_heads: int = 2
     vocab_size: int = 512
@@ -91,8 +98,9 @@ def build_tokenizer(vocab_size: int):
     return tok
 
 
-def _random_weights(size: TinySize, vocab: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Weights named and shaped as in the published Qwen2.5-VL safetensors (PyTorch [out, in])."""
+def _random_weights(size: TinySize, vocab: int, rng: np.random.Generator,
+                   family: str = "qwen2_5_vl") -> dict[str, np.ndarray]:
+    """Weights named and shaped as in the family's published safetensors (PyTorch [out, in])."""
     weights: dict[str, np.ndarray] = {}
 
     def normal(shape):
@@ -103,21 +111,28 @@ def _random_weights(size: TinySize, vocab: int, rng: np.random.Generator) -> dic
         if bias:
             weights[f"{name}.bias"] = normal((out_dim,))
 
-    def norm(name, dim):
+    def norm(name, dim, bias=False):
         weights[f"{name}.weight"] = np.ones(dim, "float32")
+        if bias:
+            weights[f"{name}.bias"] = np.zeros(dim, "float32")
 
     vh, vi = size.vision_hidden_size, size.vision_intermediate_size
     weights["visual.patch_embed.proj.weight"] = normal((vh, 3, 2, 14, 14))
+    qwen2_vl = family == "qwen2_vl"  # LayerNorms with bias and an fc1/fc2 MLP; Qwen2.5-VL: RMSNorms, gated MLP
     for b in range(size.vision_depth):
         p = f"visual.blocks.{b}"
-        norm(f"{p}.norm1", vh)
-        norm(f"{p}.norm2", vh)
+        norm(f"{p}.norm1", vh, bias=qwen2_vl)
+        norm(f"{p}.norm2", vh, bias=qwen2_vl)
         linear(f"{p}.attn.qkv", 3 * vh, vh, True)
         linear(f"{p}.attn.proj", vh, vh, True)
-        linear(f"{p}.mlp.gate_proj", vi, vh, True)
-        linear(f"{p}.mlp.up_proj", vi, vh, True)
-        linear(f"{p}.mlp.down_proj", vh, vi, True)
-    norm("visual.merger.ln_q", vh)
+        if qwen2_vl:
+            linear(f"{p}.mlp.fc1", QWEN2_VL_MLP_RATIO * vh, vh, True)
+            linear(f"{p}.mlp.fc2", vh, QWEN2_VL_MLP_RATIO * vh, True)
+        else:
+            linear(f"{p}.mlp.gate_proj", vi, vh, True)
+            linear(f"{p}.mlp.up_proj", vi, vh, True)
+            linear(f"{p}.mlp.down_proj", vh, vi, True)
+    norm("visual.merger.ln_q", vh, bias=qwen2_vl)
     linear("visual.merger.mlp.0", 4 * vh, 4 * vh, True)
     linear("visual.merger.mlp.2", size.hidden_size, 4 * vh, True)
 
@@ -151,8 +166,10 @@ def _mrope_section(head_dim: int) -> list[int]:
 def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, size: TinySize | None = None,
                     max_pixels: int = 112 * 112, min_pixels: int = 56 * 56) -> str:
     """Write a complete, loadable tiny checkpoint folder and return its path."""
-    if family != "qwen2_5_vl":
-        raise ValueError(f"make-tiny-model: family {family!r} is not supported yet (supported: qwen2_5_vl)")
+    if family == "qwen3_vl":
+        raise ValueError(QWEN3_VL_NOT_SUPPORTED)
+    if family not in FAMILIES:
+        raise ValueError(f"make-tiny-model: family {family!r} is not supported yet (supported: {', '.join(FAMILIES)})")
     from safetensors.numpy import save_file
 
     size = size or TinySize()
@@ -162,13 +179,13 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
     ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
     tok.save(os.path.join(out_dir, "tokenizer.json"))
 
-    weights = _random_weights(size, vocab, np.random.default_rng(seed))
+    weights = _random_weights(size, vocab, np.random.default_rng(seed), family)
     save_file(weights, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
 
     head_dim = size.hidden_size // size.num_attention_heads
     config = {
-        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
-        "model_type": "qwen2_5_vl",
+        "architectures": [ARCHITECTURES[family]],
+        "model_type": family,
         "vocab_size": vocab,
         "hidden_size": size.hidden_size,
         "intermediate_size": size.intermediate_size,
@@ -195,21 +212,7 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
         "vision_token_id": ids["<|vision_pad|>"],
         "image_token_id": ids["<|image_pad|>"],
         "video_token_id": ids["<|video_pad|>"],
-        "vision_config": {
-            "depth": size.vision_depth,
-            "hidden_size": size.vision_hidden_size,
-            "hidden_act": "silu",
-            "intermediate_size": size.vision_intermediate_size,
-            "num_heads": size.vision_num_heads,
-            "in_chans": 3,
-            "out_hidden_size": size.hidden_size,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "window_size": 112,
-            "fullatt_block_indexes": [size.vision_depth - 1],
-            "tokens_per_second": 2,
-        },
+        "vision_config": _vision_config(family, size),
     }
     _write_json(out_dir, "config.json", config)
     _write_json(out_dir, "generation_config.json", {
@@ -218,7 +221,7 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
     })
     _write_json(out_dir, "tokenizer_config.json", {
         "tokenizer_class": "Qwen2Tokenizer",
-        "processor_class": "Qwen2_5_VLProcessor",
+        "processor_class": PROCESSOR_CLASSES[family],
         "model_max_length": 32768,
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
@@ -244,9 +247,41 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
         "image_mean": [0.48145466, 0.4578275, 0.40821073],
         "image_std": [0.26862954, 0.26130258, 0.27577711],
         "image_processor_type": "Qwen2VLImageProcessor",
-        "processor_class": "Qwen2_5_VLProcessor",
+        "processor_class": PROCESSOR_CLASSES[family],
     })
     return out_dir
+
+
+def _vision_config(family: str, size: TinySize) -> dict:
+    """The published ``vision_config``: Qwen2-VL's names its width ``embed_dim`` and its output ``hidden_size``."""
+    if family == "qwen2_vl":
+        return {
+            "depth": size.vision_depth,
+            "embed_dim": size.vision_hidden_size,
+            "hidden_size": size.hidden_size,
+            "hidden_act": "quick_gelu",
+            "mlp_ratio": QWEN2_VL_MLP_RATIO,
+            "num_heads": size.vision_num_heads,
+            "in_chans": 3,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        }
+    return {
+        "depth": size.vision_depth,
+        "hidden_size": size.vision_hidden_size,
+        "hidden_act": "silu",
+        "intermediate_size": size.vision_intermediate_size,
+        "num_heads": size.vision_num_heads,
+        "in_chans": 3,
+        "out_hidden_size": size.hidden_size,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "window_size": 112,
+        "fullatt_block_indexes": [size.vision_depth - 1],
+        "tokens_per_second": 2,
+    }
 
 
 def _write_json(folder: str, name: str, obj) -> None:

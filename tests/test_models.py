@@ -1,0 +1,166 @@
+"""Qwen2-VL next to Qwen2.5-VL: tiny checkpoint -> loader -> rollout -> save_pretrained -> reload; Qwen3-VL status."""
+import json
+import os
+import shutil
+
+import numpy as np
+import paddle
+import pytest
+from safetensors import safe_open
+
+from paddle_r1.models.loading import load_model, load_models, model_family
+from paddle_r1.models.qwen3_vl import QWEN3_VL_NOT_SUPPORTED
+from paddle_r1.models.tiny import make_tiny_model
+from paddle_r1.trainer.logprobs import completion_logprobs
+from paddle_r1.trainer.prompts import build_prompt_batch
+from paddle_r1.trainer.rollout import SamplingParams, sample_completions
+
+PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.json", "preprocessor_config.json")
+
+
+@pytest.fixture(scope="module")
+def qwen2_vl_dir(tmp_path_factory):
+    return make_tiny_model(str(tmp_path_factory.mktemp("tiny") / "qwen2_vl"), family="qwen2_vl")
+
+
+@pytest.fixture(scope="module")
+def qwen2_vl(qwen2_vl_dir):
+    loaded = load_models(qwen2_vl_dir, beta=0.0)
+    return loaded.policy, loaded.processor
+
+
+def _weight_names(folder):
+    names = set()
+    for name in os.listdir(folder):
+        if name.endswith(".safetensors"):
+            with safe_open(os.path.join(folder, name), "np") as f:
+                names |= set(f.keys())
+    return names
+
+
+@paddle.no_grad()
+def _logits(model, prompt):
+    model.model.rope_deltas = None
+    return model(input_ids=prompt.input_ids, attention_mask=prompt.attention_mask,
+                 pixel_values=prompt.pixel_values, image_grid_thw=prompt.image_grid_thw).logits.numpy()
+
+
+def test_qwen2_vl_published_layout(qwen2_vl_dir):
+    config = json.load(open(os.path.join(qwen2_vl_dir, "config.json")))
+    assert config["model_type"] == "qwen2_vl" and "text_config" not in config
+    vision = config["vision_config"]
+    assert vision["embed_dim"] == 32 and vision["hidden_size"] == config["hidden_size"]  # merger output = LLM width
+    names = _weight_names(qwen2_vl_dir)
+    assert {"visual.blocks.0.mlp.fc1.weight", "visual.blocks.0.norm1.bias", "visual.merger.ln_q.bias",
+            "model.layers.0.self_attn.q_proj.weight", "lm_head.weight"} <= names
+    assert not any("gate_proj" in n for n in names if n.startswith("visual."))
+    preprocessor = json.load(open(os.path.join(qwen2_vl_dir, "preprocessor_config.json")))
+    assert preprocessor["processor_class"] == "Qwen2VLProcessor"
+
+
+def test_qwen2_vl_loads_with_its_processor(qwen2_vl, qwen2_vl_dir):
+    model, processor = qwen2_vl
+    assert type(model).__name__ == "Qwen2VLForConditionalGeneration" and model.config.model_type == "qwen2_vl"
+    assert type(processor).__name__ == "Qwen2VLProcessor" and processor.tokenizer.padding_side == "left"
+    with safe_open(os.path.join(qwen2_vl_dir, "model.safetensors"), "np") as f:
+        fc1 = f.get_tensor("visual.blocks.1.mlp.fc1.weight")
+    np.testing.assert_array_equal(model.visual.blocks[1].mlp.fc1.weight.numpy(), fc1.T)  # Paddle keeps [in, out]
+
+
+def test_qwen2_vl_cached_greedy_equals_uncached(qwen2_vl, rec_samples):
+    model, processor = qwen2_vl
+    prompt, _ = build_prompt_batch(rec_samples[:3], processor, "{Question} Answer with a box.")
+    assert len({int(m.sum()) for m in prompt.attention_mask}) > 1  # left padding is exercised
+    eos, pad = processor.tokenizer.eos_token_id, processor.tokenizer.pad_token_id
+    steps = 8
+    rollout = sample_completions(model, prompt, 2, SamplingParams(steps, temperature=0.0), [eos], pad)
+
+    ids, mask = prompt.input_ids, prompt.attention_mask
+    reference = []
+    for _ in range(steps):  # the whole sequence through the model's own forward at every step
+        model.model.rope_deltas = None
+        with paddle.no_grad():
+            token = model(input_ids=ids, attention_mask=mask, pixel_values=prompt.pixel_values,
+                          image_grid_thw=prompt.image_grid_thw).logits[:, -1].argmax(-1)
+        reference.append(token.numpy())
+        ids = paddle.concat([ids, token.unsqueeze(1).astype(ids.dtype)], axis=1)
+        mask = paddle.concat([mask, paddle.ones([ids.shape[0], 1], dtype=mask.dtype)], axis=1)
+    reference = np.stack(reference, axis=1)
+    got = rollout.completion_ids.numpy()
+    for row in range(got.shape[0]):
+        n = int(rollout.completion_mask[row].sum())
+        np.testing.assert_array_equal(got[row, :n], reference[row // 2, :n])
+
+
+@paddle.no_grad()
+def test_qwen2_vl_completion_logprobs_match_its_forward(qwen2_vl, rec_samples):
+    model, processor = qwen2_vl
+    prompt, _ = build_prompt_batch(rec_samples[:1], processor, "{Question}")
+    paddle.seed(0)
+    rollout = sample_completions(model, prompt, 2, SamplingParams(5, temperature=1.0),
+                                 [processor.tokenizer.eos_token_id], processor.tokenizer.pad_token_id)
+    got = completion_logprobs(model, rollout, chunk_size=3).numpy()
+    for row in range(2):
+        completion = rollout.completion_ids[row:row + 1]
+        ids = paddle.concat([prompt.input_ids, completion], axis=1)
+        mask = paddle.ones(ids.shape, dtype=prompt.attention_mask.dtype)
+        model.model.rope_deltas = None
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=prompt.pixel_values,
+                       image_grid_thw=prompt.image_grid_thw).logits[0, prompt.input_ids.shape[1] - 1:-1]
+        expected = paddle.take_along_axis(paddle.nn.functional.log_softmax(logits, axis=-1),
+                                          completion[0].unsqueeze(-1), axis=-1).squeeze(-1).numpy()
+        n = int(rollout.completion_mask[row].sum())
+        np.testing.assert_allclose(got[row, :n], expected[:n], rtol=1e-4, atol=1e-5)
+
+
+def test_qwen2_vl_save_pretrained_round_trip(qwen2_vl, qwen2_vl_dir, rec_samples, tmp_path):
+    model, processor = qwen2_vl
+    saved = str(tmp_path / "saved")
+    model.save_pretrained(saved)
+    for name in PROCESSOR_FILES:
+        shutil.copy(os.path.join(qwen2_vl_dir, name), saved)
+    assert _weight_names(saved) == _weight_names(qwen2_vl_dir)  # the published names, nothing else
+    config = json.load(open(os.path.join(saved, "config.json")))
+    assert config["model_type"] == "qwen2_vl" and "text_config" not in config  # flat, as published
+    assert config["hidden_size"] == 64 and config["vision_config"]["embed_dim"] == 32
+    reloaded = load_model(saved)
+    reloaded.eval()
+    prompt, _ = build_prompt_batch(rec_samples[:2], processor, "{Question}")
+    np.testing.assert_array_equal(_logits(reloaded, prompt), _logits(model, prompt))
+
+
+def test_qwen2_vl_tied_embeddings_like_the_2b(qwen2_vl_dir, tmp_path):
+    """Qwen2-VL-2B ties lm_head to the embeddings; its checkpoint needs no lm_head.weight."""
+    from safetensors.numpy import load_file, save_file
+
+    tied = tmp_path / "tied"
+    shutil.copytree(qwen2_vl_dir, tied)
+    config = json.load(open(tied / "config.json"))
+    json.dump({**config, "tie_word_embeddings": True}, open(tied / "config.json", "w"))
+    weights = load_file(str(tied / "model.safetensors"))
+    del weights["lm_head.weight"]
+    save_file(weights, str(tied / "model.safetensors"), metadata={"format": "pt"})
+    model = load_model(str(tied))
+    embeddings = weights["model.embed_tokens.weight"]
+    np.testing.assert_array_equal(model.lm_head.weight.numpy(), embeddings)
+
+
+def test_family_from_config_json_not_folder_name(qwen2_vl_dir, tmp_path):
+    odd = tmp_path / "Qwen2.5-VL-3B-Instruct-finetuned"  # a misleading name: config.json decides
+    os.symlink(qwen2_vl_dir, odd)
+    assert model_family(str(odd)) == "qwen2_vl"
+    assert type(load_model(str(odd))).__name__ == "Qwen2VLForConditionalGeneration"
+
+
+def test_qwen3_vl_is_refused_with_the_reason(tmp_path, capsys):
+    folder = tmp_path / "qwen3"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3_vl"}))
+    with pytest.raises(ValueError, match="qwen3_vl is not supported yet: .*DeepStack"):
+        load_model(str(folder))
+    with pytest.raises(ValueError, match="qwen3_vl is not supported yet: "):
+        make_tiny_model(str(tmp_path / "tiny3"), family="qwen3_vl")
+    from paddle_r1.cli import main
+
+    assert main(["make-tiny-model", str(tmp_path / "tiny3"), "--family", "qwen3_vl"]) == 2
+    assert QWEN3_VL_NOT_SUPPORTED in capsys.readouterr().err
