@@ -164,3 +164,31 @@ def test_qwen3_vl_is_refused_with_the_reason(tmp_path, capsys):
 
     assert main(["make-tiny-model", str(tmp_path / "tiny3"), "--family", "qwen3_vl"]) == 2
     assert QWEN3_VL_NOT_SUPPORTED in capsys.readouterr().err
+
+
+def test_qwen2_vl_grpo_steps_then_eval(qwen2_vl_dir, rec_samples, tmp_path):
+    """The training loop and the eval runner take a Qwen2-VL folder as they take a Qwen2.5-VL one; its
+    boxes are read in 0-1000 units."""
+    from paddle_r1.config import GRPOConfig
+    from paddle_r1.evaluation.runner import EvalOptions, Evaluator
+    from paddle_r1.evaluation.tasks import TASKS
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    config = GRPOConfig(model_name_or_path=qwen2_vl_dir, output_dir=str(tmp_path / "run"), num_generations=2,
+                        per_device_train_batch_size=2, max_completion_length=6, max_steps=2, learning_rate=5e-3,
+                        reward_funcs=["reward_helpers:short_reward", "iou"], use_visualdl=False, disable_tqdm=True)
+    trainer = GRPOTrainer(config, samples=rec_samples)
+    assert trainer.coord_system == "rel_1000"
+    result = trainer.train()
+    assert result["history"][0]["grad_norm"] > 0
+    assert model_family(result["checkpoint"]) == "qwen2_vl"
+
+    data_root = tmp_path / "bench"
+    data_root.mkdir()
+    rows = [{**{k: v for k, v in s.items() if k not in ("images", "reward_method")}, "image": s["images"][0]}
+            for s in rec_samples[:3]]
+    (data_root / "refcoco_val.json").write_text(json.dumps(rows))
+    evaluator = Evaluator(result["checkpoint"], EvalOptions(data_root=str(data_root), image_root=None, batch_size=2,
+                                                            max_new_tokens=4))
+    summary = evaluator.evaluate("refcoco_val", TASKS["rec"])
+    assert summary["total"] == 3 and evaluator.coord_system == "rel_1000"

@@ -118,10 +118,10 @@ def sources_from(data_path: str, image_root: Optional[str] = None, data_format: 
 
 def load_samples(data_path: str, *, image_root: Optional[str] = None, data_format: Optional[str] = None,
                  strict: bool = False, seed: int = 0, image_columns=None, image_cache_dir=None,
-                 ) -> tuple[list[dict], DataReport]:
+                 sampling_strategy: str = "all") -> tuple[list[dict], DataReport]:
     report = DataReport()
     samples = []
-    for i, source in enumerate(sources_from(data_path, image_root, data_format)):
+    for i, source in enumerate(sources_from(data_path, image_root, data_format, sampling_strategy)):
         samples.extend(load_source(source, report, strict=strict, seed=seed + i, image_columns=image_columns,
                                    image_cache_dir=image_cache_dir))
     if not samples:

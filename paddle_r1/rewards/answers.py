@@ -1,1 +1,485 @@
-"""Answer-content rewards: counting, math, multiple choice, yes/no, and the accuracy router."""
+"""Answer-content rewards: counting, math, multiple choice, yes/no, and the accuracy router.
+
+Every reward here reads the prediction from the ``<answer>`` content (the whole text when there are no tags;
+nested or unbalanced tags score 0.0) and the solution through ``reference_texts``: a string (its ``<answer>``
+content when tagged, as VLM-R1 stores them), a number, or a list of acceptable answers (the best one counts).
+A sample without a solution scores None; a solution that is not of the reward's kind (a counting solution with
+no integer, an mcq solution with no letter) raises ValueError: that is bad data, not model text.
+"""
+from __future__ import annotations
+
+import atexit
+import difflib
+import inspect
+import json
+import logging
+import math
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+from collections import Counter
+from typing import Callable, Optional
+
+from . import REWARDS, register
+from .parsing import NUMBER, answer_content, normalize_answer, parse_number, reference_texts
+
+logger = logging.getLogger(__name__)
+
+# ---- reading answers ---------------------------------------------------------------------------------------
+
+NUMBER_WORDS = {word: i for i, word in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+COUNT_RE = re.compile(rf"({NUMBER})|\b({'|'.join(NUMBER_WORDS)})\b", re.IGNORECASE)
+YES_NO_RE = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+
+# Choice letters, tried in this order (see parse_choice).
+CHOICE_ALONE_RE = re.compile(r"\s*[(\[]?([A-Za-z])[)\]]?\s*[.:)]?\s*")  # fullmatch: "B", "(B)", "b.", "[C]"
+CHOICE_LEAD_RE = re.compile(r"\s*(?:[(\[]([A-Za-z])[)\]]|([A-Z])\s*[.:)）、])")  # "(B) dog", "B. dog", "B) dog"
+CHOICE_PHRASE_RE = re.compile(  # "Answer: B.", "the answer is b", "option (C)", "答案是B"
+    r"(?i:\banswer|\boption|\bchoice|答案|选项)(?i:\s*(?:is|是|为))?\s*[:：]?\s*[(\[]?"
+    r"(?:([A-Z])(?!\w)|([a-z])(?=\s*(?:[.,;:!?)\]]|$)))")
+CHOICE_PAREN_RE = re.compile(r"[(\[]([A-Z])[)\]]")  # "... (B) ..." anywhere
+
+
+def parse_count(text: str) -> Optional[int]:
+    """The first number in ``text``, as digits or an English word zero..twenty ("3", "three", "3.0" -> 3);
+    None when there is none or it is not a whole number ("2.5")."""
+    for match in COUNT_RE.finditer(text):
+        if match.group(2):
+            return NUMBER_WORDS[match.group(2).lower()]
+        value = float(match.group(1))
+        if math.isfinite(value):
+            return int(value) if value.is_integer() else None
+    return None
+
+
+def parse_yes_no(text: str) -> Optional[str]:
+    """"yes" or "no": the first whole word yes / no in ``text``, any case ("I know" holds no "no"); else None."""
+    match = YES_NO_RE.search(text)
+    return match.group(1).lower() if match else None
+
+
+def parse_choice(text: str) -> Optional[str]:
+    """The chosen option letter, upper case, or None. Rules, first that applies:
+
+    1. the whole text is one letter, maybe in brackets or with a trailing ``.``/``:``/``)``: "B", "(b)", "C.";
+    2. the text starts with a bracketed letter or a capital followed by ``.``, ``:`` or ``)``: "(B) dog",
+       "B. dog", "B) dog";
+    3. a phrase "answer" / "option" / "choice" / 答案 / 选项, maybe "is" / ":", then a letter: "Answer: B",
+       "the answer is b", "option (C)"; the last such phrase counts;
+    4. bracketed capitals anywhere, when they all name the same letter: "I pick (B)".
+
+    A lower-case "a" is read only alone or before punctuation, and a capital only when no letter follows it, so the
+    article in "A dog" or "the answer is a dog" is not a choice; a sentence naming no option that way gives None.
+    """
+    alone = CHOICE_ALONE_RE.fullmatch(text)
+    if alone:
+        return alone.group(1).upper()
+    lead = CHOICE_LEAD_RE.match(text)
+    if lead:
+        return (lead.group(1) or lead.group(2)).upper()
+    phrases = CHOICE_PHRASE_RE.findall(text)
+    if phrases:
+        upper, lower = phrases[-1]
+        return (upper or lower).upper()
+    bracketed = set(CHOICE_PAREN_RE.findall(text))
+    return bracketed.pop() if len(bracketed) == 1 else None
+
+
+def solution_references(solution) -> list[str]:
+    """``reference_texts`` with booleans read as yes / no (datasets store yes/no answers as true/false)."""
+    items = solution if isinstance(solution, (list, tuple)) else [solution]
+    return reference_texts([("yes" if s else "no") if isinstance(s, bool) else s for s in items])
+
+
+def read_references(references: list[str], read: Callable, kind: str) -> list:
+    """Each reference read with ``read``; ValueError when one cannot be read (bad data, not model text)."""
+    values = [read(ref) for ref in references]
+    if any(v is None for v in values):
+        raise ValueError(f"solution {references!r} is not a {kind} answer")
+    return values
+
+
+def per_answer(score: Callable[[str, list[str]], float], completions, solution) -> list[Optional[float]]:
+    """score(answer, references) per completion; 0.0 when the answer cannot be read, None without a solution."""
+    solutions = solution if solution is not None else [None] * len(completions)
+    out: list[Optional[float]] = []
+    for text, sol in zip(completions, solutions):
+        references = solution_references(sol)
+        answer = answer_content(text) if isinstance(text, str) else None
+        out.append(None if not references else 0.0 if answer is None else score(answer, references))
+    return out
+
+
+class CountedReward:
+    """A reward object with counters; ``pop_metrics()`` returns and resets them (the trainer logs them as
+    rewards/<name>/<key>)."""
+
+    METRIC_KEYS: tuple = ()
+
+    def __init__(self):
+        self._counts: Counter = Counter()
+        self._lock = threading.Lock()
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] += n
+
+    def pop_metrics(self) -> dict[str, int]:
+        with self._lock:
+            counts, self._counts = self._counts, Counter()
+        return {key: counts[key] for key in self.METRIC_KEYS}
+
+
+# ---- math-verify in a worker process -----------------------------------------------------------------------
+
+MATH_WORKER_SOURCE = r'''
+import json, logging, os, re, signal, sys, threading, time
+logging.disable(logging.CRITICAL)
+from math_verify import parse, verify
+
+def orphan_watch(parent=os.getppid()):
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+def read(text):
+    """math-verify's parse. A short answer in bare LaTeX ("\\sqrt{2}", "2\\pi") is tried inside $...$ first, and
+    a short one holding a digit is retried inside $...$ when the plain parse finds nothing; long texts are parsed
+    as they are (LaTeX parsing of a long wrapped text can take very long)."""
+    wrapped = "$" + text + "$"
+    short = len(text) <= 300
+    bare_latex = short and "\\" in text and not re.search(r"\$|\\\(|\\\[|\\boxed", text)
+    retry = short and "$" not in text and re.search(r"\d", text)
+    tries = [wrapped, text] if bare_latex else [text] + ([wrapped] if retry else [])
+    for attempt in tries:
+        found = parse(attempt, parsing_timeout=None)  # no signal.alarm: the parent enforces the deadline
+        if found:
+            return found
+    return []
+
+threading.Thread(target=orphan_watch, daemon=True).start()
+replies, sys.stdout = sys.stdout, sys.stderr  # anything a library prints goes to stderr, not into the replies
+print("ready", file=replies, flush=True)
+for line in sys.stdin:
+    gold, pred, seconds = json.loads(line)
+    if hasattr(signal, "alarm"):  # backstop, for when the parent died before killing us: SIGALRM's default
+        signal.alarm(int(seconds) + 2)  # action ends the process even while a C call holds the GIL
+    try:
+        g, p = read(gold), read(pred)
+        reply = "unparsed" if not g or not p else ("equal" if verify(g, p, timeout_seconds=None) else "different")
+    except Exception:
+        reply = "unparsed"
+    if hasattr(signal, "alarm"):
+        signal.alarm(0)
+    print(reply, file=replies, flush=True)
+'''
+
+
+class MathVerifier:
+    """``check(gold, pred, timeout)``: math-verify's ``verify(parse(gold), parse(pred))``, gold first, run in a
+    persistent worker process (``python -c``, importing only math_verify) with a deadline per comparison.
+
+    math-verify's own timeouts use ``signal.alarm``, which fails outside the main thread, so they are switched
+    off (``parsing_timeout=None``, ``timeout_seconds=None``) and the deadline is kept here instead: a worker that
+    has not answered in time is killed and started again on the next call. This works from any thread (calls are
+    serialized by a lock), from worker processes (a forked child starts its own worker) and from daemonic
+    processes (a subprocess, not a multiprocessing child). Replies: "equal", "different", "unparsed" (either side
+    parsed to nothing), "no_verdict" (deadline passed or the worker died). An orphaned worker does not linger: it
+    exits at end of input or when its parent changes, and ``signal.alarm`` in its own main thread ends a
+    comparison that outlives the deadline by 2 s even when nobody is left to kill it.
+    """
+
+    START_SECONDS = 120.0
+    CACHE_SIZE = 4096
+    CACHE_MAX_CHARS = 2000
+
+    def __init__(self):
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._reset)  # the parent's worker and lock are not the child's
+        atexit.register(self._kill)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: Optional[subprocess.Popen] = None
+        self._replies: Optional[queue.Queue] = None
+        self._cache: dict[tuple, str] = {}
+
+    def check(self, gold: str, pred: str, timeout: float) -> str:
+        key = (gold, pred, timeout)
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+            verdict = self._ask(json.dumps([gold, pred, timeout]) + "\n", timeout)
+            if len(gold) + len(pred) <= self.CACHE_MAX_CHARS:  # a group's samples often repeat an answer
+                if len(self._cache) >= self.CACHE_SIZE:
+                    self._cache.clear()
+                self._cache[key] = verdict
+            return verdict
+
+    def _ask(self, line: str, timeout: float) -> str:
+        for _ in range(2):  # a worker that died between calls is replaced once
+            self._ensure_started()
+            try:
+                self._proc.stdin.write(line)
+                self._proc.stdin.flush()
+            except (OSError, ValueError):
+                self._stop()
+                continue
+            try:
+                reply = self._replies.get(timeout=timeout)
+            except queue.Empty:
+                reply = None
+            if reply is None:  # too slow, or the worker died (e.g. out of memory) mid-comparison
+                self._stop()
+                return "no_verdict"
+            return reply
+        return "no_verdict"
+
+    def _ensure_started(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._stop()
+        proc = subprocess.Popen([sys.executable, "-c", MATH_WORKER_SOURCE], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, encoding="utf-8", bufsize=1)
+        replies: queue.Queue = queue.Queue()
+        threading.Thread(target=_forward_lines, args=(proc.stdout, replies), daemon=True,
+                         name="math-verify-reader").start()
+        self._proc, self._replies = proc, replies
+        try:
+            ready = replies.get(timeout=self.START_SECONDS)
+        except queue.Empty:
+            ready = None
+        if ready != "ready":
+            self._stop()
+            raise RuntimeError(f"the math-verify worker did not start ({sys.executable} -c ...; is math-verify "
+                               "installed in this environment? its stderr is above)")
+
+    def _stop(self) -> None:
+        proc, self._proc, self._replies = self._proc, None, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        """Ends the worker (it starts again when needed)."""
+        with self._lock:
+            self._stop()
+
+    def _kill(self) -> None:
+        """At exit: no lock (a daemon thread may hold it mid-call), just end the worker."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+
+def _forward_lines(stream, replies: queue.Queue) -> None:
+    try:
+        for line in stream:
+            replies.put(line.strip())
+    except (OSError, ValueError):
+        pass
+    replies.put(None)
+
+
+MATH_VERIFIER = MathVerifier()
+
+
+def check_timeout(timeout_seconds) -> float:
+    timeout = float(timeout_seconds)
+    if not 0 < timeout <= 3600:
+        raise ValueError(f"reward keyword timeout_seconds={timeout_seconds!r}: expected seconds in (0, 3600]")
+    return timeout
+
+
+# ---- rewards -----------------------------------------------------------------------------------------------
+
+def count_score(answer: str, references: list[str]) -> float:
+    counts = read_references(references, parse_count, "counting")
+    return float(parse_count(answer) in counts)
+
+
+def choice_score(answer: str, references: list[str]) -> float:
+    letters = read_references(references, parse_choice, "multiple-choice (letter)")
+    return float(parse_choice(answer) in letters)
+
+
+def yes_no_score(answer: str, references: list[str]) -> float:
+    words = read_references(references, parse_yes_no, "yes/no")
+    return float(parse_yes_no(answer) in words)
+
+
+@register("counting")
+def counting_reward(completions, solution=None, **_) -> list[Optional[float]]:
+    """R = 1 if the first number in the answer (digits, or a word zero..twenty) is a whole number equal to the
+    solution's (an int, "3", "<answer> 3 </answer>", "three"), else 0."""
+    return per_answer(count_score, completions, solution)
+
+
+@register("mcq")
+def mcq_reward(completions, solution=None, **_) -> list[Optional[float]]:
+    """R = 1 if the chosen letter ("B", "(B) dog", "B. dog", "Answer: B.", "the answer is b") equals the solution's
+    ("B", "(B)", "B. dog"), else 0; letters are read by ``parse_choice`` (the article "a" is not a choice)."""
+    return per_answer(choice_score, completions, solution)
+
+
+@register("yes_no")
+def yes_no_reward(completions, solution=None, **_) -> list[Optional[float]]:
+    """R = 1 if the first whole word yes / no of the answer (any case) equals the solution's (yes / no, or a
+    boolean), else 0. Whole words: "I know" is not "no" (VLM-R1 matched substrings)."""
+    return per_answer(yes_no_score, completions, solution)
+
+
+def math_score(answer: str, reference: str, timeout: float) -> Optional[float]:
+    """1.0 if math-verify accepts ``answer`` for the gold ``reference`` (gold first), 0.0 if not; when either side
+    parses to nothing, 1.0 if the normalized strings are equal; None when no verdict came within ``timeout``."""
+    verdict = MATH_VERIFIER.check(reference, answer, timeout)
+    if verdict == "no_verdict":
+        return None
+    if verdict == "unparsed":
+        return float(bool(normalize_answer(answer)) and normalize_answer(answer) == normalize_answer(reference))
+    return float(verdict == "equal")
+
+
+class MathReward(CountedReward):
+    """R = 1 if math-verify accepts the answer: ``verify(parse(solution), parse(answer))``, the gold first (VLM-R1
+    passed the prediction in the gold slot); the answer is the ``<answer>`` content, parsed on its own (so
+    ``<answer>4</answer>`` reads as 4). When either side parses to nothing: 1 if the normalized strings are equal.
+    0 when no verdict comes within ``timeout_seconds`` (default 5, per comparison; counted in
+    ``pop_metrics()["timeouts"]``). Safe in threads and worker processes (see ``MathVerifier``)."""
+
+    METRIC_KEYS = ("timeouts",)
+
+    def __call__(self, completions, solution=None, timeout_seconds=5.0, **_) -> list[Optional[float]]:
+        timeout = check_timeout(timeout_seconds)
+        return per_answer(lambda answer, refs: max(self.score(answer, ref, timeout) for ref in refs),
+                          completions, solution)
+
+    def score(self, answer: str, reference: str, timeout: float) -> float:
+        value = math_score(answer, reference, timeout)
+        if value is None:
+            self.count("timeouts")
+        return value or 0.0
+
+
+math_reward = register("math")(MathReward())
+
+# ---- accuracy: route by reward_method ----------------------------------------------------------------------
+
+METHOD_ALIASES = {
+    "llm": "llm_judge", "judge": "llm_judge", "yesno": "yes_no", "yes/no": "yes_no", "choice": "mcq",
+    "multiple_choice": "mcq", "count": "counting", "default": None, "accuracy": None, "": None,
+}
+
+
+def fallback_accuracy(answer: str, reference: str) -> float:
+    """VLM-R1's default accuracy after math-verify: when the solution holds a number, 1 / 0 by numeric equality of
+    the first finite number of each (0 when the answer has none: VLM-R1 fell back to text similarity, which pays
+    "1e400" 0.33 against "4"); else, when the solution is a choice letter, 1 / 0 by letter; else the text
+    similarity, difflib's ratio 2 * matches / (len(a) + len(b)) of the normalized strings."""
+    gold_number, number = parse_number(reference), parse_number(answer)
+    if gold_number is not None:
+        return float(number is not None and math.isclose(number, gold_number, rel_tol=1e-9, abs_tol=1e-9))
+    gold_letter = parse_choice(reference)
+    if gold_letter is not None:
+        return float(parse_choice(answer) == gold_letter)
+    return difflib.SequenceMatcher(None, normalize_answer(answer), normalize_answer(reference)).ratio()
+
+
+def accepted_kwargs(fn: Callable, kwargs: dict) -> dict:
+    """The keyword arguments (columns and settings) ``fn`` takes: all when it has ``**kwargs``, else those it
+    names."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return dict(kwargs)
+    names = {p.name for p in params}
+    return {k: v for k, v in kwargs.items() if k in names}
+
+
+class AccuracyReward(CountedReward):
+    """Routes each completion by its row's ``reward_method`` (VLM-R1's accu_reward_method) to the reward of that
+    name in ``REWARDS``, looked up at call time (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice ->
+    mcq, count -> counting; "default" / "accuracy" / empty -> the default below). Rows sharing a method go to it
+    in one call with their own columns and settings (those it names, or all when it takes ``**kwargs``).
+    Without a method: R = 1 if ``math_score`` (math-verify, gold first) accepts the answer, else
+    ``fallback_accuracy`` (numeric equality, choice letter, difflib text similarity); the best over the
+    solution's references. An unknown method scores 0.0, is warned about once and is counted in
+    ``pop_metrics()["unknown_method"]``; default-path math-verify timeouts in ``["timeouts"]``.
+
+    Columns are the keyword values that are lists as long as ``completions``; other keywords are reward settings
+    (a list setting exactly that long would be taken for a column)."""
+
+    METRIC_KEYS = ("unknown_method", "timeouts")
+
+    def __init__(self):
+        super().__init__()
+        self._warned: set[str] = set()
+
+    def __call__(self, completions, **columns) -> list[Optional[float]]:
+        n = len(completions)
+        is_column = {k: isinstance(v, (list, tuple)) and len(v) == n for k, v in columns.items()}
+        methods = columns.get("reward_method") if is_column.get("reward_method") else [None] * n
+        groups: dict = {}
+        for i, method in enumerate(methods):
+            groups.setdefault(self.resolve(method), []).append(i)
+        scores: list[Optional[float]] = [0.0] * n
+        for name, rows in groups.items():
+            if name is not None and name not in REWARDS:
+                continue  # unknown: 0.0, counted in resolve
+            texts = [completions[i] for i in rows]
+            row_columns = {k: [v[i] for i in rows] if is_column[k] else v for k, v in columns.items()}
+            if name is None:
+                values = self.default(texts, **row_columns)
+            else:
+                fn = REWARDS[name]
+                values = fn(texts, **accepted_kwargs(fn, row_columns))
+            for i, value in zip(rows, values):
+                scores[i] = value
+        return scores
+
+    def resolve(self, method) -> Optional[str]:
+        """The reward name for a row's method (None: the default); an unknown one is counted and warned once."""
+        if method is None:
+            return None
+        key = str(method).strip().lower()
+        name = METHOD_ALIASES.get(key, key)
+        if name is not None and name not in REWARDS:
+            self.count("unknown_method")
+            if key not in self._warned:
+                self._warned.add(key)
+                logger.warning("accuracy: reward_method %r is not a registered reward (known: %s); such rows "
+                               "score 0.0, counted in rewards/<name>/unknown_method", method,
+                               ", ".join(sorted(REWARDS)))
+        return name
+
+    def default(self, completions, solution=None, timeout_seconds=5.0, **_) -> list[Optional[float]]:
+        """R = 1 if ``math_score`` accepts the answer, else ``fallback_accuracy``; best over the references."""
+        timeout = check_timeout(timeout_seconds)
+
+        def one(answer: str, reference: str) -> float:
+            verdict = math_score(answer, reference, timeout)
+            if verdict is None:
+                self.count("timeouts")
+            return 1.0 if verdict == 1.0 else fallback_accuracy(answer, reference)
+
+        return per_answer(lambda answer, refs: max(one(answer, ref) for ref in refs), completions, solution)
+
+
+accuracy_reward = register("accuracy")(AccuracyReward())

@@ -7,7 +7,7 @@ import re
 from typing import Optional
 
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"  # no nested quantifiers: linear time
 BOX_RE = re.compile(rf"\[\s*({NUMBER})\s*,\s*({NUMBER})\s*,\s*({NUMBER})\s*,\s*({NUMBER})\s*\]")
 
 
@@ -49,6 +49,56 @@ def extract_json(text: str, max_starts: int = 64):
     for _, start in zip(range(max_starts), starts):
         try:
             return decoder.raw_decode(text, start)[0]
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # JSONDecodeError, and ints over Python's 4300-digit limit
             continue
     return None
+
+
+def normalize_answer(text: str) -> str:
+    """``text`` compared loosely: lower case, runs of whitespace as one space, and surrounding spaces,
+    quotes and sentence punctuation (``.,;:!?"'`` and backquotes) removed. "  The Cat. " -> "the cat"."""
+    return " ".join(str(text).lower().split()).strip(" .,;:!?\"'`")
+
+
+def reference_texts(solution) -> list[str]:
+    """A sample's reference answers as stripped strings: a string (its ``<answer>`` content when tagged) or a
+    list / tuple of them; numbers and other values via ``str``; None and blank entries dropped."""
+    items = solution if isinstance(solution, (list, tuple)) else [solution]
+    texts = (answer_text(item if isinstance(item, str) else str(item)).strip() for item in items if item is not None)
+    return [text for text in texts if text]
+
+
+def answer_content(completion: str) -> Optional[str]:
+    """``answer_text(completion)``, or None when that text still holds an ``<answer>`` / ``</answer>`` tag
+    (nested or unbalanced tags: "<answer><answer>[1,2,3,4]</answer></answer>" is malformed, not a box), or when
+    ``completion`` is not a string."""
+    if not isinstance(completion, str):
+        return None
+    text = answer_text(completion)
+    return None if "<answer>" in text or "</answer>" in text else text
+
+
+def answer_json(completion: str):
+    """The first JSON object or array in the answer (``answer_content`` + ``extract_json``), or None.
+
+    Never raises: ``json`` raises ValueError (not JSONDecodeError) on integers longer than 4300 digits."""
+    text = answer_content(completion)
+    if text is None:
+        return None
+    try:
+        return extract_json(text)
+    except ValueError:
+        return None
+
+
+def parse_numbers(text: str, limit: int = 64) -> list[float]:
+    """The finite numbers in ``text`` in order ("12x8x15cm" -> [12.0, 8.0, 15.0]), at most ``limit``;
+    overflowing ones ("1e400") are skipped."""
+    values = []
+    for match in re.finditer(NUMBER, text):
+        value = float(match.group(0))
+        if math.isfinite(value):
+            values.append(value)
+            if len(values) >= limit:
+                break
+    return values

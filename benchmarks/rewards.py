@@ -1,0 +1,94 @@
+"""Rewards scored per second on a batch of 1024 completions, for each reward (the judge excluded: it waits on
+its endpoint; `caption` runs with judge_weight=0).
+
+    python benchmarks/rewards.py [--batch 1024]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+from paddle_r1.rewards import REWARDS
+
+THINK = "<think>The object is on the left, slightly above the centre of the image.</think>"
+
+
+def box_case(rng):
+    x, y = rng.randint(0, 300), rng.randint(0, 200)
+    return f"{THINK}<answer>[{x}, {y}, {x + rng.randint(5, 200)}, {y + rng.randint(5, 150)}]</answer>"
+
+
+def multibox_case(rng):
+    boxes = {str(k): [[rng.randint(0, 300), rng.randint(0, 200), rng.randint(300, 600), rng.randint(200, 400)]]
+             for k in range(3)}
+    return f"{THINK}<answer>{json.dumps(boxes)}</answer>"
+
+
+def detection_case(rng):
+    items = [{"bbox_2d": [rng.randint(0, 300), rng.randint(0, 200), rng.randint(300, 600), rng.randint(200, 400)],
+              "label": rng.choice(["cat", "dog"])} for _ in range(3)]
+    return f"{THINK}<answer>{json.dumps(items)}</answer>"
+
+
+BOX_COLUMNS = dict(solution=[50, 40, 200, 160], image_sizes=[(640, 480)], input_sizes=[(644, 476)],
+                   coord_system="abs_resized")
+TRUE_BOXES = {"0": [[40, 30, 350, 260]], "1": [[100, 100, 400, 300]], "2": []}
+CASES = {
+    "format": (box_case, {}),
+    "json_format": (lambda rng: '<think>{"task_interpretation": "tap"}</think><answer>{"action_type": "back"}</answer>', {}),
+    "box_format": (box_case, {}),
+    "iou": (box_case, BOX_COLUMNS),
+    "iou_accuracy": (box_case, BOX_COLUMNS),
+    "gaussian_point": (box_case, BOX_COLUMNS),
+    "gaussian_plane": (box_case, BOX_COLUMNS),
+    "multi_box_format": (multibox_case, {}),
+    "multi_iou": (multibox_case, {**BOX_COLUMNS, "solution": TRUE_BOXES}),
+    "multi_gaussian_point": (multibox_case, {**BOX_COLUMNS, "solution": TRUE_BOXES}),
+    "multi_gaussian_plane": (multibox_case, {**BOX_COLUMNS, "solution": TRUE_BOXES}),
+    "map": (detection_case, {**BOX_COLUMNS, "solution": [{"bbox_2d": [40, 30, 350, 260], "label": "cat"}]}),
+    "map50": (detection_case, {**BOX_COLUMNS, "solution": [{"bbox_2d": [40, 30, 350, 260], "label": "cat"}]}),
+    "mask_iou": (lambda rng: f"<answer>[[10, 10, {rng.randint(50, 300)}, 10, 200, 200, 10, 200]]</answer>",
+                 {**BOX_COLUMNS, "solution": [[10, 10, 200, 10, 200, 200, 10, 200]]}),
+    "counting": (lambda rng: f"{THINK}<answer>{rng.randint(0, 10)}</answer>", {"solution": 3}),
+    "math": (lambda rng: f"{THINK}<answer>\\frac{{{rng.randint(1, 10**6)}}}{{{rng.randint(1, 10**6)}}}</answer>",
+             {"solution": "\\frac{1}{2}"}),
+    "mcq": (lambda rng: f"{THINK}<answer>({rng.choice('ABCD')}) a dog</answer>", {"solution": "B"}),
+    "yes_no": (lambda rng: f"{THINK}<answer>{rng.choice(['Yes', 'No'])}, it is.</answer>", {"solution": "yes"}),
+    "accuracy": (lambda rng: f"{THINK}<answer>{rng.randint(0, 10)}</answer>", {"solution": "3"}),
+    "dimensions": (lambda rng: f'{{"length": {rng.randint(5, 20)}, "width": 8, "height": {rng.randint(5, 20)}}}',
+                   {"solution": "12 8 15"}),
+    "gui_action": (lambda rng: f'<answer>{{"action_type": "click", "action_parameter": {{"click": '
+                               f'"{rng.randint(0, 500)},{rng.randint(0, 900)},{rng.randint(500, 700)},'
+                               f'{rng.randint(900, 1000)}"}}}}</answer>',
+                   {**BOX_COLUMNS, "image_sizes": [(720, 1280)], "input_sizes": [(728, 1288)],
+                    "solution": {"action_type": "click", "action_parameter": {"click": "100,200,300,400"}}}),
+    "meteor": (lambda rng: f"<answer>a {rng.choice(['red', 'blue'])} car parked near the trees</answer>",
+               {"solution": "a red car parked by the trees"}),
+    "caption": (lambda rng: f"<answer>a {rng.choice(['red', 'blue'])} car parked near the trees</answer>",
+                {"solution": "a red car parked by the trees", "judge_weight": 0.0, "meteor_weight": 1.0}),
+}
+SETTINGS = {"judge_weight", "meteor_weight"}  # scalar keyword arguments, not per-completion columns
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=1024)
+    args = parser.parse_args()
+    rng = random.Random(0)
+    print(f"| reward | completions / s (batch {args.batch}) | ms per batch |\n|---|---|---|")
+    for name, (make, columns) in CASES.items():
+        completions = [make(rng) for _ in range(args.batch)]
+        kwargs = {k: v if k in SETTINGS else [v] * args.batch for k, v in columns.items()}
+        fn = REWARDS[name]
+        fn(completions[:8], **{k: v if k in SETTINGS else v[:8] for k, v in kwargs.items()})  # warm up (workers)
+        start = time.perf_counter()
+        scores = fn(completions, **kwargs)
+        seconds = time.perf_counter() - start
+        assert len(scores) == args.batch
+        print(f"| {name} | {args.batch / seconds:,.0f} | {seconds * 1000:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

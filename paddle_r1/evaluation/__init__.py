@@ -1,0 +1,1 @@
+"""Benchmarks: REC (RefCOCO/+/g, RefGTA), SuperCLEVR counting, GeoQA — scored with the training rewards."""

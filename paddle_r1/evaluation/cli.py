@@ -1,0 +1,77 @@
+"""Arguments shared by eval/test_rec.py and eval/test_r1-v.py (those of PaddleMIX r1_mllm's commands)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .runner import (EvalOptions, Evaluator, accuracy_table, checkpoint_label, expand_model_paths, write_results)
+from .tasks import TASKS, task_for_dataset
+
+
+def build_parser(kind: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=f"paddle_r1 {kind} evaluation")
+    parser.add_argument("--model_path", nargs="+", required=True,
+                        help="model folders, or a training run's output folder (all its checkpoints)")
+    parser.add_argument("--model_name", help="name used in result file names (default: the folder's name)")
+    parser.add_argument("--method", choices=("r1", "baseline"), default="r1")
+    parser.add_argument("--data_root", required=True)
+    parser.add_argument("--image_root", default=None)
+    parser.add_argument("--test_datasets", nargs="+", required=True)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--sample_num", type=int, default=None, help="seeded random subset of each dataset")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--steps", type=int, default=None, help="training steps, recorded in result names")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--max_new_tokens", type=int, default=256)
+    parser.add_argument("--question_template", default=None, help="default: training's template (r1) or {Question}")
+    parser.add_argument("--coord_system", default=None, help="default: the model family's own")
+    parser.add_argument("--output_dir", default="eval_results")
+    if kind == "rec":
+        parser.add_argument("--visualize", type=int, default=0, help="draw N predictions per dataset")
+    else:
+        parser.add_argument("--task", choices=sorted(set(TASKS) - {"rec"}), default=None,
+                            help="default: from the dataset name (counting / geoqa)")
+    return parser
+
+
+def main(kind: str, argv: list[str] | None = None) -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
+    from paddleformers.utils.log import logger
+
+    logger.set_level("WARNING")
+    fleet_logger.setLevel("WARNING")
+    args = build_parser(kind).parse_args(argv)
+    options = EvalOptions(data_root=args.data_root, image_root=args.image_root, method=args.method,
+                          question_template=args.question_template, batch_size=args.batch_size,
+                          sample_num=args.sample_num, seed=args.seed, max_new_tokens=args.max_new_tokens,
+                          coord_system=args.coord_system, output_dir=args.output_dir,
+                          visualize=getattr(args, "visualize", 0), dtype=args.dtype)
+    try:
+        model_paths = expand_model_paths(args.model_path)
+        table: dict[str, dict[str, float]] = {}
+        for model_path in model_paths:
+            evaluator = Evaluator(model_path, options)
+            model_name = args.model_name if args.model_name and len(model_paths) == 1 else \
+                (args.model_name + "_" if args.model_name else "") + checkpoint_label(model_path)
+            label = checkpoint_label(model_path) if len(model_paths) > 1 else model_name
+            for dataset in args.test_datasets:
+                task = TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task)
+                summary = evaluator.evaluate(dataset, task)
+                path = write_results(summary, options.output_dir, model_name, args.steps)
+                print(f"{dataset}: accuracy {summary['accuracy'] * 100:.2f}% "
+                      f"({summary['correct']}/{summary['total']}) -> {path}")
+                if options.visualize:
+                    from .visualize import draw_rec_results
+
+                    folder = os.path.join(options.output_dir, "visualize", f"{dataset}_{model_name}")
+                    draw_rec_results(summary["results"], folder, options.visualize)
+                table.setdefault(label, {})[dataset] = summary["accuracy"]
+        print(accuracy_table(table, args.test_datasets))
+        return 0
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,138 @@
+"""Evaluate one model folder on benchmark files: batched greedy decoding with the training prompt,
+answers scored by the training rewards, results written per dataset."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import paddle
+from tqdm import tqdm
+
+from ..data.loader import load_samples
+from ..models.loading import default_coord_system, load_model, load_processor, model_family
+from ..trainer.prompts import build_prompt_batch
+from ..trainer.rollout import SamplingParams, sample_completions
+from .tasks import Task
+
+
+@dataclass
+class EvalOptions:
+    data_root: str
+    image_root: Optional[str]
+    method: str = "r1"  # r1: the training question template; baseline: the problem alone
+    question_template: Optional[str] = None
+    batch_size: int = 32
+    sample_num: Optional[int] = None
+    seed: int = 42
+    max_new_tokens: int = 256
+    coord_system: Optional[str] = None
+    output_dir: str = "eval_results"
+    visualize: int = 0
+    dtype: str = "float32"
+
+
+def checkpoint_label(model_path: str) -> str:
+    """"step 300" for .../checkpoint-300, else the folder's name."""
+    name = os.path.basename(os.path.normpath(model_path))
+    match = re.fullmatch(r"checkpoint-(\d+)", name)
+    return f"step {match.group(1)}" if match else name
+
+
+def expand_model_paths(paths: list[str]) -> list[str]:
+    """A training run's output folder stands for its checkpoints, in step order."""
+    from ..trainer.checkpoint import list_checkpoints
+
+    expanded = []
+    for path in paths:
+        found = [] if os.path.isfile(os.path.join(path, "config.json")) else list_checkpoints(path)
+        expanded.extend(found or [path])
+    return expanded
+
+
+def benchmark_file(data_root: str, dataset: str) -> str:
+    for extension in (".json", ".jsonl"):
+        candidate = os.path.join(data_root, dataset + extension)
+        if os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(f"no {dataset}.json or {dataset}.jsonl in {data_root}")
+
+
+def template_for(options: EvalOptions) -> str:
+    from ..config import GRPOConfig
+
+    if options.question_template:
+        return options.question_template
+    return GRPOConfig.__dataclass_fields__["question_template"].default if options.method == "r1" else "{Question}"
+
+
+class Evaluator:
+    def __init__(self, model_path: str, options: EvalOptions):
+        self.model_path, self.options = model_path, options
+        self.model = load_model(model_path, dtype=options.dtype)
+        self.model.eval()
+        self.processor = load_processor(model_path)
+        self.coord_system = options.coord_system or default_coord_system(model_family(model_path))
+        tokenizer = self.processor.tokenizer
+        self.eos = sorted({tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")})
+
+    def answer(self, samples: list[dict], template: str, desc: str):
+        """Greedy completions, batch by batch, with each sample's facts for the rewards."""
+        options, tokenizer = self.options, self.processor.tokenizer
+        params = SamplingParams(max_new_tokens=options.max_new_tokens, temperature=0.0)
+        completions, image_sizes, input_sizes = [], [], []
+        for start in tqdm(range(0, len(samples), options.batch_size), desc=desc, unit="batch"):
+            batch = samples[start:start + options.batch_size]
+            prompt, facts = build_prompt_batch(batch, self.processor, template)
+            rollout = sample_completions(self.model, prompt, 1, params, self.eos, tokenizer.pad_token_id)
+            lengths = rollout.completion_mask.sum(axis=1).tolist()
+            ids = rollout.completion_ids.tolist()
+            completions += tokenizer.batch_decode([row[:n] for row, n in zip(ids, lengths)], skip_special_tokens=True)
+            image_sizes += facts.image_sizes
+            input_sizes += facts.input_sizes
+        return completions, image_sizes, input_sizes
+
+    @paddle.no_grad()
+    def evaluate(self, dataset: str, task: Task) -> dict:
+        options = self.options
+        path = benchmark_file(options.data_root, dataset)
+        sampling = f"random:{options.sample_num}" if options.sample_num else "all"
+        samples, report = load_samples(path, image_root=options.image_root, data_format=task.data_format,
+                                       seed=options.seed, sampling_strategy=sampling)
+        if report.summary():
+            print(report.summary())
+        completions, image_sizes, input_sizes = self.answer(samples, template_for(options), dataset)
+        columns = {key: [s.get(key) for s in samples] for key in {k for s in samples for k in s}}
+        columns.update(image_sizes=image_sizes, input_sizes=input_sizes,
+                       coord_system=[self.coord_system] * len(samples))
+        correct = task.score(completions, columns)
+        results = [{
+            "question": s["problem"], "image": s["images"][0] if s["images"] else None,
+            "ground_truth": s["solution"], "answer": text,
+            "prediction": task.parse(text, self.coord_system, sizes, in_sizes), "correct": ok,
+        } for s, text, sizes, in_sizes, ok in zip(samples, completions, image_sizes, input_sizes, correct)]
+        accuracy = sum(correct) / len(correct)
+        return {"dataset": dataset, "model": self.model_path, "method": options.method, "task": task.name,
+                "accuracy": accuracy, "correct": sum(correct), "total": len(correct), "skipped": report.skipped,
+                "results": results}
+
+
+def write_results(summary: dict, output_dir: str, model_name: str, steps: Optional[int] = None) -> str:
+    os.makedirs(output_dir, exist_ok=True)
+    safe_model = re.sub(r"[^\w.-]+", "_", model_name).strip("_")
+    name = f"{summary['dataset']}_{safe_model}_{summary['method']}" + (f"_step{steps}" if steps is not None else "")
+    path = os.path.join(output_dir, name + ".json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2, ensure_ascii=False)
+    return path
+
+
+def accuracy_table(rows: dict[str, dict[str, float]], datasets: list[str]) -> str:
+    """Markdown table: one row per model / checkpoint, one column per dataset."""
+    lines = ["| model | " + " | ".join(datasets) + " |", "|---|" + "---|" * len(datasets)]
+    for label, accuracies in rows.items():
+        cells = [f"{accuracies[d] * 100:.2f}%" if d in accuracies else "-" for d in datasets]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

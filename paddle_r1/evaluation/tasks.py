@@ -1,0 +1,55 @@
+"""What an eval task scores with: the training reward that decides "correct", and how its prediction is
+shown in the results (the parsed box in original pixels, the number, the answer text)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..rewards import get_reward
+from ..rewards.boxes import predicted_box_in_pixels
+from ..rewards.parsing import answer_text, parse_number
+
+
+@dataclass
+class Task:
+    name: str
+    data_format: str  # the loader's format for the benchmark files
+    correct_reward: str  # registry name; a score of 1.0 means correct
+    parse: Callable  # (completion, coord_system, image_sizes, input_sizes) -> shown prediction or None
+
+    def score(self, completions: list[str], columns: dict) -> list[bool]:
+        values = get_reward(self.correct_reward)(completions, **columns)
+        return [v is not None and v >= 1.0 for v in values]
+
+
+def _box(completion, coord_system, image_sizes, input_sizes):
+    box = predicted_box_in_pixels(completion, coord_system, image_sizes, input_sizes)
+    return None if box is None else [round(v, 2) for v in box]
+
+
+def _number(completion, *_):
+    return parse_number(answer_text(completion))
+
+
+def _text(completion, *_):
+    return answer_text(completion).strip() or None
+
+
+TASKS = {
+    # REC: correct when IoU > 0.5 after mapping the box from the model's coordinates
+    "rec": Task("rec", "rec", "iou_accuracy", _box),
+    "counting": Task("counting", "r1v_eval", "counting", _number),
+    "geoqa": Task("geoqa", "r1v_eval", "math", _text),
+}
+
+
+def task_for_dataset(dataset: str, default: Optional[str] = None) -> Task:
+    """R1-V datasets: counting (SuperCLEVR) or GeoQA, from the dataset's name unless ``default`` says."""
+    if default:
+        return TASKS[default]
+    name = dataset.lower()
+    if "count" in name or "clevr" in name:
+        return TASKS["counting"]
+    if "geo" in name or "math" in name:
+        return TASKS["geoqa"]
+    raise ValueError(f"cannot tell the task of dataset {dataset!r}; pass --task counting|geoqa")

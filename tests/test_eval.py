@@ -1,0 +1,127 @@
+"""eval/test_rec.py and eval/test_r1-v.py on a tiny checkpoint and benchmark files in the real formats."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from PIL import Image
+
+from paddle_r1.evaluation.runner import accuracy_table, checkpoint_label, expand_model_paths
+from paddle_r1.evaluation.tasks import TASKS, task_for_dataset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_script(script, *args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "eval", script), *args], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def rec_benchmark(tmp_path_factory, rec_jsonl):
+    """A refcoco_val.json as in rec_jsons_processed: a json list, image paths relative to --image_root."""
+    root = tmp_path_factory.mktemp("rec_jsons_processed")
+    rows = [json.loads(line) for line in open(rec_jsonl)]
+    (root / "refcoco_val.json").write_text(json.dumps(rows))
+    (root / "refgta_subsample.json").write_text(json.dumps(rows[:3]))
+    return str(root), os.path.dirname(rec_jsonl)
+
+
+def test_rec_script_writes_results_table_and_pictures(tmp_path, tiny_model_dir, rec_benchmark):
+    data_root, image_root = rec_benchmark
+    model = tmp_path / "whatever-name"  # the family comes from config.json, not the folder's name
+    shutil.copytree(tiny_model_dir, model)
+    out = tmp_path / "results"
+    result = run_script("test_rec.py", "--model_name", "Qwen2.5-VL-3B-Instruct", "--method", "r1",
+                        "--model_path", str(model), "--data_root", data_root, "--image_root", image_root,
+                        "--test_datasets", "refcoco_val", "refgta_subsample", "--batch_size", "4",
+                        "--sample_num", "6", "--steps", "300", "--seed", "42", "--max_new_tokens", "8",
+                        "--dtype", "float32", "--output_dir", str(out), "--visualize", "2")
+    assert result.returncode == 0, result.stderr
+    summary = json.load(open(out / "refcoco_val_Qwen2.5-VL-3B-Instruct_r1_step300.json"))
+    assert summary["total"] == 6 and len(summary["results"]) == 6
+    assert summary["accuracy"] == sum(r["correct"] for r in summary["results"]) / 6
+    assert len({r["question"] for r in summary["results"]}) > 1  # each result keeps its own question
+    assert {"question", "answer", "prediction", "ground_truth", "correct", "image"} <= set(summary["results"][0])
+    assert json.load(open(out / "refgta_subsample_Qwen2.5-VL-3B-Instruct_r1_step300.json"))["total"] == 3
+    assert "| model | refcoco_val | refgta_subsample |" in result.stdout
+    pictures = os.listdir(out / "visualize" / "refcoco_val_Qwen2.5-VL-3B-Instruct")
+    assert len(pictures) == 2 and all(p.endswith(".png") for p in pictures)
+
+
+def test_r1v_script_counting_and_geoqa(tmp_path, tiny_model_dir):
+    images = tmp_path / "images"
+    images.mkdir()
+    for i in range(3):
+        Image.new("RGB", (84, 56), (40 * i, 90, 90)).save(images / f"{i}.png")
+    with open(tmp_path / "superclevr_test200_counting_problems.jsonl", "w") as f:
+        for i in range(3):
+            f.write(json.dumps({"image_path": f"{i}.png", "question": f"How many things? ({i})", "ground_truth": i}) + "\n")
+    with open(tmp_path / "geoqa_test_prompts.jsonl", "w") as f:
+        f.write(json.dumps({"image_path": "0.png", "question": "Angle ABC?", "ground_truth": "40°"}) + "\n")
+    out = tmp_path / "out"
+    result = run_script("test_r1-v.py", "--model_path", tiny_model_dir, "--data_root", str(tmp_path),
+                        "--image_root", str(images), "--test_datasets", "superclevr_test200_counting_problems",
+                        "geoqa_test_prompts", "--batch_size", "2", "--max_new_tokens", "6", "--output_dir", str(out))
+    assert result.returncode == 0, result.stderr
+    files = sorted(os.listdir(out))
+    assert len(files) == 2
+    counting = json.load(open(out / [f for f in files if f.startswith("superclevr")][0]))
+    assert counting["task"] == "counting" and counting["total"] == 3
+    assert json.load(open(out / [f for f in files if f.startswith("geoqa")][0]))["task"] == "geoqa"
+
+
+def test_sweep_over_a_runs_checkpoints(tmp_path, tiny_model_dir, rec_benchmark):
+    data_root, image_root = rec_benchmark
+    run = tmp_path / "run"
+    for step in (2, 10):
+        shutil.copytree(tiny_model_dir, run / f"checkpoint-{step}")
+        (run / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    assert expand_model_paths([str(run)]) == [str(run / "checkpoint-2"), str(run / "checkpoint-10")]
+    result = run_script("test_rec.py", "--model_path", str(run), "--data_root", data_root, "--image_root", image_root,
+                        "--test_datasets", "refgta_subsample", "--batch_size", "3", "--max_new_tokens", "4",
+                        "--output_dir", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[-4] == "| model | refgta_subsample |"
+    assert lines[-2].startswith("| step 2 |") and lines[-1].startswith("| step 10 |")
+
+
+def test_missing_benchmark_file_is_one_clear_line(tmp_path, tiny_model_dir):
+    result = run_script("test_rec.py", "--model_path", tiny_model_dir, "--data_root", str(tmp_path),
+                        "--test_datasets", "refcoco_val")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"error: no refcoco_val.json or refcoco_val.jsonl in {tmp_path}"
+
+
+def _columns(n, **values):
+    return {key: [value] * n for key, value in values.items()}
+
+
+def test_accuracy_against_hand_labelled_predictions():
+    # REC on a 200x100 image that the processor resized to 112x56 (Qwen2.5-VL answers in resized pixels)
+    rec = TASKS["rec"]
+    answers = ["<think>.</think><answer>[56, 28, 112, 56]</answer>",  # exactly the truth: correct
+               "<answer>[56, 28, 84, 56]</answer>",  # IoU 0.5 is not > 0.5: wrong
+               "<answer>[56, 28, 100, 56]</answer>",  # IoU 0.786: correct
+               "<answer>[100, 50, 200, 100]</answer>",  # the truth in ORIGINAL pixels: wrong for this model
+               "no box at all", ""]
+    cols = _columns(6, solution=[100, 50, 200, 100], image_sizes=[(200, 100)], input_sizes=[(112, 56)],
+                    coord_system="abs_resized")
+    assert rec.score(answers, cols) == [True, False, True, False, False, False]
+    assert rec.parse(answers[0], "abs_resized", [(200, 100)], [(112, 56)]) == [100, 50, 200, 100]
+    assert rec.parse("garbage", "abs_resized", [(200, 100)], [(112, 56)]) is None
+
+    counting = task_for_dataset("superclevr_test200_counting_problems")
+    assert counting.score(["<answer>3</answer>", "<answer>4</answer>", "three?", "<answer></answer>",
+                           "<answer>3.5</answer>"], _columns(5, solution=3)) == [True, False, True, False, False]
+    geoqa = task_for_dataset("geoqa_test_prompts")
+    assert geoqa.score(["<answer>\\frac{1}{2}</answer>", "<answer>0.5</answer>", "<answer>2</answer>", "???"],
+                       _columns(4, solution="0.5")) == [True, True, False, False]
+
+
+def test_labels_and_table():
+    assert checkpoint_label("/x/run/checkpoint-300") == "step 300" and checkpoint_label("/m/Qwen2.5-VL") == "Qwen2.5-VL"
+    assert accuracy_table({"a": {"d1": 0.5}}, ["d1", "d2"]).splitlines()[-1] == "| a | 50.00% | - |"
