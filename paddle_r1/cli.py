@@ -1,7 +1,8 @@
-"""``paddle-r1``: train | check-data | demo | make-tiny-model."""
+"""``paddle-r1``: train | sft | check-data | demo | plot | make-tiny-model."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -25,6 +26,26 @@ def _train(args, extra: list[str]) -> int:
         config.resume_from_checkpoint = args.resume
     result = GRPOTrainer(config).train()
     print(f"done: {len(result['history'])} steps; checkpoint {result['checkpoint']}")
+    return 0
+
+
+def _sft(args, extra: list[str]) -> int:
+    from .config import SFTConfig, load_config
+    from .trainer.sft import SFTTrainer
+
+    result = SFTTrainer(load_config(SFTConfig, args.config, extra)).train()
+    print(f"done: {len(result['history'])} steps; model folder {result['checkpoint']} "
+          "(name it as model_name_or_path in a GRPO config)")
+    return 0
+
+
+def _plot(args, extra: list[str]) -> int:
+    from .plot import plot_runs
+
+    if extra:
+        raise SystemExit(f"plot: unexpected arguments {extra}")
+    output = args.output or os.path.join(args.run_dirs[0], "learning_curve.png")
+    print(plot_runs(args.run_dirs, output))
     return 0
 
 
@@ -63,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", help="yaml or json config file")
     train.add_argument("--resume", help="checkpoint folder to resume from, or 'latest'")
     train.set_defaults(run=_train)
+    sft = sub.add_parser("sft", help="supervised fine-tuning on the solutions (a warm start for GRPO); --key value")
+    sft.add_argument("--config", help="yaml or json config file (keys of paddle_r1.config.SFTConfig)")
+    sft.set_defaults(run=_sft)
+    plot = sub.add_parser("plot", help="PNG of reward, KL, completion length and held-out score from metrics.jsonl")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="output folders holding metrics.jsonl")
+    plot.add_argument("--output", "-o", help="PNG path (default: RUN_DIR/learning_curve.png)")
+    plot.set_defaults(run=_plot)
     check = sub.add_parser("check-data", help="validate a config's data without training; counts per file")
     check.add_argument("config")
     check.set_defaults(run=_check_data)

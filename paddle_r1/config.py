@@ -18,6 +18,16 @@ class ConfigError(ValueError):
     """A config that cannot run; the message names the key, value or path at fault."""
 
 
+DEFAULT_QUESTION_TEMPLATE = (
+    "{Question} First output the thinking process in <think> </think> tags and then output the final "
+    "answer in <answer> </answer> tags."
+)
+# What SFT teaches the model to write; {Answer} is the solution in the model's own terms (a box in its
+# coordinate system, a count). The thinking is left empty: SFT here teaches the format and a first answer.
+DEFAULT_ANSWER_TEMPLATE = "<think> </think><answer>{Answer}</answer>"
+DTYPES = ("float32", "bfloat16", "float16")
+
+
 @dataclass
 class GRPOConfig:
     # model
@@ -25,6 +35,12 @@ class GRPOConfig:
     dtype: str = "float32"
     device: Optional[str] = None  # default: gpu when Paddle was built with CUDA, else cpu
     freeze_vision: bool = False
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass (memory for time)
+    lora: bool = False  # train LoRA adapters on the language model instead of all weights
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_target_modules: Optional[list] = None  # regexes over layer names; default: the decoder's projections
     coord_system: Optional[str] = None  # default: the model family's own (see paddle_r1.models.coords)
     min_pixels: Optional[int] = None  # default: the processor's preprocessor_config.json
     max_pixels: Optional[int] = None
@@ -37,10 +53,7 @@ class GRPOConfig:
     strict_data: bool = False  # stop at the first bad record instead of skipping and counting it
     image_columns: Optional[list] = None  # products format: the columns holding image paths
     image_cache_dir: Optional[str] = None  # where images stored inside datasets folders are written
-    question_template: str = (
-        "{Question} First output the thinking process in <think> </think> tags and then output the final "
-        "answer in <answer> </answer> tags."
-    )
+    question_template: str = DEFAULT_QUESTION_TEMPLATE
     system_prompt: Optional[str] = None
 
     # rewards
@@ -94,6 +107,12 @@ class GRPOConfig:
     use_visualdl: bool = True
     disable_tqdm: bool = False
 
+    # held-out evaluation: greedy answers scored by eval_reward, logged as eval/score (paddle_r1.evaluation.heldout)
+    eval_steps: int = 0  # every N steps, plus before the first and after the last step; 0: off
+    eval_data_path: Optional[str] = None  # a file in any data format; images relative to image_root or the file
+    eval_sample_num: Optional[int] = None  # a seeded random subset of that many samples; None: all
+    eval_reward: str = "iou_accuracy"  # the task's accuracy reward (counting, iou_accuracy, math, ...)
+
     def __post_init__(self):
         self.validate()
 
@@ -101,7 +120,7 @@ class GRPOConfig:
         choices = {
             "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
             "scale_rewards": ("group", "batch", "none"),
-            "dtype": ("float32", "bfloat16", "float16"),
+            "dtype": DTYPES,
         }
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
@@ -126,10 +145,76 @@ class GRPOConfig:
             raise ConfigError(f"config key 'temperature': must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"config key 'top_p': must be in (0, 1], got {self.top_p}")
+        if self.eval_steps < 0:
+            raise ConfigError(f"config key 'eval_steps': must be >= 0, got {self.eval_steps}")
+        if self.eval_steps and not self.eval_data_path:
+            raise ConfigError("config key 'eval_data_path' is required when eval_steps > 0")
 
     @property
     def clip_high(self) -> float:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+@dataclass
+class SFTConfig:
+    """``paddle-r1 sft``: supervised fine-tuning on the answers built from the solutions, before GRPO.
+
+    Keys shared with GRPOConfig keep their names and meanings, so one data / model block serves both jobs.
+    """
+
+    # model
+    model_name_or_path: str = ""
+    dtype: str = "float32"
+    device: Optional[str] = None
+    freeze_vision: bool = False
+    coord_system: Optional[str] = None  # the system SFT writes boxes in; default: the model family's own
+    min_pixels: Optional[int] = None
+    max_pixels: Optional[int] = None
+
+    # data (as in GRPOConfig)
+    dataset_name: Optional[str] = None
+    data_path: Optional[str] = None
+    image_root: Optional[str] = None
+    data_format: Optional[str] = None
+    strict_data: bool = False
+    image_columns: Optional[list] = None
+    image_cache_dir: Optional[str] = None
+    question_template: str = DEFAULT_QUESTION_TEMPLATE
+    system_prompt: Optional[str] = None
+    answer_template: str = DEFAULT_ANSWER_TEMPLATE  # the target text; must contain {Answer}
+
+    # optimisation (AdamW)
+    per_device_train_batch_size: int = 8
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    lr_scheduler_type: str = "constant"
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0
+    max_steps: int = -1
+    num_train_epochs: float = 1.0
+    seed: int = 42
+    logprob_chunk_size: int = 1024
+
+    # output: output_dir/checkpoint-N, a model folder GRPO's model_name_or_path can name
+    output_dir: str = "output_sft"
+    logging_steps: int = 1
+    save_steps: int = 0  # 0: only at the end
+    save_total_limit: Optional[int] = None
+    use_visualdl: bool = True
+    disable_tqdm: bool = False
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"config key 'dtype': {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if "{Answer}" not in self.answer_template:
+            raise ConfigError(f"config key 'answer_template': {self.answer_template!r} has no {{Answer}}")
+        for key in ("per_device_train_batch_size", "logprob_chunk_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"config key {key!r}: must be >= 1, got {getattr(self, key)}")
 
 
 def config_from_dict(cls, values: dict, source: str = "config"):

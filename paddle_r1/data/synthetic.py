@@ -1,6 +1,10 @@
-"""A synthetic REC set: coloured shapes drawn with PIL, "Locate the red square ..." with its box.
+"""Synthetic tasks drawn with PIL: coloured shapes on a plain background, seeded (same arguments, same files).
 
-Used by the demo and the tests; seeded, so the same arguments give the same files.
+- ``rec``: "Locate the red square in the image." -> its box in original pixels (two shapes, one target).
+- ``counting``: "How many shapes are there?" -> an integer (1 to 4 shapes by default, none overlapping).
+
+The demo, the tests and ``benchmarks/learning.py`` share them. ``make_synthetic_splits`` writes a training set
+and a held-out set from different seeds into separate folders, for measuring what training generalises to.
 """
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from PIL import Image, ImageDraw
 COLORS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}
 SHAPES = ("square", "circle")
 BACKGROUND = (245, 245, 245)
+COUNTING_QUESTION = "How many shapes are there?"
+HELDOUT_SEED_OFFSET = 10_000  # held-out images come from seed + this: never the training seed for seeds below it
 
 
 def _draw(draw: ImageDraw.ImageDraw, shape: str, box, color) -> None:
@@ -22,15 +28,28 @@ def _draw(draw: ImageDraw.ImageDraw, shape: str, box, color) -> None:
         draw.ellipse(box, fill=color)
 
 
-def _place(rng, width, height, taken):
-    """A box of side 20-45% of the shorter side that does not overlap ``taken`` (best effort)."""
+def _overlaps(box, taken) -> bool:
+    return not all(box[2] <= t[0] or t[2] <= box[0] or box[3] <= t[1] or t[3] <= box[1] for t in taken)
+
+
+def _place(rng, width, height, taken, min_frac: float = 0.2, max_frac: float = 0.45):
+    """A square box of side ``min_frac``-``max_frac`` of the shorter side that does not overlap ``taken``
+    (best effort: after 50 tries the last candidate is returned)."""
     for _ in range(50):
-        side = int(rng.integers(int(0.2 * min(width, height)), int(0.45 * min(width, height))))
+        side = int(rng.integers(int(min_frac * min(width, height)), int(max_frac * min(width, height))))
         x1, y1 = int(rng.integers(0, width - side)), int(rng.integers(0, height - side))
         box = [x1, y1, x1 + side, y1 + side]
-        if all(box[2] <= t[0] or t[2] <= box[0] or box[3] <= t[1] or t[3] <= box[1] for t in taken):
+        if not _overlaps(box, taken):
             return box
     return box
+
+
+def _write_jsonl(out_dir: str, name: str, rows: list[dict]) -> str:
+    path = os.path.join(out_dir, name)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return path
 
 
 def make_synthetic_rec(out_dir: str, num_samples: int = 32, seed: int = 0,
@@ -60,8 +79,52 @@ def make_synthetic_rec(out_dir: str, num_samples: int = 32, seed: int = 0,
             "solution": target_box,
             "normal_caption": f"a {target_color} {target_shape}",
         })
-    path = os.path.join(out_dir, "rec.jsonl")
-    with open(path, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(json.dumps(line) + "\n")
-    return path
+    return _write_jsonl(out_dir, "rec.jsonl", lines)
+
+
+def make_synthetic_counting(out_dir: str, num_samples: int = 32, seed: int = 0, counts=(1, 2, 3, 4),
+                            sizes=((112, 112),), min_frac: float = 0.15, max_frac: float = 0.25) -> str:
+    """Write ``num_samples`` images of ``counts[k]`` non-overlapping shapes (k uniform; colours and kinds random)
+    and ``counting.jsonl`` ({image, problem, solution: int, reward_method: counting}, read as the ``r1v``
+    format); return the jsonl path."""
+    rng = np.random.default_rng(seed)
+    image_dir = os.path.join(out_dir, "images")
+    os.makedirs(image_dir, exist_ok=True)
+    color_names = list(COLORS)
+    lines = []
+    for i in range(num_samples):
+        width, height = sizes[i % len(sizes)]
+        img = Image.new("RGB", (width, height), BACKGROUND)
+        draw = ImageDraw.Draw(img)
+        count = int(counts[int(rng.integers(len(counts)))])
+        taken: list = []
+        for _ in range(count):
+            box = _place(rng, width, height, taken, min_frac, max_frac)
+            if _overlaps(box, taken):
+                raise ValueError(f"cannot place {count} shapes of side {max_frac:.0%} in {width}x{height} without "
+                                 "overlap; use smaller shapes or counts")
+            taken.append(box)
+            color = COLORS[color_names[int(rng.integers(len(color_names)))]]
+            _draw(draw, SHAPES[int(rng.integers(len(SHAPES)))], box, color)
+        name = f"count_{i:05d}.png"
+        img.save(os.path.join(image_dir, name))
+        lines.append({"image": f"images/{name}", "problem": COUNTING_QUESTION, "solution": count,
+                      "reward_method": "counting"})
+    return _write_jsonl(out_dir, "counting.jsonl", lines)
+
+
+SYNTHETIC_TASKS = {"rec": make_synthetic_rec, "counting": make_synthetic_counting}
+
+
+def make_synthetic_splits(out_dir: str, task: str, num_train: int, num_heldout: int, seed: int = 0,
+                          **task_options) -> dict[str, str]:
+    """``out_dir/train/`` from ``seed`` and ``out_dir/heldout/`` from ``seed + HELDOUT_SEED_OFFSET``, each a
+    jsonl with its own images; returns {"train": path, "heldout": path}."""
+    if task not in SYNTHETIC_TASKS:
+        raise ValueError(f"unknown synthetic task {task!r} (known: {', '.join(SYNTHETIC_TASKS)})")
+    make = SYNTHETIC_TASKS[task]
+    return {
+        "train": make(os.path.join(out_dir, "train"), num_samples=num_train, seed=seed, **task_options),
+        "heldout": make(os.path.join(out_dir, "heldout"), num_samples=num_heldout, seed=seed + HELDOUT_SEED_OFFSET,
+                        **task_options),
+    }

@@ -71,14 +71,20 @@ def check_model_path(path: str) -> None:
         raise FileNotFoundError(f"model folder not found: {path}")
 
 
-def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False) -> paddle.nn.Layer:
+def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False,
+               gradient_checkpointing: bool = False) -> paddle.nn.Layer:
+    """One model from a folder or hub id. ``gradient_checkpointing`` recomputes each decoder and vision block
+    in the backward pass instead of keeping its activations (paddleformers' full, uniform recompute)."""
     check_model_path(path)
     cls = model_class(model_family(path))
     config = cls.config_class.from_pretrained(path)
-    if paddle.get_device() == "cpu":
-        for sub in (config, getattr(config, "text_config", None), getattr(config, "vision_config", None)):
-            if sub is not None:
-                sub.fuse_rms_norm = False
+    for sub in (config, getattr(config, "text_config", None), getattr(config, "vision_config", None)):
+        if sub is None:
+            continue
+        if paddle.get_device() == "cpu":
+            sub.fuse_rms_norm = False
+        if gradient_checkpointing:
+            sub.recompute_granularity, sub.recompute_method, sub.recompute_num_layers = "full", "uniform", 1
     model = cls.from_pretrained(path, config=config, dtype=dtype)
     if freeze_vision:
         for param in model.visual.parameters():
@@ -112,13 +118,13 @@ def load_processor(path: str, min_pixels: Optional[int] = None, max_pixels: Opti
 
 def load_models(path: str, beta: float, dtype: str = "float32", freeze_vision: bool = False,
                 min_pixels: Optional[int] = None, max_pixels: Optional[int] = None,
-                reference_path: Optional[str] = None) -> LoadedModels:
+                reference_path: Optional[str] = None, gradient_checkpointing: bool = False) -> LoadedModels:
     """Policy + processor from ``path``, and a frozen reference only when the KL term is on (beta > 0).
 
     ``reference_path`` (default ``path``) lets a resumed run take its policy from a checkpoint while the
     reference stays the original model (or the synced copy the checkpoint saved).
     """
-    policy = load_model(path, dtype=dtype, freeze_vision=freeze_vision)
+    policy = load_model(path, dtype=dtype, freeze_vision=freeze_vision, gradient_checkpointing=gradient_checkpointing)
     reference = None
     if beta > 0:
         reference = load_model(reference_path or path, dtype=dtype)

@@ -76,10 +76,11 @@ def begin_checkpoint(output_dir: str, step: int) -> str:
     return tmp
 
 
-def finish_checkpoint(tmp: str, final: str, *, policy, processor, optimizer, trainer_state: dict, reference=None,
-                      save_total_limit: Optional[int] = None) -> str:
-    """Write the model, processor, optimizer, RNG and trainer state into ``tmp``, then rename it to ``final``."""
-    policy.save_pretrained(tmp)
+def finish_checkpoint(tmp: str, final: str, *, write_model, policy, processor, optimizer, trainer_state: dict,
+                      reference=None, save_total_limit: Optional[int] = None) -> str:
+    """Write the model (``write_model(folder)``), processor, optimizer, RNG and trainer state into ``tmp``, then
+    rename it to ``final``."""
+    write_model(tmp)
     processor.save_pretrained(tmp)
     if reference is not None:
         reference.save_pretrained(os.path.join(tmp, "ref_model"))

@@ -22,8 +22,10 @@ from tqdm import tqdm
 from ..config import ConfigError, GRPOConfig
 from ..data.loader import load_from_config
 from ..data.samples import DataError
+from ..evaluation.heldout import HeldoutEval
 from ..models.coords import COORD_SYSTEMS
 from ..models.loading import default_coord_system, load_models
+from ..models.lora import ADAPTER_DIR, adapters_disabled, apply_lora, load_adapter, save_adapter, save_merged
 from ..rewards import get_reward
 from . import checkpoint as ckpt
 from .logprobs import completion_logprobs
@@ -86,12 +88,20 @@ class GRPOTrainer:
             if cfg.resume_from_checkpoint else None
         paddle.seed(cfg.seed)
         np.random.seed(cfg.seed)
+        if cfg.lora and cfg.sync_ref_model:
+            raise ConfigError("config keys 'lora' and 'sync_ref_model': with LoRA the reference is the base model")
+        # with LoRA the policy starts from the base model and the adapter is restored on top of it
+        policy_path = cfg.model_name_or_path if cfg.lora else resume_path or cfg.model_name_or_path
         with replica_io(self.world_size):
             loaded = in_rank_order(lambda: load_models(
-                resume_path or cfg.model_name_or_path, beta=cfg.beta, dtype=cfg.dtype, freeze_vision=cfg.freeze_vision,
-                min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels,
-                reference_path=self._reference_path(resume_path)), self.rank, self.world_size)
+                policy_path, beta=0.0 if cfg.lora else cfg.beta, dtype=cfg.dtype, freeze_vision=cfg.freeze_vision,
+                min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels, reference_path=self._reference_path(resume_path),
+                gradient_checkpointing=cfg.gradient_checkpointing), self.rank, self.world_size)
         self.policy, self.reference, self.processor = loaded.policy, loaded.reference, loaded.processor
+        if cfg.lora:
+            apply_lora(self.policy, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
+            if resume_path:
+                load_adapter(self.policy, os.path.join(resume_path, ADAPTER_DIR))
         self.coord_system = cfg.coord_system or default_coord_system(loaded.family)
         tokenizer = self.processor.tokenizer
         self.eos_token_ids = sorted({tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")})
@@ -111,6 +121,8 @@ class GRPOTrainer:
         if resume_path:
             self._restore(resume_path)
         self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl) if self.is_main else None
+        self.heldout = HeldoutEval(cfg, self.policy, self.processor, self.coord_system) \
+            if cfg.eval_steps and self.is_main else None
 
     # ---- setup -------------------------------------------------------------------------------
     def _reference_path(self, resume_path: Optional[str]) -> str:
@@ -130,7 +142,27 @@ class GRPOTrainer:
             learning_rate=self.scheduler, parameters=trainable, weight_decay=cfg.weight_decay,
             beta1=cfg.adam_beta1, beta2=cfg.adam_beta2, epsilon=cfg.adam_epsilon,
             grad_clip=paddle.nn.ClipGradByGlobalNorm(cfg.max_grad_norm) if cfg.max_grad_norm > 0 else None,
+            multi_precision=cfg.dtype != "float32",  # float32 master weights and moments for bfloat16 weights
         )
+
+    def _reference_logprobs(self, rollout: Rollout) -> paddle.Tensor:
+        """Under the reference policy: the frozen copy, or with LoRA the policy with its adapters off."""
+        cfg = self.config
+        if cfg.lora:
+            with adapters_disabled(self.policy):
+                return completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature)
+        return completion_logprobs(self.reference, rollout, cfg.logprob_chunk_size, cfg.temperature)
+
+    def _write_model(self, folder: str) -> None:
+        """The policy as a model folder from_pretrained loads as it is; with LoRA, merged, plus the adapter."""
+        cfg = self.config
+        if not cfg.lora:
+            self.policy.save_pretrained(folder)
+            return
+        save_merged(self.policy, folder)
+        save_adapter(self.policy, os.path.join(folder, ADAPTER_DIR),
+                     {"base_model": cfg.model_name_or_path, "rank": cfg.lora_rank, "alpha": cfg.lora_alpha,
+                      "target_modules": cfg.lora_target_modules})
 
     def _restore(self, path: str) -> None:
         state = ckpt.load_trainer_state(path)
@@ -213,8 +245,7 @@ class GRPOTrainer:
         with paddle.no_grad():
             old_logp = completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature) \
                 if cfg.num_iterations > 1 else None
-            ref_logp = completion_logprobs(self.reference, rollout, cfg.logprob_chunk_size, cfg.temperature) \
-                if self.reference is not None else None
+            ref_logp = self._reference_logprobs(rollout) if cfg.beta != 0.0 else None
         return Experience(rollout=rollout, mask=mask, advantages=advantages, old_logp=old_logp, ref_logp=ref_logp,
                           scores=scores, rewards=rewards.numpy(), texts=texts, samples=samples,
                           generation_seconds=generation_seconds)
@@ -332,9 +363,9 @@ class GRPOTrainer:
                      "world_size": self.world_size, "config": dataclasses.asdict(cfg)}
             reference = self.reference if cfg.sync_ref_model else None
             with replica_io(self.world_size):
-                ckpt.finish_checkpoint(tmp, final, policy=self.policy, processor=self.processor,
-                                       optimizer=self.optimizer, trainer_state=state, reference=reference,
-                                       save_total_limit=cfg.save_total_limit)
+                ckpt.finish_checkpoint(tmp, final, write_model=self._write_model, policy=self.policy,
+                                       processor=self.processor, optimizer=self.optimizer, trainer_state=state,
+                                       reference=reference, save_total_limit=cfg.save_total_limit)
         barrier(self.world_size)
         return final
 
@@ -345,12 +376,16 @@ class GRPOTrainer:
                    desc="GRPO", unit="step")
         last_saved = None
         try:
+            if self.heldout is not None and self.step == 0:  # the score training starts from
+                self.logger.log(0, self.heldout.evaluate(0, echo=bar.write), echo=lambda _: None)
             while self.step < self.total_steps:
                 metrics = self.training_step()
+                if self.heldout is not None and self.heldout.due(self.step, self.total_steps):
+                    metrics.update(self.heldout.evaluate(self.step, echo=bar.write))
                 history.append(metrics)
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics['reward']:.3f}", loss=f"{metrics['loss']:.4f}")
-                if self.is_main and self.step % cfg.logging_steps == 0:
+                if self.is_main and (self.step % cfg.logging_steps == 0 or "eval/score" in metrics):
                     self.logger.log(self.step, metrics, echo=bar.write)
                 if self.is_main and cfg.log_completions_steps and self.step % cfg.log_completions_steps == 0:
                     self.logger.log_completions(self._completion_rows())

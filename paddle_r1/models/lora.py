@@ -1,0 +1,106 @@
+"""LoRA through ``paddleformers.peft``: adapters on the language model's linear layers.
+
+paddleformers replaces the targeted ``nn.Linear`` layers in place with ``LoRALinear`` (W frozen, trainable
+A [in, r] and B [r, out], output += x A B * alpha / r). paddle_r1 keeps using the model object itself and
+adds what a GRPO run needs around it:
+
+- the reference policy is the same model with its adapters switched off (``adapters_disabled``): no second
+  copy of the weights when beta > 0;
+- checkpoints hold the merged full model (W + A B * alpha / r under the published names, loadable with
+  ``from_pretrained``) and the adapter alone (``adapter/``) for resuming.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+
+import paddle
+
+# Qwen-VL decoder projections as paddleformers names them (q, k, v are fused into qkv_proj; gate and up into
+# up_gate_proj); the vision tower is left alone.
+DEFAULT_TARGETS = [r".*language_model\.layers\.\d+\.self_attn\.(qkv_proj|o_proj)",
+                   r".*language_model\.layers\.\d+\.mlp\.(up_gate_proj|down_proj)"]
+ADAPTER_DIR = "adapter"
+
+
+def apply_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modules=None):
+    """Put adapters on ``model`` in place; afterwards only adapter weights are trainable."""
+    from paddleformers.peft import LoRAConfig, LoRAModel
+
+    config = LoRAConfig(target_modules=list(target_modules or DEFAULT_TARGETS), r=rank, lora_alpha=alpha,
+                        lora_dropout=dropout, merge_weights=False, dtype=str(model.parameters()[0].dtype).split(".")[-1])
+    wrapper = LoRAModel(model, config)  # replaces the layers inside `model` and freezes everything else
+    if not lora_layers(model):
+        raise ValueError(f"lora_target_modules {config.target_modules} matched no linear layer")
+    return wrapper
+
+
+def lora_layers(model) -> dict:
+    from paddleformers.peft.lora.lora_layers import LoRALinear
+
+    return {name: layer for name, layer in model.named_sublayers() if isinstance(layer, LoRALinear)}
+
+
+@contextlib.contextmanager
+def adapters_disabled(model):
+    """The base model, for reference log-probs: every adapter switched off for the duration."""
+    layers = list(lora_layers(model).values())
+    for layer in layers:
+        layer.disable_lora = True
+    try:
+        yield model
+    finally:
+        for layer in layers:
+            layer.disable_lora = False
+
+
+def adapter_state(model) -> dict:
+    return {name: param for name, param in model.named_parameters() if "lora_" in name.rsplit(".", 1)[-1]}
+
+
+@paddle.no_grad()
+def merged_state_dict(model) -> dict:
+    """The base model's state with each adapted weight replaced by W + A B * scaling (copies, model untouched)."""
+    layers = lora_layers(model)
+    merged = {}
+    for name, tensor in model.state_dict().items():
+        owner, _, leaf = name.rpartition(".")
+        if leaf.startswith("lora_"):
+            continue
+        if leaf == "weight" and owner in layers:
+            layer = layers[owner]
+            tensor = tensor + (layer.lora_A @ layer.lora_B) * layer.scaling
+        merged[name] = tensor
+    return merged
+
+
+def save_adapter(model, folder: str, settings: dict) -> None:
+    from safetensors.numpy import save_file
+
+    os.makedirs(folder, exist_ok=True)
+    save_file({k: v.numpy() for k, v in adapter_state(model).items()}, os.path.join(folder, "adapter.safetensors"))
+    with open(os.path.join(folder, "adapter_config.json"), "w", encoding="utf-8") as f:
+        json.dump(settings, f, indent=2)
+
+
+@paddle.no_grad()
+def load_adapter(model, folder: str) -> None:
+    from safetensors.numpy import load_file
+
+    saved = load_file(os.path.join(folder, "adapter.safetensors"))
+    params = adapter_state(model)
+    missing = sorted(set(params) - set(saved))
+    if missing:
+        raise ValueError(f"{folder}: adapter weights missing for {missing[:3]}")
+    for name, param in params.items():
+        param.set_value(paddle.to_tensor(saved[name], dtype=param.dtype))
+
+
+def save_merged(model, folder: str) -> None:
+    """A plain model folder (published layout) holding the merged weights."""
+    from .loading import model_class
+
+    base = model_class(model.config.model_type)(model.config)
+    base.set_state_dict(merged_state_dict(model))
+    base.save_pretrained(folder)

@@ -1,0 +1,73 @@
+"""``paddle-r1 plot RUN_DIR [RUN_DIR ...]``: one PNG of a run's curves against step, from its metrics.jsonl.
+
+Panels: reward (the total, and each reward function's mean dashed), KL, completion length, and the held-out
+score (``eval/score``). A panel whose metric no run logged says so instead of drawing nothing. Several run
+folders (e.g. the seeds of a benchmark) are drawn in the same panels, one colour each.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Optional
+
+PANELS = (("reward", "reward"), ("kl", "KL to the reference"), ("completion_length", "completion length (tokens)"),
+          ("eval/score", "held-out score"))
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of the rows that logged a finite ``key``."""
+    points = [(row["step"], float(row[key])) for row in rows
+              if isinstance(row.get(key), (int, float)) and math.isfinite(row[key])]
+    return [s for s, _ in points], [v for _, v in points]
+
+
+def reward_function_keys(rows: list[dict]) -> list[str]:
+    return sorted({k for row in rows for k in row if k.startswith("rewards/") and k.endswith("/mean")})
+
+
+def plot_runs(run_dirs: list[str], output: str, title: Optional[str] = None) -> str:
+    """Write the PNG to ``output`` and return its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    runs = [(os.path.basename(os.path.normpath(d)), read_metrics(d)) for d in run_dirs]
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6), dpi=80)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (key, label) in zip(axes.flat, PANELS):
+        drawn = False
+        for i, (name, rows) in enumerate(runs):
+            color = colors[i % len(colors)]
+            steps, values = series(rows, key)
+            if steps:
+                ax.plot(steps, values, color=color, marker="o" if key == "eval/score" else None, markersize=3,
+                        label=f"{name}: total" if key == "reward" else name)
+                drawn = True
+            if key == "reward":
+                for reward_key in reward_function_keys(rows):
+                    steps, values = series(rows, reward_key)
+                    ax.plot(steps, values, color=color, linestyle="--", linewidth=1, alpha=0.7,
+                            label=f"{name}: {reward_key.split('/')[1]}")
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("step", fontsize=9)
+        ax.grid(alpha=0.3)
+        if drawn:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, f"no '{key}' logged", ha="center", va="center", transform=ax.transAxes, color="gray")
+    fig.suptitle(title or ", ".join(name for name, _ in runs), fontsize=11)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    fig.savefig(output)
+    plt.close(fig)
+    return output
