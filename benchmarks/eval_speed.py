@@ -1,0 +1,51 @@
+"""Evaluation speed on the tiny model: REC samples per second at batch 1 and batch 16 (greedy, cached decode).
+
+    python benchmarks/eval_speed.py [--samples 32 --max-new-tokens 32]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import warnings
+
+warnings.filterwarnings("ignore")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--samples", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    args = parser.parse_args()
+    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
+    from paddleformers.utils.log import logger
+
+    logger.set_level("ERROR")
+    fleet_logger.setLevel("ERROR")
+    from paddle_r1.data.synthetic import make_synthetic_rec
+    from paddle_r1.evaluation.runner import EvalOptions, Evaluator
+    from paddle_r1.evaluation.tasks import TASKS
+    from paddle_r1.models.tiny import make_tiny_model
+
+    work = tempfile.mkdtemp()
+    model_dir = make_tiny_model(os.path.join(work, "model"))
+    jsonl = make_synthetic_rec(os.path.join(work, "data"), num_samples=args.samples)
+    rows = [json.loads(line) for line in open(jsonl)]
+    with open(os.path.join(work, "data", "refcoco_val.json"), "w") as f:
+        json.dump(rows, f)
+    print(f"tiny Qwen2.5-VL, {args.samples} REC samples, {args.max_new_tokens} new tokens at most")
+    print("| batch size | samples / s | seconds |\n|---|---|---|")
+    for batch_size in (1, 16):
+        options = EvalOptions(data_root=os.path.join(work, "data"), image_root=None, batch_size=batch_size,
+                              max_new_tokens=args.max_new_tokens, output_dir=os.path.join(work, "out"))
+        evaluator = Evaluator(model_dir, options)
+        start = time.perf_counter()
+        summary = evaluator.evaluate("refcoco_val", TASKS["rec"])
+        seconds = time.perf_counter() - start
+        print(f"| {batch_size} | {summary['total'] / seconds:.1f} | {seconds:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
