@@ -9,9 +9,6 @@ import json
 import os
 import tempfile
 import time
-import warnings
-
-warnings.filterwarnings("ignore")
 
 
 def main() -> None:
@@ -19,11 +16,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     args = parser.parse_args()
-    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
-    from paddleformers.utils.log import logger
+    from paddle_r1.quiet import quiet_libraries
 
-    logger.set_level("ERROR")
-    fleet_logger.setLevel("ERROR")
+    quiet_libraries("ERROR")
     from paddle_r1.data.synthetic import make_synthetic_rec
     from paddle_r1.evaluation.runner import EvalOptions, Evaluator
     from paddle_r1.evaluation.tasks import TASKS

@@ -25,11 +25,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     args = parser.parse_args()
 
-    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
-    from paddleformers.utils.log import logger
+    from paddle_r1.quiet import quiet_libraries
 
-    logger.set_level("ERROR")
-    fleet_logger.setLevel("ERROR")
+    quiet_libraries("ERROR")
     from paddle_r1.data.loader import load_samples
     from paddle_r1.data.synthetic import make_synthetic_rec
     from paddle_r1.models.loading import load_model, load_processor

@@ -5,16 +5,7 @@ import argparse
 import os
 import sys
 
-
-def _quiet_libraries() -> None:
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
-    from paddleformers.utils.log import logger
-
-    logger.set_level("WARNING")
-    fleet_logger.setLevel("WARNING")
+from .quiet import quiet_libraries
 
 
 def _train(args, extra: list[str]) -> int:
@@ -110,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     from .data.samples import DataError
 
     args, extra = build_parser().parse_known_args(argv)
-    _quiet_libraries()
+    quiet_libraries()
     try:
         return args.run(args, extra)
     except (ConfigError, DataError, FileNotFoundError, KeyError, ValueError) as e:

@@ -8,11 +8,9 @@ warnings.filterwarnings("ignore")
 
 @pytest.fixture(scope="session", autouse=True)
 def quiet_libraries():
-    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
-    from paddleformers.utils.log import logger
+    from paddle_r1.quiet import quiet_libraries
 
-    logger.set_level("WARNING")
-    fleet_logger.setLevel("WARNING")
+    quiet_libraries()
 
 
 @pytest.fixture(scope="session")

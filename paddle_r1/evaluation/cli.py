@@ -36,14 +36,9 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
 
 
 def main(kind: str, argv: list[str] | None = None) -> int:
-    import warnings
+    from ..quiet import quiet_libraries
 
-    warnings.filterwarnings("ignore")
-    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
-    from paddleformers.utils.log import logger
-
-    logger.set_level("WARNING")
-    fleet_logger.setLevel("WARNING")
+    quiet_libraries()
     args = build_parser(kind).parse_args(argv)
     options = EvalOptions(data_root=args.data_root, image_root=args.image_root, method=args.method,
                           question_template=args.question_template, batch_size=args.batch_size,
