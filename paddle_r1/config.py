@@ -306,5 +306,9 @@ def load_config(cls, path: Optional[str] = None, overrides: Optional[list[str]] 
     values = read_config_file(path) if path else {}
     if "job_type" in values:
         values = from_easydistill(values, path)
-    values.update(parse_overrides(overrides or []))
+    command_line = parse_overrides(overrides or [])
+    unknown = sorted(set(command_line) - set(cls.__dataclass_fields__))
+    if unknown:  # named here, so that a typo on the command line is not blamed on the file
+        raise ConfigError(f"command line: unknown config key(s) {', '.join(map(repr, unknown))}")
+    values.update(command_line)
     return config_from_dict(cls, values, source=path or "command line")

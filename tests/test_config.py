@@ -44,3 +44,10 @@ def test_missing_file_and_bad_override():
         load_config(GRPOConfig, "nope.yaml")
     with pytest.raises(ConfigError, match="expected --key value"):
         parse_overrides(["beta"])
+
+
+def test_a_command_line_typo_is_named_as_such(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("beta: 0.1\n")
+    with pytest.raises(ConfigError, match=r"^command line: unknown config key\(s\) 'num_generatoins'"):
+        load_config(GRPOConfig, str(path), ["--num_generatoins", "4"])

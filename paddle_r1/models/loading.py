@@ -102,7 +102,7 @@ def load_processor(path: str, min_pixels: Optional[int] = None, max_pixels: Opti
         kwargs["min_pixels"] = min_pixels
     if max_pixels is not None:
         kwargs["max_pixels"] = max_pixels
-    processor = AutoProcessor.from_pretrained(path, **kwargs)
+    processor = AutoProcessor.from_pretrained(path, use_fast=True, **kwargs)  # what paddleformers picks anyway
     if min_pixels is not None or max_pixels is not None:
         # the fast image processor keeps its limits in `size`; keep both spellings in step
         image_processor = processor.image_processor
