@@ -55,7 +55,7 @@ def _demo(args, extra: list[str]) -> int:
     from .config import parse_overrides
     from .demo import run_demo
 
-    run_demo(args.output_dir, **parse_overrides(extra))
+    run_demo(args.output_dir, args.family, **parse_overrides(extra))
     return 0
 
 
@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_check_data)
     demo = sub.add_parser("demo", help="a few GRPO steps of a tiny model on synthetic shapes, on CPU")
     demo.add_argument("--output-dir", default="demo_output")
+    demo.add_argument("--family", default="qwen2_5_vl", help="tiny model family: qwen2_5_vl or qwen2_vl")
     demo.set_defaults(run=_demo)
     tiny = sub.add_parser("make-tiny-model", help="write a seeded tiny checkpoint folder")
     tiny.add_argument("dir")

@@ -25,18 +25,18 @@ DEMO_SETTINGS = dict(
 )
 
 
-def demo_config(output_dir: str, **overrides) -> GRPOConfig:
-    model_dir = os.path.join(output_dir, "tiny-model")
+def demo_config(output_dir: str, family: str = "qwen2_5_vl", **overrides) -> GRPOConfig:
+    model_dir = os.path.join(output_dir, f"tiny-{family}")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
-        make_tiny_model(model_dir)
+        make_tiny_model(model_dir, family=family)
     settings = {**DEMO_SETTINGS, "model_name_or_path": model_dir, "output_dir": output_dir, **overrides}
     return GRPOConfig(**settings)
 
 
-def run_demo(output_dir: str = "demo_output", **overrides) -> dict:
+def run_demo(output_dir: str = "demo_output", family: str = "qwen2_5_vl", **overrides) -> dict:
     from .trainer.grpo import GRPOTrainer
 
-    config = demo_config(output_dir, **overrides)
+    config = demo_config(output_dir, family, **overrides)
     result = GRPOTrainer(config).train()
     print(f"\nmetrics:     {os.path.join(output_dir, 'metrics.jsonl')} (VisualDL logs in {output_dir}/visualdl)")
     print(f"completions: {os.path.join(output_dir, 'completions.jsonl')}")

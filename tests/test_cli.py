@@ -56,12 +56,15 @@ def test_train_and_resume_from_the_command_line(tmp_path, tiny_model_dir, rec_js
     assert steps == [1, 2] and os.path.isdir(out / "checkpoint-2")
 
 
-def test_demo_runs_and_says_where_things_are(tmp_path):
-    result = paddle_r1("demo", "--output-dir", str(tmp_path / "demo"), "--max_steps", "2", cwd=tmp_path)
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl"])
+def test_demo_runs_and_says_where_things_are(tmp_path, family):
+    result = paddle_r1("demo", "--output-dir", str(tmp_path / "demo"), "--family", family, "--max_steps", "2",
+                       cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     for what in ("metrics:", "completions:", "checkpoint:"):
         assert what in result.stdout
     assert os.path.isdir(tmp_path / "demo" / "checkpoint-2")
+    assert json.load(open(tmp_path / "demo" / "checkpoint-2" / "config.json"))["model_type"] == family
 
 
 def test_the_shipped_config_lists_every_key_and_loads():
