@@ -121,3 +121,12 @@ def test_rewards_that_are_none_and_bad_setups(tiny_model_dir, rec_samples, tmp_p
         GRPOTrainer(_config(tiny_model_dir, tmp_path, reward_funcs=["accurcy"]), samples=rec_samples)
     with pytest.raises(FileNotFoundError, match="model folder not found: /no/such/model"):
         GRPOTrainer(_config("/no/such/model", tmp_path), samples=rec_samples)
+
+
+def test_a_solution_a_reward_cannot_read_is_left_out_not_fatal(tiny_model_dir, rec_samples, tmp_path):
+    # counting cannot read an integer from sample 1's solution: bad data, scored None and counted, not a crash
+    samples = [{**s, "solution": "a box somewhere" if i == 1 else 3} for i, s in enumerate(rec_samples[:4])]
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, reward_funcs=["counting", "reward_helpers:short_reward"],
+                                  max_steps=2, per_device_train_batch_size=4), samples=samples)
+    metrics = trainer.train()["history"]
+    assert sum(m.get("rewards/counting/bad_solutions", 0) for m in metrics) == 2 * 3  # one prompt x G, each step

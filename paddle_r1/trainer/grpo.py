@@ -185,7 +185,7 @@ class GRPOTrainer:
         columns["coord_system"] = [self.coord_system] * len(texts)
         scores = np.full((len(texts), len(self.reward_fns)), np.nan, dtype="float32")
         for j, (name, fn) in enumerate(zip(self.reward_names, self.reward_fns)):
-            values = fn(texts, **columns, **self.config.reward_kwargs.get(name, {}))
+            values = self._call_reward(name, fn, texts, columns)
             if len(values) != len(texts):
                 raise RuntimeError(f"reward {name!r} returned {len(values)} scores for {len(texts)} completions")
             scores[:, j] = [np.nan if v is None else float(v) for v in values]
@@ -193,6 +193,25 @@ class GRPOTrainer:
             for key, value in (pop_metrics() if pop_metrics else {}).items():
                 self.step_counters[f"rewards/{name}/{key}"] += value
         return scores
+
+    def _call_reward(self, name: str, fn, texts: list[str], columns: dict) -> list:
+        """``fn`` on the whole batch; when a sample's solution is unusable (the reward raises ValueError: bad
+        data, not model text), that sample scores None, is named once and counted, and training goes on."""
+        kwargs = self.config.reward_kwargs.get(name, {})
+        try:
+            return fn(texts, **columns, **kwargs)
+        except ValueError:
+            pass
+        values = []
+        for i, text in enumerate(texts):
+            try:
+                values.extend(fn([text], **{k: v[i:i + 1] for k, v in columns.items()}, **kwargs))
+            except ValueError as e:
+                if i % self.config.num_generations == 0:
+                    print(f"reward {name!r} cannot score problem {columns['problem'][i]!r}: {e}")
+                self.step_counters[f"rewards/{name}/bad_solutions"] += 1
+                values.append(None)
+        return values
 
     def _next_samples(self) -> tuple[list[dict], list, list[int]]:
         """This rank's slice of the next global batch, images opened, with each prompt's place in the global
