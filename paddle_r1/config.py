@@ -8,10 +8,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import yaml
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """YAML 1.1 reads ``1e-5`` (no dot) as a string; learning rates are written that way, so read it as a float."""
+
+
+_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+                                  list("-+0123456789."))
+
+
+def _load_yaml(text: str):
+    return yaml.load(text, Loader=_YamlLoader)
 
 
 class ConfigError(ValueError):
@@ -232,7 +245,7 @@ def read_config_file(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         text = f.read()
     try:
-        values = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+        values = json.loads(text) if path.endswith(".json") else _load_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot parse: {e}") from e
     if values is None:
@@ -260,7 +273,7 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
         else:
             raw = "true"
             i += 1
-        values[key] = yaml.safe_load(raw)
+        values[key] = _load_yaml(raw)
     return values
 
 

@@ -1,6 +1,6 @@
 """``paddle-r1 plot RUN_DIR [RUN_DIR ...]``: one PNG of a run's curves against step, from its metrics.jsonl.
 
-Panels: reward (the total, and each reward function's mean dashed), KL, completion length, and the held-out
+Panels: reward (the total solid, each reward function's mean in its own dash), KL, completion length, and the held-out
 score (``eval/score``). A panel whose metric no run logged says so instead of drawing nothing. Several run
 folders (e.g. the seeds of a benchmark) are drawn in the same panels, one colour each.
 """
@@ -11,7 +11,8 @@ import math
 import os
 from typing import Optional
 
-PANELS = (("reward", "reward"), ("kl", "KL to the reference"), ("completion_length", "completion length (tokens)"),
+DASHES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
+PANELS = (("reward", "reward: total (solid) and per function"), ("kl", "KL to the reference"), ("completion_length", "completion length (tokens)"),
           ("eval/score", "held-out score"))
 
 
@@ -34,35 +35,41 @@ def reward_function_keys(rows: list[dict]) -> list[str]:
     return sorted({k for row in rows for k in row if k.startswith("rewards/") and k.endswith("/mean")})
 
 
-def plot_runs(run_dirs: list[str], output: str, title: Optional[str] = None) -> str:
-    """Write the PNG to ``output`` and return its path."""
+def plot_runs(run_dirs: list[str], output: str, title: Optional[str] = None,
+              labels: Optional[list[str]] = None) -> str:
+    """Write the PNG to ``output`` and return its path; ``labels`` name the runs (default: the folders' names)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    runs = [(os.path.basename(os.path.normpath(d)), read_metrics(d)) for d in run_dirs]
+    labels = labels or [os.path.basename(os.path.normpath(d)) for d in run_dirs]
+    runs = [(label, read_metrics(d)) for label, d in zip(labels, run_dirs)]
+    reward_keys = sorted({k for _, rows in runs for k in reward_function_keys(rows)})
+    styles = {k: DASHES[i % len(DASHES)] for i, k in enumerate(reward_keys)}
     fig, axes = plt.subplots(2, 2, figsize=(9, 6), dpi=80)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (key, label) in zip(axes.flat, PANELS):
-        drawn = False
+        handles = []
         for i, (name, rows) in enumerate(runs):
             color = colors[i % len(colors)]
             steps, values = series(rows, key)
             if steps:
-                ax.plot(steps, values, color=color, marker="o" if key == "eval/score" else None, markersize=3,
-                        label=f"{name}: total" if key == "reward" else name)
-                drawn = True
-            if key == "reward":
+                handles += ax.plot(steps, values, color=color, marker="o" if key == "eval/score" else None,
+                                   markersize=3, label=name)
+            if key == "reward":  # each reward function's mean: the run's colour, the function's dash
                 for reward_key in reward_function_keys(rows):
-                    steps, values = series(rows, reward_key)
-                    ax.plot(steps, values, color=color, linestyle="--", linewidth=1, alpha=0.7,
-                            label=f"{name}: {reward_key.split('/')[1]}")
+                    ax.plot(*series(rows, reward_key), color=color, linestyle=styles[reward_key], linewidth=1,
+                            alpha=0.6)
+        if key == "reward":
+            handles += [Line2D([], [], color="gray", linestyle=styles[k], linewidth=1, label=k.split("/")[1])
+                        for k in reward_keys]
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("step", fontsize=9)
         ax.grid(alpha=0.3)
-        if drawn:
-            ax.legend(fontsize=7)
+        if handles:
+            ax.legend(handles=handles, fontsize=7)
         else:
             ax.text(0.5, 0.5, f"no '{key}' logged", ha="center", va="center", transform=ax.transAxes, color="gray")
     fig.suptitle(title or ", ".join(name for name, _ in runs), fontsize=11)

@@ -1,7 +1,7 @@
 """Synthetic tasks drawn with PIL: coloured shapes on a plain background, seeded (same arguments, same files).
 
 - ``rec``: "Locate the red square in the image." -> its box in original pixels (two shapes, one target).
-- ``counting``: "How many shapes are there?" -> an integer (1 to 4 shapes by default, none overlapping).
+- ``counting``: "How many shapes are there?" -> an integer (1 to 4 shapes by default, each in its own grid cell).
 
 The demo, the tests and ``benchmarks/learning.py`` share them. ``make_synthetic_splits`` writes a training set
 and a held-out set from different seeds into separate folders, for measuring what training generalises to.
@@ -28,18 +28,13 @@ def _draw(draw: ImageDraw.ImageDraw, shape: str, box, color) -> None:
         draw.ellipse(box, fill=color)
 
 
-def _overlaps(box, taken) -> bool:
-    return not all(box[2] <= t[0] or t[2] <= box[0] or box[3] <= t[1] or t[3] <= box[1] for t in taken)
-
-
-def _place(rng, width, height, taken, min_frac: float = 0.2, max_frac: float = 0.45):
-    """A square box of side ``min_frac``-``max_frac`` of the shorter side that does not overlap ``taken``
-    (best effort: after 50 tries the last candidate is returned)."""
+def _place(rng, width, height, taken):
+    """A box of side 20-45% of the shorter side that does not overlap ``taken`` (best effort)."""
     for _ in range(50):
-        side = int(rng.integers(int(min_frac * min(width, height)), int(max_frac * min(width, height))))
+        side = int(rng.integers(int(0.2 * min(width, height)), int(0.45 * min(width, height))))
         x1, y1 = int(rng.integers(0, width - side)), int(rng.integers(0, height - side))
         box = [x1, y1, x1 + side, y1 + side]
-        if not _overlaps(box, taken):
+        if all(box[2] <= t[0] or t[2] <= box[0] or box[3] <= t[1] or t[3] <= box[1] for t in taken):
             return box
     return box
 
@@ -83,10 +78,15 @@ def make_synthetic_rec(out_dir: str, num_samples: int = 32, seed: int = 0,
 
 
 def make_synthetic_counting(out_dir: str, num_samples: int = 32, seed: int = 0, counts=(1, 2, 3, 4),
-                            sizes=((112, 112),), min_frac: float = 0.15, max_frac: float = 0.25) -> str:
-    """Write ``num_samples`` images of ``counts[k]`` non-overlapping shapes (k uniform; colours and kinds random)
-    and ``counting.jsonl`` ({image, problem, solution: int, reward_method: counting}, read as the ``r1v``
-    format); return the jsonl path."""
+                            sizes=((112, 112),), cell: int = 28) -> str:
+    """Write ``num_samples`` images of ``counts[k]`` shapes (k uniform; colours, kinds and sides random) and
+    ``counting.jsonl`` ({image, problem, solution: int, reward_method: counting}, read as the ``r1v`` format);
+    return the jsonl path.
+
+    Each shape sits inside its own cell of a ``cell``-pixel grid, so shapes never overlap or touch. With the
+    default 28 pixels a cell is what one Qwen-VL vision token sees (14-pixel patches merged 2x2) at the tiny
+    models' resolution, which keeps the task learnable for a model trained from scratch on CPU.
+    """
     rng = np.random.default_rng(seed)
     image_dir = os.path.join(out_dir, "images")
     os.makedirs(image_dir, exist_ok=True)
@@ -94,18 +94,18 @@ def make_synthetic_counting(out_dir: str, num_samples: int = 32, seed: int = 0, 
     lines = []
     for i in range(num_samples):
         width, height = sizes[i % len(sizes)]
+        columns, rows = width // cell, height // cell
+        count = int(counts[int(rng.integers(len(counts)))])
+        if count > columns * rows:
+            raise ValueError(f"{count} shapes do not fit a {width}x{height} image in {cell}-pixel cells")
         img = Image.new("RGB", (width, height), BACKGROUND)
         draw = ImageDraw.Draw(img)
-        count = int(counts[int(rng.integers(len(counts)))])
-        taken: list = []
-        for _ in range(count):
-            box = _place(rng, width, height, taken, min_frac, max_frac)
-            if _overlaps(box, taken):
-                raise ValueError(f"cannot place {count} shapes of side {max_frac:.0%} in {width}x{height} without "
-                                 "overlap; use smaller shapes or counts")
-            taken.append(box)
+        for index in rng.permutation(columns * rows)[:count]:
+            side = int(rng.integers(cell // 2, cell - 3))
+            x1 = int(index % columns) * cell + int(rng.integers(1, cell - side - 1))
+            y1 = int(index // columns) * cell + int(rng.integers(1, cell - side - 1))
             color = COLORS[color_names[int(rng.integers(len(color_names)))]]
-            _draw(draw, SHAPES[int(rng.integers(len(SHAPES)))], box, color)
+            _draw(draw, SHAPES[int(rng.integers(len(SHAPES)))], [x1, y1, x1 + side, y1 + side], color)
         name = f"count_{i:05d}.png"
         img.save(os.path.join(image_dir, name))
         lines.append({"image": f"images/{name}", "problem": COUNTING_QUESTION, "solution": count,

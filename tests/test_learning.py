@@ -1,0 +1,91 @@
+"""It learns: the quick version of benchmarks/learning.py (SFT warm start, then GRPO raises the held-out score),
+the held-out evaluation hook, and the synthetic counting task it runs on."""
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+from PIL import Image
+
+from paddle_r1.config import ConfigError, GRPOConfig
+from paddle_r1.data.loader import load_samples
+from paddle_r1.data.synthetic import BACKGROUND, HELDOUT_SEED_OFFSET, make_synthetic_counting, make_synthetic_splits
+from paddle_r1.evaluation.heldout import HeldoutEval
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("learning_benchmark", os.path.join(ROOT, "benchmarks", "learning.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grpo_raises_the_heldout_score_after_sft(tmp_path):
+    benchmark = _benchmark()
+    result = benchmark.run_seed(0, str(tmp_path), benchmark.QUICK)
+    assert result["after"] > result["before"], result
+    scores = [row for row in map(json.loads, open(tmp_path / "grpo" / "metrics.jsonl")) if "eval/score" in row]
+    assert [row["step"] for row in scores] == [0, benchmark.QUICK.grpo["max_steps"]]
+
+
+def _count_shapes(path):
+    """Shapes in a counting image: cells of the 28-pixel grid holding any non-background pixel."""
+    with Image.open(path) as img:
+        width, height = img.size
+        pixels = img.load()
+        return sum(any(pixels[x, y] != BACKGROUND for x in range(cx, cx + 28) for y in range(cy, cy + 28))
+                   for cx in range(0, width, 28) for cy in range(0, height, 28))
+
+
+def test_counting_splits(tmp_path):
+    paths = make_synthetic_splits(str(tmp_path), "counting", 12, 6, seed=5, sizes=((56, 56), (84, 84)))
+    assert paths == {"train": str(tmp_path / "train" / "counting.jsonl"),
+                     "heldout": str(tmp_path / "heldout" / "counting.jsonl")}
+    train, heldout = (load_samples(paths[split])[0] for split in ("train", "heldout"))
+    assert len(train) == 12 and len(heldout) == 6
+    for sample in train + heldout:
+        assert sample["problem"] == "How many shapes are there?" and sample["reward_method"] == "counting"
+        assert sample["solution"] in (1, 2, 3, 4) and _count_shapes(sample["images"][0]) == sample["solution"]
+    assert {Image.open(s["images"][0]).size for s in train} == {(56, 56), (84, 84)}
+    # the held-out images are another seed's: none is a training image
+    train_pixels = {Image.open(s["images"][0]).tobytes() for s in train}
+    assert not any(Image.open(s["images"][0]).tobytes() in train_pixels for s in heldout)
+    again = make_synthetic_counting(str(tmp_path / "again"), 6, seed=5 + HELDOUT_SEED_OFFSET, sizes=((56, 56), (84, 84)))
+    assert open(again).read() == open(paths["heldout"]).read()
+    with pytest.raises(ValueError, match="unknown synthetic task 'maze'"):
+        make_synthetic_splits(str(tmp_path), "maze", 1, 1)
+
+
+def test_heldout_score_is_the_mean_accuracy_reward(tiny, tmp_path):
+    model, processor = tiny
+    path = make_synthetic_counting(str(tmp_path), 4, seed=1, counts=(2, 3))
+    config = GRPOConfig(model_name_or_path="unused", eval_steps=5, eval_data_path=path, eval_reward="counting")
+    heldout = HeldoutEval(config, model, processor, "abs_resized")
+    truths = [s["solution"] for s in heldout.samples]
+    answers = [f"<think> </think><answer>{truths[0]}</answer>", "<answer>9</answer>", "no number",
+               f"<answer>{truths[3]}</answer>"]
+    heldout.evaluator.answer = lambda samples, template, desc: (answers, [[(112, 112)]] * 4, [[(112, 112)]] * 4)
+    assert heldout.score() == 0.5
+    assert heldout.evaluate(3, echo=lambda _: None) == {"eval/score": 0.5}
+    assert [step for step in range(12) if heldout.due(step, 11)] == [0, 5, 10, 11]
+    with pytest.raises(ConfigError, match="'eval_data_path' is required"):
+        GRPOConfig(eval_steps=5)
+
+
+def test_grpo_logs_the_heldout_score(tiny_model_dir, rec_jsonl, rec_samples, tmp_path):
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), reward_funcs=["iou"],
+                        num_generations=2, max_completion_length=4, max_steps=3, beta=0.0, logging_steps=10,
+                        eval_steps=2, eval_data_path=rec_jsonl, eval_sample_num=3, eval_reward="iou_accuracy",
+                        use_visualdl=False, disable_tqdm=True)
+    history = GRPOTrainer(config, samples=rec_samples).train()["history"]
+    logged = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    # before the first step, every eval_steps, and after the last; logged even off the logging_steps grid
+    assert [(row["step"], "eval/score" in row) for row in logged] == [(0, True), (2, True), (3, True)]
+    assert all(0.0 <= row["eval/score"] <= 1.0 for row in logged)
+    assert ["eval/score" in h for h in history] == [False, True, True]

@@ -1,0 +1,47 @@
+"""paddle-r1 plot: a PNG of a run's curves from the metrics.jsonl the test writes."""
+import json
+
+from PIL import Image
+
+from paddle_r1.plot import plot_runs, read_metrics, reward_function_keys, series
+
+from test_cli import paddle_r1
+
+
+def _write_run(folder, steps=12, eval_every=4):
+    folder.mkdir(parents=True)
+    with open(folder / "metrics.jsonl", "w") as f:
+        f.write(json.dumps({"step": 0, "eval/score": 0.25}) + "\n")  # the held-out score before training
+        for step in range(1, steps + 1):
+            row = {"step": step, "loss": 0.1, "reward": 0.5 + step / 40, "kl": 0.001 * step,
+                   "completion_length": 13 - step / 12, "rewards/counting/mean": 0.3 + step / 40,
+                   "rewards/format/mean": 0.9, "rewards/format/std": 0.1}
+            if step % eval_every == 0:
+                row["eval/score"] = 0.25 + step / 20
+            f.write(json.dumps(row) + "\n")
+    return folder
+
+
+def test_series_and_reward_keys(tmp_path):
+    rows = read_metrics(str(_write_run(tmp_path / "run")))
+    assert series(rows, "eval/score") == ([0, 4, 8, 12], [0.25, 0.45, 0.65, 0.85])
+    assert series(rows, "kl")[0] == list(range(1, 13))
+    assert reward_function_keys(rows) == ["rewards/counting/mean", "rewards/format/mean"]
+
+
+def test_png_written(tmp_path):
+    runs = [str(_write_run(tmp_path / name)) for name in ("seed0", "seed1")]
+    out = plot_runs(runs, str(tmp_path / "plots" / "curve.png"))
+    with Image.open(out) as img:
+        assert img.format == "PNG" and img.size[0] > 300 and img.size[1] > 200
+        assert len(set(img.convert("L").getdata())) > 10  # something was drawn
+
+
+def test_plot_command(tmp_path):
+    run = _write_run(tmp_path / "run")
+    result = paddle_r1("plot", str(run))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith(str(run / "learning_curve.png"))
+    assert (run / "learning_curve.png").stat().st_size > 1000
+    result = paddle_r1("plot", str(tmp_path / "nothing"))
+    assert result.returncode == 2 and "no metrics.jsonl in" in result.stderr
