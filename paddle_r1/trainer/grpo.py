@@ -35,6 +35,7 @@ from .prompts import PromptFacts, build_prompt_batch, load_sample_images
 from .rollout import PromptBatch, Rollout, SamplingParams, sample_completions
 from .distributed import (average_gradients, barrier, in_rank_order, init_distributed, reduce_metrics, replica_io,
                           sum_across_ranks)
+from .optim import build_optimizer
 from .sampler import PromptSampler
 
 
@@ -112,7 +113,8 @@ class GRPOTrainer:
         prompts_per_step = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * self.world_size
         self.total_steps = cfg.max_steps if cfg.max_steps > 0 else \
             math.ceil(cfg.num_train_epochs * len(self.samples) / prompts_per_step) * cfg.num_iterations
-        self.optimizer = self._build_optimizer()
+        self.optimizer, self.scheduler = build_optimizer(
+            [p for p in self.policy.parameters() if not p.stop_gradient], cfg, self.total_steps)
         # one global sequence of prompt batches; each rank takes its own slice of every batch
         self.sampler = PromptSampler(len(self.samples), cfg.per_device_train_batch_size * self.world_size, cfg.seed)
         self.step = 0
@@ -129,21 +131,6 @@ class GRPOTrainer:
         """The original model, or the synced reference a checkpoint saved (sync_ref_model)."""
         synced = os.path.join(resume_path, "ref_model") if resume_path else None
         return synced if synced and os.path.isdir(synced) else self.config.model_name_or_path
-
-    def _build_optimizer(self):
-        from paddleformers.trainer.trainer_utils import get_scheduler
-
-        cfg = self.config
-        warmup = cfg.warmup_steps or math.ceil(cfg.warmup_ratio * self.total_steps)
-        self.scheduler = get_scheduler(cfg.lr_scheduler_type, learning_rate=cfg.learning_rate,
-                                       num_warmup_steps=warmup, num_training_steps=self.total_steps)
-        trainable = [p for p in self.policy.parameters() if not p.stop_gradient]
-        return paddle.optimizer.AdamW(
-            learning_rate=self.scheduler, parameters=trainable, weight_decay=cfg.weight_decay,
-            beta1=cfg.adam_beta1, beta2=cfg.adam_beta2, epsilon=cfg.adam_epsilon,
-            grad_clip=paddle.nn.ClipGradByGlobalNorm(cfg.max_grad_norm) if cfg.max_grad_norm > 0 else None,
-            multi_precision=cfg.dtype != "float32",  # float32 master weights and moments for bfloat16 weights
-        )
 
     def _reference_logprobs(self, rollout: Rollout) -> paddle.Tensor:
         """Under the reference policy: the frozen copy, or with LoRA the policy with its adapters off."""

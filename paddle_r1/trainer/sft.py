@@ -28,6 +28,7 @@ from ..models.loading import default_coord_system, load_models
 from . import checkpoint as ckpt
 from .logprobs import completion_logprobs
 from .metrics import MetricsLogger
+from .optim import build_optimizer
 from .prompts import PromptFacts, build_prompt_batch
 from .rollout import Rollout
 from .sampler import PromptSampler
@@ -83,20 +84,6 @@ def sft_loss(model, batch: Rollout, chunk_size: int) -> paddle.Tensor:
     logp = completion_logprobs(model, batch, chunk_size, temperature=1.0)
     mask = batch.completion_mask.astype(logp.dtype)
     return -(logp * mask).sum() / mask.sum()
-
-
-def build_optimizer(parameters, config, total_steps: int):
-    """AdamW with paddleformers' LR schedule, from the config keys GRPO uses too; returns (optimizer, scheduler)."""
-    from paddleformers.trainer.trainer_utils import get_scheduler
-
-    warmup = config.warmup_steps or math.ceil(config.warmup_ratio * total_steps)
-    scheduler = get_scheduler(config.lr_scheduler_type, learning_rate=config.learning_rate,
-                              num_warmup_steps=warmup, num_training_steps=total_steps)
-    optimizer = paddle.optimizer.AdamW(
-        learning_rate=scheduler, parameters=parameters, weight_decay=config.weight_decay,
-        beta1=config.adam_beta1, beta2=config.adam_beta2, epsilon=config.adam_epsilon,
-        grad_clip=paddle.nn.ClipGradByGlobalNorm(config.max_grad_norm) if config.max_grad_norm > 0 else None)
-    return optimizer, scheduler
 
 
 class SFTTrainer:
