@@ -30,3 +30,9 @@ def test_cpu_smoke_run(tmp_path, script):
 @pytest.mark.parametrize("name", ["grpo_counting.yaml", "grpo_geometry.yaml"])
 def test_task_configs_load(name):
     GRPOConfig(**yaml.safe_load(open(os.path.join(ROOT, "configs", name))))
+
+
+def test_sft_config_loads():
+    from paddle_r1.config import SFTConfig
+
+    SFTConfig(**yaml.safe_load(open(os.path.join(ROOT, "configs", "sft_rec.yaml"))))
