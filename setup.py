@@ -17,6 +17,7 @@ setup(
     install_requires=PADDLE + [
         "paddleformers==1.2.0",
         "math-verify[antlr4_13_2]",
+        "matplotlib",  # paddle-r1 plot (visualdl pulls it in too, but plot.py imports it itself)
         "nltk",
         "pycocotools",
         # paddleformers pins numpy<=1.26.4 (via fast_dataindex); pyarrow 26 needs numpy 2, and `datasets` needs pyarrow

@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field, replace
 
 QUESTION_TEMPLATE = "{Question}"  # the tiny model learns from scratch: the shortest prompt trains fastest
@@ -75,8 +74,9 @@ def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "train.log"), "w") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
-        sft = SFTTrainer(SFTConfig(model_name_or_path=model, data_path=sft_data, output_dir=os.path.join(out_dir, "sft"),
-                                   logging_steps=10, **common, **preset.sft)).train()
+        sft = SFTTrainer(SFTConfig(model_name_or_path=model, data_path=sft_data,
+                                   output_dir=os.path.join(out_dir, "sft"), logging_steps=10, **common,
+                                   **preset.sft)).train()
         GRPOTrainer(GRPOConfig(
             model_name_or_path=sft["checkpoint"], data_path=data["train"], output_dir=grpo_dir,
             eval_data_path=data["heldout"], eval_reward="counting", save_steps=0, log_completions_steps=0,
@@ -108,14 +108,11 @@ def main(argv=None) -> int:
                         help="override a setting, e.g. grpo.learning_rate=5e-4 sft.max_steps=100 num_train=256")
     args = parser.parse_args(argv)
 
-    warnings.filterwarnings("ignore")
     os.environ.setdefault("TQDM_DISABLE", "1")  # the eval runner's progress bars
-    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
-    from paddleformers.utils.log import logger
-
-    logger.set_level("ERROR")
-    fleet_logger.setLevel("ERROR")
     from paddle_r1.config import parse_overrides
+    from paddle_r1.quiet import quiet_libraries
+
+    quiet_libraries("ERROR")
 
     preset = QUICK if args.quick else FULL
     for item in args.set:

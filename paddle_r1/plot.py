@@ -1,8 +1,8 @@
 """``paddle-r1 plot RUN_DIR [RUN_DIR ...]``: one PNG of a run's curves against step, from its metrics.jsonl.
 
-Panels: reward (the total solid, each reward function's mean in its own dash), KL, completion length, and the held-out
-score (``eval/score``). A panel whose metric no run logged says so instead of drawing nothing. Several run
-folders (e.g. the seeds of a benchmark) are drawn in the same panels, one colour each.
+Panels: reward (the total solid, each reward function's mean in its own dash), KL, completion length, and the
+held-out score (``eval/score``). A panel whose metric no run logged says so instead of drawing nothing. Several
+run folders (e.g. the seeds of a benchmark) are drawn in the same panels, one colour each.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import os
 from typing import Optional
 
 DASHES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
-PANELS = (("reward", "reward: total (solid) and per function"), ("kl", "KL to the reference"), ("completion_length", "completion length (tokens)"),
-          ("eval/score", "held-out score"))
+PANELS = (("reward", "reward: total (solid) and per function"), ("kl", "KL to the reference"),
+          ("completion_length", "completion length (tokens)"), ("eval/score", "held-out score"))
 
 
 def read_metrics(run_dir: str) -> list[dict]:

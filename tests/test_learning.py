@@ -54,7 +54,8 @@ def test_counting_splits(tmp_path):
     # the held-out images are another seed's: none is a training image
     train_pixels = {Image.open(s["images"][0]).tobytes() for s in train}
     assert not any(Image.open(s["images"][0]).tobytes() in train_pixels for s in heldout)
-    again = make_synthetic_counting(str(tmp_path / "again"), 6, seed=5 + HELDOUT_SEED_OFFSET, sizes=((56, 56), (84, 84)))
+    again = make_synthetic_counting(str(tmp_path / "again"), 6, seed=5 + HELDOUT_SEED_OFFSET,
+                                    sizes=((56, 56), (84, 84)))
     assert open(again).read() == open(paths["heldout"]).read()
     with pytest.raises(ValueError, match="unknown synthetic task 'maze'"):
         make_synthetic_splits(str(tmp_path), "maze", 1, 1)

@@ -17,6 +17,8 @@ iou = REWARDS["iou"]
     ("<think>x</think><answer>y</answer> trailing words", 0.0),
     ("", 0.0),
     ("\x00\uffff<think" * 2000, 0.0),
+    ("<think>.</think><answer>[1, 2, 3, 4]</answer>8]</answer>", 0.0),
+    ("<think>a<think>b</think><answer>x</answer>", 0.0),
 ])
 def test_format(text, expected):
     assert fmt([text]) == [expected]

@@ -7,7 +7,9 @@ import re
 from . import register
 from .parsing import ANSWER_RE
 
-THINK_ANSWER_RE = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.DOTALL)
+# the contents may not hold their own tags: "<answer>[1]</answer>8]</answer>" is not well formed
+THINK_ANSWER_RE = re.compile(r"\s*<think>(?:(?!</?think>).)*</think>\s*<answer>(?:(?!</?answer>).)*</answer>\s*",
+                             re.DOTALL)
 
 
 @register("format")
