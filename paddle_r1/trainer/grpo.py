@@ -20,10 +20,8 @@ import paddle
 from tqdm import tqdm
 
 from ..config import ConfigError, GRPOConfig
-from ..data.loader import load_from_config
 from ..data.samples import DataError
 from ..evaluation.heldout import HeldoutEval
-from ..models.coords import COORD_SYSTEMS
 from ..models.loading import default_coord_system, load_models
 from ..models.lora import ADAPTER_DIR, adapters_disabled, apply_lora, load_adapter, save_adapter, save_merged
 from ..rewards import get_reward
@@ -35,6 +33,7 @@ from .prompts import PromptFacts, build_prompt_batch, load_sample_images
 from .rollout import PromptBatch, Rollout, SamplingParams, sample_completions
 from .distributed import (average_gradients, barrier, in_rank_order, init_distributed, reduce_metrics, replica_io,
                           sum_across_ranks)
+from .job import prepare_job
 from .optim import build_optimizer
 from .sampler import PromptSampler
 
@@ -67,20 +66,9 @@ class Experience:
 class GRPOTrainer:
     def __init__(self, config: GRPOConfig, samples: Optional[list[dict]] = None):
         self.config = cfg = config
-        if not cfg.model_name_or_path:
-            raise ConfigError("config key 'model_name_or_path' is required")
-        if cfg.coord_system is not None and cfg.coord_system not in COORD_SYSTEMS:
-            raise ConfigError(f"config key 'coord_system': {cfg.coord_system!r} is not one of {COORD_SYSTEMS}")
-        paddle.set_device(cfg.device or ("gpu" if paddle.is_compiled_with_cuda() else "cpu"))
+        self.samples = prepare_job(cfg, samples)
         self.rank, self.world_size = init_distributed()
         self.is_main = self.rank == 0
-        if samples is None:
-            samples, report = load_from_config(cfg)
-            if report.summary():
-                print(report.summary())
-        self.samples = samples
-        if not self.samples:
-            raise ConfigError("the dataset is empty")
         self.reward_names = list(cfg.reward_funcs)
         self.reward_fns = [get_reward(name) for name in self.reward_names]
         self.reward_weights = np.asarray(cfg.reward_weights or [1.0] * len(self.reward_fns), dtype="float32")

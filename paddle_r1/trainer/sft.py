@@ -21,12 +21,12 @@ import numpy as np
 import paddle
 from tqdm import tqdm
 
-from ..config import ConfigError, SFTConfig
-from ..data.loader import load_from_config
-from ..models.coords import COORD_SYSTEMS, box_from_original
+from ..config import SFTConfig
+from ..models.coords import box_from_original
 from ..models.loading import default_coord_system, load_models
 from . import checkpoint as ckpt
 from .logprobs import completion_logprobs
+from .job import prepare_job
 from .metrics import MetricsLogger
 from .optim import build_optimizer
 from .prompts import PromptFacts, build_prompt_batch
@@ -91,18 +91,7 @@ class SFTTrainer:
 
     def __init__(self, config: SFTConfig, samples: Optional[list[dict]] = None):
         self.config = cfg = config
-        if not cfg.model_name_or_path:
-            raise ConfigError("config key 'model_name_or_path' is required")
-        if cfg.coord_system is not None and cfg.coord_system not in COORD_SYSTEMS:
-            raise ConfigError(f"config key 'coord_system': {cfg.coord_system!r} is not one of {COORD_SYSTEMS}")
-        paddle.set_device(cfg.device or ("gpu" if paddle.is_compiled_with_cuda() else "cpu"))
-        if samples is None:
-            samples, report = load_from_config(cfg)
-            if report.summary():
-                print(report.summary())
-        if not samples:
-            raise ConfigError("the dataset is empty")
-        self.samples = samples
+        self.samples = samples = prepare_job(cfg, samples)
         paddle.seed(cfg.seed)
         np.random.seed(cfg.seed)
         loaded = load_models(cfg.model_name_or_path, beta=0.0, dtype=cfg.dtype, freeze_vision=cfg.freeze_vision,
