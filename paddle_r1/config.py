@@ -39,6 +39,7 @@ DEFAULT_QUESTION_TEMPLATE = (
 # coordinate system, a count). The thinking is left empty: SFT here teaches the format and a first answer.
 DEFAULT_ANSWER_TEMPLATE = "<think> </think><answer>{Answer}</answer>"
 DTYPES = ("float32", "bfloat16", "float16")
+SHARDING_STAGES = ("", "stage1", "stage2")  # see paddle_r1.trainer.sharding
 
 
 @dataclass
@@ -54,6 +55,7 @@ class GRPOConfig:
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
     lora_target_modules: Optional[list] = None  # regexes over layer names; default: the decoder's projections
+    sharding: str = ""  # "" | stage1 (optimizer state split over ranks) | stage2 (+ gradients; GPU/XPU)
     coord_system: Optional[str] = None  # default: the model family's own (see paddle_r1.models.coords)
     min_pixels: Optional[int] = None  # default: the processor's preprocessor_config.json
     max_pixels: Optional[int] = None
@@ -134,6 +136,7 @@ class GRPOConfig:
             "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
             "scale_rewards": ("group", "batch", "none"),
             "dtype": DTYPES,
+            "sharding": SHARDING_STAGES,
         }
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:

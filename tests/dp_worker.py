@@ -18,4 +18,5 @@ def train_and_dump(settings: dict, dump_dir: str) -> None:
     weights = {k: v.numpy() for k, v in trainer.policy.state_dict().items()}
     rank = dist.get_rank() if dist.is_initialized() else 0
     np.savez(os.path.join(dump_dir, f"rank{rank}.npz"), **weights)
-    np.save(os.path.join(dump_dir, f"rank{rank}_rewards.npy"), np.asarray([h["reward"] for h in history]))
+    for name, key in (("rewards", "reward"), ("grad_norms", "grad_norm")):
+        np.save(os.path.join(dump_dir, f"rank{rank}_{name}.npy"), np.asarray([h[key] for h in history]))

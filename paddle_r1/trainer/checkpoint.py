@@ -2,7 +2,8 @@
 
 ``checkpoint-N/`` holds the model (config, safetensors), the processor files (tokenizer, chat
 template, preprocessor config), ``optimizer.pdopt`` (AdamW moments and the LR scheduler, keyed by
-structured parameter names so they survive a new process), ``rng_state.pkl``, ``trainer_state.json``
+structured parameter names so they survive a new process; with sharding one ``optimizer.shardR.pdopt``
+per rank, each holding that rank's share), ``rng_state.pkl``, ``trainer_state.json``
 (step and data position) and, when needed, ``ref_model/`` and the rollout buffer. It is written to
 ``checkpoint-N.tmp`` and renamed only when complete, so an interrupted save never leaves a
 half-written newest checkpoint.
@@ -22,6 +23,7 @@ import paddle
 
 STATE_FILE = "trainer_state.json"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+_OPTIMIZER_RE = re.compile(r"^optimizer(\.shard\d+)?\.pdopt$")
 
 
 def _rename_by_prefix(key: str, names: dict[str, str]) -> str:
@@ -54,6 +56,28 @@ def load_optimizer_state(optimizer, model, state: dict) -> None:
     optimizer.set_state_dict(restored)
 
 
+def save_optimizer(folder: str, optimizer, model, shard: Optional[int] = None) -> None:
+    """``optimizer.pdopt``, or ``optimizer.shard<shard>.pdopt`` for one rank's share under sharding."""
+    name = "optimizer.pdopt" if shard is None else f"optimizer.shard{shard}.pdopt"
+    paddle.save(optimizer_state(optimizer, model), os.path.join(folder, name))
+
+
+def read_optimizer_state(folder: str) -> dict:
+    """The checkpoint's optimizer state, its shards merged: a run resumes on any number of ranks, sharded or not
+    (a sharded optimizer keeps the entries of its own share)."""
+    files = sorted(name for name in os.listdir(folder) if _OPTIMIZER_RE.match(name))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no optimizer state (optimizer.pdopt or optimizer.shardN.pdopt)")
+    state: dict = {}
+    for name in files:
+        for key, value in paddle.load(os.path.join(folder, name)).items():
+            if key == "master_weights":
+                state.setdefault(key, {}).update(value)
+            else:
+                state[key] = value
+    return state
+
+
 def rng_state() -> dict:
     return {"paddle": paddle.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
 
@@ -78,13 +102,14 @@ def begin_checkpoint(output_dir: str, step: int) -> str:
 
 def finish_checkpoint(tmp: str, final: str, *, write_model, policy, processor, optimizer, trainer_state: dict,
                       reference=None, save_total_limit: Optional[int] = None) -> str:
-    """Write the model (``write_model(folder)``), processor, optimizer, RNG and trainer state into ``tmp``, then
-    rename it to ``final``."""
+    """Write the model (``write_model(folder)``), processor, optimizer (None: each rank wrote its shard), RNG
+    and trainer state into ``tmp``, then rename it to ``final``."""
     write_model(tmp)
     processor.save_pretrained(tmp)
     if reference is not None:
         reference.save_pretrained(os.path.join(tmp, "ref_model"))
-    paddle.save(optimizer_state(optimizer, policy), os.path.join(tmp, "optimizer.pdopt"))
+    if optimizer is not None:
+        save_optimizer(tmp, optimizer, policy)
     with open(os.path.join(tmp, "rng_state.pkl"), "wb") as f:
         pickle.dump(rng_state(), f)
     for junk in os.listdir(tmp):  # paddleformers' save-completion markers

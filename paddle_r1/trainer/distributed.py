@@ -14,10 +14,15 @@ import paddle
 import paddle.distributed as dist
 
 
-def init_distributed() -> tuple[int, int]:
-    """(rank, world_size); joins the process group when the launcher started several ranks."""
+def init_distributed(fleet_strategy=None) -> tuple[int, int]:
+    """(rank, world_size); joins the process group when the launcher started several ranks, through fleet
+    when ``fleet_strategy(world_size)`` gives a strategy (sharding needs fleet's communicate groups)."""
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
-    if world > 1 and not dist.is_initialized():
+    if world > 1 and fleet_strategy is not None:
+        from paddle.distributed import fleet
+
+        fleet.init(is_collective=True, strategy=fleet_strategy(world))
+    elif world > 1 and not dist.is_initialized():
         dist.init_parallel_env()
     return (dist.get_rank(), dist.get_world_size()) if world > 1 else (0, 1)
 

@@ -31,11 +31,11 @@ from .loss import combine_rewards, grpo_loss, group_advantages
 from .metrics import MetricsLogger
 from .prompts import PromptFacts, build_prompt_batch, load_sample_images
 from .rollout import PromptBatch, Rollout, SamplingParams, sample_completions
-from .distributed import (average_gradients, barrier, in_rank_order, init_distributed, reduce_metrics, replica_io,
-                          sum_across_ranks)
+from .distributed import barrier, in_rank_order, init_distributed, reduce_metrics, replica_io, sum_across_ranks
 from .job import prepare_job
 from .optim import build_optimizer
 from .sampler import PromptSampler
+from .sharding import build_update, check_sharding_supported, fleet_strategy, optimizer_clips
 
 
 @dataclass
@@ -67,7 +67,8 @@ class GRPOTrainer:
     def __init__(self, config: GRPOConfig, samples: Optional[list[dict]] = None):
         self.config = cfg = config
         self.samples = prepare_job(cfg, samples)
-        self.rank, self.world_size = init_distributed()
+        check_sharding_supported(cfg.sharding, paddle.get_device())
+        self.rank, self.world_size = init_distributed(fleet_strategy if cfg.sharding else None)
         self.is_main = self.rank == 0
         self.reward_names = list(cfg.reward_funcs)
         self.reward_fns = [get_reward(name) for name in self.reward_names]
@@ -101,8 +102,12 @@ class GRPOTrainer:
         prompts_per_step = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * self.world_size
         self.total_steps = cfg.max_steps if cfg.max_steps > 0 else \
             math.ceil(cfg.num_train_epochs * len(self.samples) / prompts_per_step) * cfg.num_iterations
-        self.optimizer, self.scheduler = build_optimizer(
-            [p for p in self.policy.parameters() if not p.stop_gradient], cfg, self.total_steps)
+        optimizer, self.scheduler = build_optimizer(
+            [p for p in self.policy.parameters() if not p.stop_gradient], cfg, self.total_steps,
+            clip=optimizer_clips(cfg.sharding, self.world_size))
+        # gradient sync, clipping and the step, over ranks as config key 'sharding' says
+        self.update = build_update(cfg.sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size)
+        self.optimizer = self.update.optimizer
         # one global sequence of prompt batches; each rank takes its own slice of every batch
         self.sampler = PromptSampler(len(self.samples), cfg.per_device_train_batch_size * self.world_size, cfg.seed)
         self.step = 0
@@ -143,7 +148,7 @@ class GRPOTrainer:
         state = ckpt.load_trainer_state(path)
         self.step = state["global_step"]
         self.sampler.load_state_dict(state["sampler"])
-        ckpt.load_optimizer_state(self.optimizer, self.policy, paddle.load(os.path.join(path, "optimizer.pdopt")))
+        ckpt.load_optimizer_state(self.optimizer, self.policy, ckpt.read_optimizer_state(path))
         extra_path = os.path.join(path, f"extra_state_rank{self.rank}.pdparams")
         if os.path.isfile(extra_path):
             self.buffer = [Experience.from_state(e) for e in paddle.load(extra_path)["buffer"]]
@@ -254,7 +259,7 @@ class GRPOTrainer:
                                           self.world_size) / self.world_size
         losses, stats = [], []
         for exp in self.buffer:
-            logp = completion_logprobs(self.policy, exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
+            logp = self.update.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
             old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
             loss, loss_stats = grpo_loss(
                 logp, old_logp, exp.ref_logp, exp.advantages, exp.mask, beta=cfg.beta,
@@ -265,21 +270,15 @@ class GRPOTrainer:
             loss.backward()
             losses.append(float(loss))
             stats.append(loss_stats)
-        average_gradients(self.policy.parameters(), self.world_size)
-        grad_norm = self._grad_norm()
         learning_rate = self.optimizer.get_lr()
-        self.optimizer.step()
-        self.optimizer.clear_grad()
+        grad_norm = self.update.step()
+        self.update.clear_grad()
         self.scheduler.step()
         self.step += 1
         if self.reference is not None and cfg.sync_ref_model and self.step % cfg.ref_model_sync_steps == 0:
             self._sync_reference()
         metrics = self._step_metrics(losses, stats, grad_norm, learning_rate, time.perf_counter() - start)
         return reduce_metrics(metrics, self.world_size)
-
-    def _grad_norm(self) -> float:
-        squares = [float((p.grad.astype("float32") ** 2).sum()) for p in self.policy.parameters() if p.grad is not None]
-        return math.sqrt(sum(squares))
 
     @paddle.no_grad()
     def _sync_reference(self) -> None:
@@ -342,14 +341,18 @@ class GRPOTrainer:
     # ---- the run -----------------------------------------------------------------------------
     def save(self) -> str:
         """Rank 0 writes the model, optimizer and state (identical on every rank); each rank adds its own
-        rollout buffer when a resume needs it (mid-way through num_iterations)."""
+        rollout buffer when a resume needs it (mid-way through num_iterations), and under sharding its share of
+        the optimizer state."""
         cfg = self.config
         tmp = ckpt.begin_checkpoint(cfg.output_dir, self.step) if self.is_main else None
         barrier(self.world_size)
+        tmp_dir = ckpt.checkpoint_dir(cfg.output_dir, self.step) + ".tmp"
         if self.step % cfg.num_iterations != 0:
             paddle.save({"buffer": [e.state() for e in self.buffer]},
-                        os.path.join(ckpt.checkpoint_dir(cfg.output_dir, self.step) + ".tmp",
-                                     f"extra_state_rank{self.rank}.pdparams"))
+                        os.path.join(tmp_dir, f"extra_state_rank{self.rank}.pdparams"))
+        sharded = self.update.shards_optimizer_state
+        if sharded:
+            ckpt.save_optimizer(tmp_dir, self.optimizer, self.policy, shard=self.rank)
         barrier(self.world_size)
         final = ckpt.checkpoint_dir(cfg.output_dir, self.step)
         if self.is_main:
@@ -358,7 +361,8 @@ class GRPOTrainer:
             reference = self.reference if cfg.sync_ref_model else None
             with replica_io(self.world_size):
                 ckpt.finish_checkpoint(tmp, final, write_model=self._write_model, policy=self.policy,
-                                       processor=self.processor, optimizer=self.optimizer, trainer_state=state,
+                                       processor=self.processor, optimizer=None if sharded else self.optimizer,
+                                       trainer_state=state,
                                        reference=reference, save_total_limit=cfg.save_total_limit)
         barrier(self.world_size)
         return final

@@ -6,9 +6,9 @@ import math
 import paddle
 
 
-def build_optimizer(parameters, config, total_steps: int):
+def build_optimizer(parameters, config, total_steps: int, clip: bool = True):
     """(optimizer, scheduler) from the config keys both jobs share; bfloat16 weights get float32 master weights
-    and moments (``multi_precision``)."""
+    and moments (``multi_precision``). ``clip=False`` when the caller clips the gradients itself."""
     from paddleformers.trainer.trainer_utils import get_scheduler
 
     warmup = config.warmup_steps or math.ceil(config.warmup_ratio * total_steps)
@@ -17,6 +17,6 @@ def build_optimizer(parameters, config, total_steps: int):
     optimizer = paddle.optimizer.AdamW(
         learning_rate=scheduler, parameters=parameters, weight_decay=config.weight_decay,
         beta1=config.adam_beta1, beta2=config.adam_beta2, epsilon=config.adam_epsilon,
-        grad_clip=paddle.nn.ClipGradByGlobalNorm(config.max_grad_norm) if config.max_grad_norm > 0 else None,
+        grad_clip=paddle.nn.ClipGradByGlobalNorm(config.max_grad_norm) if clip and config.max_grad_norm > 0 else None,
         multi_precision=config.dtype != "float32")
     return optimizer, scheduler

@@ -1,0 +1,141 @@
+"""Where the optimizer's memory lives across ranks, chosen by the config key ``sharding``.
+
+``""``      every rank holds the gradients and AdamW state of every trainable weight; gradients are
+            all-reduced before the step (data parallel).
+``stage1``  each rank keeps the AdamW moments (and, for bf16, the fp32 master weights) of its share of the
+            weights only: fleet's ``DygraphShardingOptimizer`` reduces each gradient to the rank that owns the
+            weight, the owner updates it and broadcasts the new value. Runs on any backend (tested on CPU/gloo).
+``stage2``  also gradients: a rank keeps the gradients of its share only
+            (``paddle.distributed.sharding.group_sharded_parallel``, level ``os_g``). Paddle runs it on GPU/XPU
+            only; the training forward goes through its wrapper layer so its reduce hooks are set each step.
+
+Parameter sharding (stage 3) is not offered: Paddle's stage-3 wrapper prefetches each layer's weights in the
+order its first forward recorded, and the rollout's KV-cached decode calls the layers in another order.
+
+With gradients split over ranks, the global gradient norm is summed over them: ``clip_by_global_norm`` is
+paddle's ``ClipGradByGlobalNorm`` for that case, and it returns the norm the step logs.
+"""
+from __future__ import annotations
+
+import math
+
+import paddle
+
+from ..config import ConfigError
+from .distributed import average_gradients, sum_across_ranks
+from .logprobs import completion_logprobs
+
+def fleet_strategy(world_size: int):
+    """A fleet strategy whose only parallel axis is sharding over all ranks (needed by the stage-1 optimizer)."""
+    from paddle.distributed import fleet
+
+    strategy = fleet.DistributedStrategy()
+    strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 1, "sharding_degree": world_size}
+    return strategy
+
+
+def check_sharding_supported(stage: str, device: str) -> None:
+    """Refuse, before any model is loaded, a stage Paddle cannot run on this device."""
+    if stage == "stage2" and device.split(":")[0] == "cpu":
+        raise ConfigError("config key 'sharding': stage2 runs through paddle.distributed.sharding."
+                          "group_sharded_parallel, which supports GPU/XPU only; on CPU use stage1")
+
+
+@paddle.no_grad()
+def clip_by_global_norm(parameters, max_norm: float, world_size: int = 1) -> float:
+    """g <- g * max_norm / max(||g||, max_norm), ||g|| over the gradients of ``parameters`` on all ranks
+    (each rank passes its own share; with ``world_size`` 1 the norm is local). Returns ||g|| before clipping."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    squares = sum(float((g.astype("float32") ** 2).sum()) for g in grads)
+    norm = math.sqrt(sum_across_ranks(squares, world_size))
+    if max_norm > 0 and norm > max_norm:
+        for g in grads:
+            g.scale_(max_norm / norm)
+    return norm
+
+
+class PolicyLogprobs(paddle.nn.Layer):
+    """The training forward as one layer, so a sharding wrapper around it sees every training forward."""
+
+    def __init__(self, policy: paddle.nn.Layer):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, rollout, chunk_size: int, temperature: float) -> paddle.Tensor:
+        return completion_logprobs(self.policy, rollout, chunk_size, temperature)
+
+
+class ReplicatedUpdate:
+    """No sharding: gradients all-reduced, clipped by their global norm, full optimizer on every rank."""
+
+    shards_optimizer_state = False
+
+    def __init__(self, optimizer, policy: paddle.nn.Layer, max_grad_norm: float, world_size: int):
+        self.optimizer = optimizer
+        self.parameters = [p for p in policy.parameters() if not p.stop_gradient]
+        self.max_grad_norm = max_grad_norm
+        self.world_size = world_size
+        self.forward = PolicyLogprobs(policy)
+
+    def step(self) -> float:
+        """Sync gradients, clip, update; the gradient norm before clipping."""
+        average_gradients(self.parameters, self.world_size)
+        norm = clip_by_global_norm(self.parameters, self.max_grad_norm)
+        self.optimizer.step()
+        return norm
+
+    def clear_grad(self) -> None:
+        self.optimizer.clear_grad()
+
+
+class ShardedStateUpdate(ReplicatedUpdate):
+    """Stage 1: each rank holds the optimizer state of its share of the weights."""
+
+    shards_optimizer_state = True
+
+    def __init__(self, optimizer, policy, max_grad_norm, world_size):
+        from paddle.distributed import fleet
+        from paddle.distributed.fleet.meta_optimizers.dygraph_optimizer.dygraph_sharding_optimizer import \
+            DygraphShardingOptimizer
+
+        super().__init__(optimizer, policy, max_grad_norm, world_size)
+        self.hcg = fleet.get_hybrid_communicate_group()
+        self.optimizer = DygraphShardingOptimizer(optimizer, self.hcg)
+
+    def step(self) -> float:
+        self.optimizer.reduce_gradients(self.parameters, self.hcg)  # each gradient, averaged, to its owner
+        owned = self.optimizer.filter_parameters(self.parameters, self.hcg)
+        norm = clip_by_global_norm(owned, self.max_grad_norm, self.world_size)
+        self.optimizer.step()  # updates the owned weights, then broadcasts every weight from its owner
+        return norm
+
+
+class ShardedGradientsUpdate(ReplicatedUpdate):
+    """Stage 2 (GPU/XPU): Paddle's group-sharded wrapper reduces gradients in backward hooks and clips with a
+    norm over all ranks (the optimizer must carry ``ClipGradByGlobalNorm``); the norm itself is not exposed,
+    so the step logs NaN for it."""
+
+    shards_optimizer_state = True
+
+    def __init__(self, optimizer, policy, max_grad_norm, world_size):
+        from paddle.distributed.sharding import group_sharded_parallel
+
+        super().__init__(optimizer, policy, max_grad_norm, world_size)
+        self.forward, self.optimizer, _ = group_sharded_parallel(self.forward, optimizer, level="os_g")
+
+    def step(self) -> float:
+        self.optimizer.step()
+        return float("nan")
+
+
+def optimizer_clips(stage: str, world_size: int) -> bool:
+    """Whether the optimizer itself must carry the gradient clip (stage 2); otherwise the update clips."""
+    return stage == "stage2" and world_size > 1
+
+
+def build_update(stage: str, optimizer, policy, max_grad_norm: float, world_size: int) -> ReplicatedUpdate:
+    """The update for ``stage``; on a single process every stage is the plain update."""
+    if world_size == 1 or not stage:
+        return ReplicatedUpdate(optimizer, policy, max_grad_norm, world_size)
+    return {"stage1": ShardedStateUpdate, "stage2": ShardedGradientsUpdate}[stage](
+        optimizer, policy, max_grad_norm, world_size)
