@@ -94,3 +94,18 @@ def test_gradient_checkpointing_gives_the_same_step(tiny_model_dir, rec_samples,
     assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
     for (name, x), y in zip(plain.policy.named_parameters(), recomputed.policy.parameters()):
         np.testing.assert_allclose(y.numpy(), x.numpy(), rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_the_reference_is_weights_only(tiny_model_dir, rec_samples, tmp_path):
+    """beta > 0 without LoRA: the reference is a frozen copy of the weights, with no gradients and no optimizer
+    state (a weight-sized copy, not an optimizer-sized one)."""
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path / "run", lora=False, max_steps=1), samples=rec_samples)
+    trainer.train()
+    reference = list(trainer.reference.parameters())
+    assert reference and all(p.stop_gradient and p.grad is None for p in reference)
+    assert not trainer.reference.training
+    optimized = {id(p) for p in trainer.optimizer._parameter_list}
+    assert not optimized & {id(p) for p in reference}
+    state_names = [k for k in trainer.optimizer.state_dict() if k != "LR_Scheduler"]
+    reference_names = {p.name for p in reference}
+    assert state_names and not [k for k in state_names if any(k.startswith(n + "_") for n in reference_names)]
