@@ -1,5 +1,6 @@
 # Shared by run_grpo_*.sh: settings the environment can override, the launch line, logs to OUTPUT_DIR.
 #   GPUS=8                 GPUs per node; GPUS=0 (or no GPU on the machine) runs a CPU smoke run on a tiny model
+#   CPU_RANKS=1            processes of the CPU smoke run (2: data parallel over gloo, e.g. with --sharding stage1)
 #   NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500   multi-node, as paddle.distributed.launch takes them
 #   MODEL_PATH DATA_PATH IMAGE_ROOT BATCH_SIZE NUM_GENERATIONS MAX_PIXELS OUTPUT_DIR   the job
 # Extra arguments are passed to `paddle-r1 train` (--key value overrides any config key).
@@ -29,10 +30,12 @@ launch_grpo() {
             --per_device_train_batch_size "$BATCH_SIZE" --num_generations "$NUM_GENERATIONS" \
             --max_pixels "$MAX_PIXELS" "$@" 2>&1 | tee -a "$OUTPUT_DIR/train.log"
     else
-        echo "no GPU (GPUS=$GPUS): CPU smoke run of $CONFIG on a tiny model -> $OUTPUT_DIR"
+        local ranks=${CPU_RANKS:-1} runner=("$PYTHON")
+        [ "$ranks" -gt 1 ] && runner+=(-m paddle.distributed.launch --nproc_per_node "$ranks" --log_dir "$OUTPUT_DIR/launch_logs")
+        echo "no GPU (GPUS=$GPUS): CPU smoke run of $CONFIG on a tiny model, $ranks process(es) -> $OUTPUT_DIR"
         local tiny="$OUTPUT_DIR/tiny-model"
         [ -f "$tiny/config.json" ] || "$PYTHON" scripts/grpo_entry.py make-tiny-model "$tiny" > /dev/null
-        "$PYTHON" scripts/grpo_entry.py train "${job[@]}" --model_name_or_path "$tiny" \
+        "${runner[@]}" scripts/grpo_entry.py train "${job[@]}" --model_name_or_path "$tiny" \
             --dataset_name synthetic_rec --data_path null --image_root null --reward_funcs "[format, iou]" \
             --reward_weights null --reward_kwargs "{}" --device cpu --dtype float32 --max_steps 2 \
             --per_device_train_batch_size 1 --num_generations 2 --max_completion_length 16 --max_pixels 12544 \

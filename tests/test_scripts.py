@@ -27,6 +27,20 @@ def test_cpu_smoke_run(tmp_path, script):
     assert config["seed"] == 3  # extra arguments reach paddle-r1 train
 
 
+def test_cpu_smoke_run_on_two_ranks_with_stage1_sharding(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "GPUS": "0", "CPU_RANKS": "2", "OUTPUT_DIR": str(out), "PYTHON": sys.executable}
+    result = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_grpo_rec.sh"), "--sharding", "stage1"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "2 process(es)" in result.stdout
+    checkpoint = out / "checkpoint-2"
+    assert sorted(f for f in os.listdir(checkpoint) if f.startswith("optimizer")) == \
+        ["optimizer.shard0.pdopt", "optimizer.shard1.pdopt"]
+    assert json.load(open(checkpoint / "trainer_state.json"))["world_size"] == 2
+    assert [json.loads(line)["step"] for line in open(out / "metrics.jsonl")] == [1, 2]
+
+
 @pytest.mark.parametrize("name", ["grpo_counting.yaml", "grpo_geometry.yaml"])
 def test_task_configs_load(name):
     GRPOConfig(**yaml.safe_load(open(os.path.join(ROOT, "configs", name))))
