@@ -183,6 +183,12 @@ class SFTConfig:
     dtype: str = "float32"
     device: Optional[str] = None
     freeze_vision: bool = False
+    gradient_checkpointing: bool = False
+    lora: bool = False  # as in GRPOConfig; the checkpoint is the merged model plus adapter/
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_target_modules: Optional[list] = None
     coord_system: Optional[str] = None  # the system SFT writes boxes in; default: the model family's own
     min_pixels: Optional[int] = None
     max_pixels: Optional[int] = None

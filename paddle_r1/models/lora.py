@@ -97,6 +97,18 @@ def load_adapter(model, folder: str) -> None:
         param.set_value(paddle.to_tensor(saved[name], dtype=param.dtype))
 
 
+def write_model_folder(model, folder: str, config) -> None:
+    """The trained model as a folder ``from_pretrained`` loads as it is: with ``config.lora`` the merged weights
+    plus ``adapter/`` (the adapter alone, with the settings that made it, for resuming)."""
+    if not config.lora:
+        model.save_pretrained(folder)
+        return
+    save_merged(model, folder)
+    save_adapter(model, os.path.join(folder, ADAPTER_DIR),
+                 {"base_model": config.model_name_or_path, "rank": config.lora_rank, "alpha": config.lora_alpha,
+                  "target_modules": config.lora_target_modules})
+
+
 def save_merged(model, folder: str) -> None:
     """A plain model folder (published layout) holding the merged weights."""
     from .loading import model_class

@@ -23,7 +23,7 @@ from ..config import ConfigError, GRPOConfig
 from ..data.samples import DataError
 from ..evaluation.heldout import HeldoutEval
 from ..models.loading import default_coord_system, load_models
-from ..models.lora import ADAPTER_DIR, adapters_disabled, apply_lora, load_adapter, save_adapter, save_merged
+from ..models.lora import ADAPTER_DIR, adapters_disabled, apply_lora, load_adapter, write_model_folder
 from ..rewards import get_reward
 from . import checkpoint as ckpt
 from .logprobs import completion_logprobs
@@ -132,17 +132,6 @@ class GRPOTrainer:
             with adapters_disabled(self.policy):
                 return completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature)
         return completion_logprobs(self.reference, rollout, cfg.logprob_chunk_size, cfg.temperature)
-
-    def _write_model(self, folder: str) -> None:
-        """The policy as a model folder from_pretrained loads as it is; with LoRA, merged, plus the adapter."""
-        cfg = self.config
-        if not cfg.lora:
-            self.policy.save_pretrained(folder)
-            return
-        save_merged(self.policy, folder)
-        save_adapter(self.policy, os.path.join(folder, ADAPTER_DIR),
-                     {"base_model": cfg.model_name_or_path, "rank": cfg.lora_rank, "alpha": cfg.lora_alpha,
-                      "target_modules": cfg.lora_target_modules})
 
     def _restore(self, path: str) -> None:
         state = ckpt.load_trainer_state(path)
@@ -360,7 +349,7 @@ class GRPOTrainer:
                      "world_size": self.world_size, "config": dataclasses.asdict(cfg)}
             reference = self.reference if cfg.sync_ref_model else None
             with replica_io(self.world_size):
-                ckpt.finish_checkpoint(tmp, final, write_model=self._write_model, policy=self.policy,
+                ckpt.finish_checkpoint(tmp, final, write_model=lambda folder: write_model_folder(self.policy, folder, cfg), policy=self.policy,
                                        processor=self.processor, optimizer=None if sharded else self.optimizer,
                                        trainer_state=state,
                                        reference=reference, save_total_limit=cfg.save_total_limit)

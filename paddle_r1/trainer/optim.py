@@ -6,9 +6,10 @@ import math
 import paddle
 
 
-def build_optimizer(parameters, config, total_steps: int, clip: bool = True):
+def build_optimizer(parameters, config, total_steps: int, *, clip: bool):
     """(optimizer, scheduler) from the config keys both jobs share; bfloat16 weights get float32 master weights
-    and moments (``multi_precision``). ``clip=False`` when the caller clips the gradients itself."""
+    and moments (``multi_precision``). ``clip``: AdamW clips by the global gradient norm itself (otherwise the
+    update does, see ``trainer.sharding``)."""
     from paddleformers.trainer.trainer_utils import get_scheduler
 
     warmup = config.warmup_steps or math.ceil(config.warmup_ratio * total_steps)

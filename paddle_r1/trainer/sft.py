@@ -24,6 +24,7 @@ from tqdm import tqdm
 from ..config import SFTConfig
 from ..models.coords import box_from_original
 from ..models.loading import default_coord_system, load_models
+from ..models.lora import apply_lora, write_model_folder
 from . import checkpoint as ckpt
 from .logprobs import completion_logprobs
 from .job import prepare_job
@@ -32,6 +33,7 @@ from .optim import build_optimizer
 from .prompts import PromptFacts, build_prompt_batch
 from .rollout import Rollout
 from .sampler import PromptSampler
+from .sharding import build_update
 
 
 def _is_box(solution) -> bool:
@@ -95,13 +97,18 @@ class SFTTrainer:
         paddle.seed(cfg.seed)
         np.random.seed(cfg.seed)
         loaded = load_models(cfg.model_name_or_path, beta=0.0, dtype=cfg.dtype, freeze_vision=cfg.freeze_vision,
-                             min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
+                             min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels,
+                             gradient_checkpointing=cfg.gradient_checkpointing)
         self.policy, self.processor = loaded.policy, loaded.processor
+        if cfg.lora:
+            apply_lora(self.policy, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
         self.coord_system = cfg.coord_system or default_coord_system(loaded.family)
         self.total_steps = cfg.max_steps if cfg.max_steps > 0 else \
             math.ceil(cfg.num_train_epochs * len(samples) / cfg.per_device_train_batch_size)
-        self.optimizer, self.scheduler = build_optimizer(
-            [p for p in self.policy.parameters() if not p.stop_gradient], cfg, self.total_steps)
+        optimizer, self.scheduler = build_optimizer(
+            [p for p in self.policy.parameters() if not p.stop_gradient], cfg, self.total_steps, clip=False)
+        self.update = build_update("", optimizer, self.policy, cfg.max_grad_norm, world_size=1)
+        self.optimizer = self.update.optimizer
         self.sampler = PromptSampler(len(samples), cfg.per_device_train_batch_size, cfg.seed)
         self.step = 0
         self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl)
@@ -113,11 +120,9 @@ class SFTTrainer:
         self.policy.train()
         loss = sft_loss(self.policy, batch, self.config.logprob_chunk_size)
         loss.backward()
-        grad_norm = math.sqrt(sum(float((p.grad.astype("float32") ** 2).sum())
-                                  for p in self.policy.parameters() if p.grad is not None))
         learning_rate = self.optimizer.get_lr()
-        self.optimizer.step()
-        self.optimizer.clear_grad()
+        grad_norm = self.update.step()
+        self.update.clear_grad()
         self.scheduler.step()
         self.step += 1
         return {"loss": float(loss), "learning_rate": float(learning_rate), "grad_norm": grad_norm,
@@ -130,7 +135,8 @@ class SFTTrainer:
         state = {"global_step": self.step, "job": "sft", "sampler": self.sampler.state_dict(),
                  "total_steps": self.total_steps, "config": dataclasses.asdict(cfg)}
         return ckpt.finish_checkpoint(tmp, ckpt.checkpoint_dir(cfg.output_dir, self.step),
-                                      write_model=self.policy.save_pretrained, policy=self.policy,
+                                      write_model=lambda folder: write_model_folder(self.policy, folder, cfg),
+                                      policy=self.policy,
                                       processor=self.processor, optimizer=self.optimizer, trainer_state=state,
                                       save_total_limit=cfg.save_total_limit)
 
