@@ -36,6 +36,16 @@ def test_answers_in_the_models_terms():
     assert answer_for([32, 10, 120, 60], "abs_resized", (224, 112), (140, 56)) == "[20, 5, 75, 30]"
     assert answer_for([32, 10, 120, 60], "rel_1000", (224, 112)) == "[143, 89, 536, 536]"
     assert answer_for(3, "abs_resized") == "3" and answer_for("B", "abs_resized") == "B"
+    # labelled boxes (multi-box grounding) are converted box by box; an empty label stays empty
+    groups = {"0": [[32, 10, 120, 60]], "1": []}
+    assert json.loads(answer_for(groups, "abs_resized", (224, 112), (140, 56))) == {"0": [[20, 5, 75, 30]], "1": []}
+    assert json.loads(answer_for(groups, "rel_1000", (224, 112))) == {"0": [[143, 89, 536, 536]], "1": []}
+    from paddle_r1.rewards import get_reward
+
+    target = "<think> </think><answer>" + answer_for(groups, "abs_resized", (224, 112), (140, 56)) + "</answer>"
+    score = get_reward("multi_iou")([target], solution=[groups], image_sizes=[[(224, 112)]],
+                                    input_sizes=[[(140, 56)]], coord_system=["abs_resized"])[0]
+    assert score > 0.9  # the reward reads the SFT target back to the solution (up to rounding)
 
 
 def test_loss_mask_covers_only_answer_tokens(tiny, two_samples):

@@ -25,6 +25,7 @@ from ..config import SFTConfig
 from ..models.coords import box_from_original
 from ..models.loading import default_coord_system, load_models
 from ..models.lora import apply_lora, write_model_folder
+from ..rewards.multibox import read_groups
 from . import checkpoint as ckpt
 from .logprobs import completion_logprobs
 from .job import prepare_job
@@ -43,10 +44,16 @@ def _is_box(solution) -> bool:
 
 def answer_for(solution, coord_system: str, image_size=None, input_size=None) -> str:
     """The solution as the model should write it: a box [x1, y1, x2, y2] (original pixels) mapped to the model's
-    coordinate system and rounded to whole units; a string as it is; anything else as JSON (3 -> "3")."""
+    coordinate system and rounded to whole units; labelled boxes {label: [box, ...]} (multi-box grounding) the
+    same way, as JSON; a string as it is; anything else as JSON (3 -> "3")."""
+    def in_model_units(box) -> list[int]:
+        return [int(round(v)) for v in box_from_original(box, coord_system, image_size, input_size)]
+
     if _is_box(solution):
-        box = box_from_original(solution, coord_system, image_size, input_size)
-        return "[" + ", ".join(str(int(round(v))) for v in box) + "]"
+        return "[" + ", ".join(map(str, in_model_units(solution))) + "]"
+    groups = read_groups(solution)
+    if groups is not None:
+        return json.dumps({label: [in_model_units(box) for box in boxes] for label, boxes in groups.items()})
     return solution if isinstance(solution, str) else json.dumps(solution)
 
 
