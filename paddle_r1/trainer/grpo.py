@@ -248,7 +248,7 @@ class GRPOTrainer:
                                           self.world_size) / self.world_size
         losses, stats = [], []
         for exp in self.buffer:
-            logp = self.update.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
+            logp = self.update.logprobs(exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
             old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
             loss, loss_stats = grpo_loss(
                 logp, old_logp, exp.ref_logp, exp.advantages, exp.mask, beta=cfg.beta,

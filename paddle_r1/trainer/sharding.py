@@ -75,7 +75,7 @@ class ReplicatedUpdate:
         self.parameters = [p for p in policy.parameters() if not p.stop_gradient]
         self.max_grad_norm = max_grad_norm
         self.world_size = world_size
-        self.forward = PolicyLogprobs(policy)
+        self.logprobs = PolicyLogprobs(policy)
 
     def step(self) -> float:
         """Sync gradients, clip, update; the gradient norm before clipping."""
@@ -121,7 +121,7 @@ class ShardedGradientsUpdate(ReplicatedUpdate):
         from paddle.distributed.sharding import group_sharded_parallel
 
         super().__init__(optimizer, policy, max_grad_norm, world_size)
-        self.forward, self.optimizer, _ = group_sharded_parallel(self.forward, optimizer, level="os_g")
+        self.logprobs, self.optimizer, _ = group_sharded_parallel(self.logprobs, optimizer, level="os_g")
 
     def step(self) -> float:
         self.optimizer.step()
