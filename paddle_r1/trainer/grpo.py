@@ -106,6 +106,8 @@ class GRPOTrainer:
             [p for p in self.policy.parameters() if not p.stop_gradient], cfg, self.total_steps,
             clip=optimizer_clips(cfg.sharding, self.world_size))
         # gradient sync, clipping and the step, over ranks as config key 'sharding' says
+        if cfg.sharding and self.world_size == 1:
+            print(f"sharding {cfg.sharding}: one process, nothing to shard; the optimizer state stays whole")
         self.update = build_update(cfg.sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size)
         self.optimizer = self.update.optimizer
         # one global sequence of prompt batches; each rank takes its own slice of every batch
