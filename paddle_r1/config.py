@@ -1,4 +1,5 @@
-"""Job configs: one dataclass per job, read from yaml/json plus ``--key value`` overrides.
+"""Job configs: one dataclass per job, read from yaml/json plus ``--key value`` overrides. The keys both
+jobs take (model, data, optimizer, output) are defined once, in the key groups the job classes inherit.
 
 Names follow TRL's ``GRPOConfig`` and PaddleMIX's r1_mllm arguments so users can carry their
 settings over. An unknown key is an error that names the key and the file, before anything loads.
@@ -43,8 +44,9 @@ SHARDING_STAGES = ("", "stage1", "stage2")  # see paddle_r1.trainer.sharding
 
 
 @dataclass
-class GRPOConfig:
-    # model
+class ModelKeys:
+    """Model and memory keys both jobs take."""
+
     model_name_or_path: str = ""
     dtype: str = "float32"
     device: Optional[str] = None  # default: gpu when Paddle was built with CUDA, else cpu
@@ -55,12 +57,16 @@ class GRPOConfig:
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
     lora_target_modules: Optional[list] = None  # regexes over layer names; default: the decoder's projections
-    sharding: str = ""  # "" | stage1 (optimizer state split over ranks) | stage2 (+ gradients; GPU/XPU)
     coord_system: Optional[str] = None  # default: the model family's own (see paddle_r1.models.coords)
     min_pixels: Optional[int] = None  # default: the processor's preprocessor_config.json
     max_pixels: Optional[int] = None
+    logprob_chunk_size: int = 1024  # completion tokens whose logits exist at once
 
-    # data
+
+@dataclass
+class DataKeys:
+    """Data keys both jobs take."""
+
     dataset_name: Optional[str] = None  # "synthetic_rec" for the built-in set, else None
     data_path: Optional[str] = None  # a json/jsonl/csv file, a datasets folder, or a mixture yaml
     image_root: Optional[str] = None
@@ -70,6 +76,53 @@ class GRPOConfig:
     image_cache_dir: Optional[str] = None  # where images stored inside datasets folders are written
     question_template: str = DEFAULT_QUESTION_TEMPLATE
     system_prompt: Optional[str] = None
+
+
+@dataclass
+class OptimizerKeys:
+    """AdamW, schedule and run-length keys both jobs take (each job sets its own batch size and rate)."""
+
+    per_device_train_batch_size: int = 1
+    learning_rate: float = 1e-6
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    lr_scheduler_type: str = "constant"  # linear | cosine | constant | constant_with_warmup | polynomial
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0
+    max_steps: int = -1
+    num_train_epochs: float = 1.0
+    seed: int = 42
+
+
+@dataclass
+class OutputKeys:
+    """Output keys both jobs take."""
+
+    output_dir: str = "output"
+    logging_steps: int = 1
+    save_steps: int = 500
+    save_total_limit: Optional[int] = None
+    use_visualdl: bool = True
+    disable_tqdm: bool = False
+
+
+def _check_shared_keys(config) -> None:
+    if config.dtype not in DTYPES:
+        raise ConfigError(f"config key 'dtype': {config.dtype!r} is not one of {', '.join(DTYPES)}")
+    for key in ("per_device_train_batch_size", "logprob_chunk_size"):
+        if getattr(config, key) < 1:
+            raise ConfigError(f"config key {key!r}: must be >= 1, got {getattr(config, key)}")
+
+
+@dataclass
+class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys):
+    """``paddle-r1 train``: the shared keys (model, data, optimizer, output) and GRPO's own."""
+
+    per_device_train_batch_size: int = 1  # prompts per step on each device; each gets num_generations completions
+    sharding: str = ""  # "" | stage1 (optimizer state split over ranks) | stage2 (+ gradients; GPU/XPU)
 
     # rewards
     reward_funcs: list = field(default_factory=lambda: ["format", "iou"])
@@ -94,33 +147,11 @@ class GRPOConfig:
     sync_ref_model: bool = False
     ref_model_sync_steps: int = 64
     ref_model_mixup_alpha: float = 0.6
-    logprob_chunk_size: int = 1024  # completion tokens whose logits exist at once
 
-    # optimisation
-    per_device_train_batch_size: int = 1  # prompts per step on each device; each gets num_generations completions
+    # optimisation and output beyond the shared keys
     gradient_accumulation_steps: int = 1
-    learning_rate: float = 1e-6
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    max_grad_norm: float = 1.0
-    lr_scheduler_type: str = "constant"  # linear | cosine | constant | constant_with_warmup | polynomial
-    warmup_steps: int = 0
-    warmup_ratio: float = 0.0
-    max_steps: int = -1
-    num_train_epochs: float = 1.0
-    seed: int = 42
-
-    # output
-    output_dir: str = "output"
-    logging_steps: int = 1
-    save_steps: int = 500
-    save_total_limit: Optional[int] = None
     log_completions_steps: int = 1  # write completions.jsonl every N steps (0: never)
     resume_from_checkpoint: Optional[str] = None  # a checkpoint folder, or "latest" in output_dir
-    use_visualdl: bool = True
-    disable_tqdm: bool = False
 
     # held-out evaluation: greedy answers scored by eval_reward, logged as eval/score (paddle_r1.evaluation.heldout)
     eval_steps: int = 0  # every N steps, plus before the first and after the last step; 0: off
@@ -132,10 +163,10 @@ class GRPOConfig:
         self.validate()
 
     def validate(self) -> None:
+        _check_shared_keys(self)
         choices = {
             "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
             "scale_rewards": ("group", "batch", "none"),
-            "dtype": DTYPES,
             "sharding": SHARDING_STAGES,
         }
         for key, allowed in choices.items():
@@ -153,8 +184,7 @@ class GRPOConfig:
         stray = sorted(set(self.reward_kwargs) - set(self.reward_funcs))
         if stray:
             raise ConfigError(f"config key 'reward_kwargs': {', '.join(map(repr, stray))} not in reward_funcs")
-        for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations",
-                    "max_completion_length", "logprob_chunk_size"):
+        for key in ("gradient_accumulation_steps", "num_iterations", "max_completion_length"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"config key {key!r}: must be >= 1, got {getattr(self, key)}")
         if self.temperature < 0:
@@ -172,71 +202,23 @@ class GRPOConfig:
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys):
     """``paddle-r1 sft``: supervised fine-tuning on the answers built from the solutions, before GRPO.
 
-    Keys shared with GRPOConfig keep their names and meanings, so one data / model block serves both jobs.
+    The shared keys keep their names and meanings, so one model / data block serves both jobs; the result is
+    output_dir/checkpoint-N, a model folder GRPO's model_name_or_path can name.
     """
 
-    # model
-    model_name_or_path: str = ""
-    dtype: str = "float32"
-    device: Optional[str] = None
-    freeze_vision: bool = False
-    gradient_checkpointing: bool = False
-    lora: bool = False  # as in GRPOConfig; the checkpoint is the merged model plus adapter/
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    lora_dropout: float = 0.0
-    lora_target_modules: Optional[list] = None
-    coord_system: Optional[str] = None  # the system SFT writes boxes in; default: the model family's own
-    min_pixels: Optional[int] = None
-    max_pixels: Optional[int] = None
-
-    # data (as in GRPOConfig)
-    dataset_name: Optional[str] = None
-    data_path: Optional[str] = None
-    image_root: Optional[str] = None
-    data_format: Optional[str] = None
-    strict_data: bool = False
-    image_columns: Optional[list] = None
-    image_cache_dir: Optional[str] = None
-    question_template: str = DEFAULT_QUESTION_TEMPLATE
-    system_prompt: Optional[str] = None
     answer_template: str = DEFAULT_ANSWER_TEMPLATE  # the target text; must contain {Answer}
-
-    # optimisation (AdamW)
     per_device_train_batch_size: int = 8
     learning_rate: float = 1e-5
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    max_grad_norm: float = 1.0
-    lr_scheduler_type: str = "constant"
-    warmup_steps: int = 0
-    warmup_ratio: float = 0.0
-    max_steps: int = -1
-    num_train_epochs: float = 1.0
-    seed: int = 42
-    logprob_chunk_size: int = 1024
-
-    # output: output_dir/checkpoint-N, a model folder GRPO's model_name_or_path can name
     output_dir: str = "output_sft"
-    logging_steps: int = 1
     save_steps: int = 0  # 0: only at the end
-    save_total_limit: Optional[int] = None
-    use_visualdl: bool = True
-    disable_tqdm: bool = False
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"config key 'dtype': {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        _check_shared_keys(self)
         if "{Answer}" not in self.answer_template:
             raise ConfigError(f"config key 'answer_template': {self.answer_template!r} has no {{Answer}}")
-        for key in ("per_device_train_batch_size", "logprob_chunk_size"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"config key {key!r}: must be >= 1, got {getattr(self, key)}")
 
 
 def config_from_dict(cls, values: dict, source: str = "config"):
