@@ -32,8 +32,8 @@ def main() -> None:
     from paddle_r1.data.synthetic import make_synthetic_rec
     from paddle_r1.models.loading import load_model, load_processor
     from paddle_r1.models.tiny import TinySize, make_tiny_model
-    from paddle_r1.trainer.prompts import build_prompt_batch
-    from paddle_r1.trainer.rollout import SamplingParams, sample_completions
+    from paddle_r1.generation.prompts import build_prompt_batch
+    from paddle_r1.generation.rollout import SamplingParams, sample_completions
 
     work = tempfile.mkdtemp()
     size = TinySize(hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,

@@ -2,8 +2,8 @@ import numpy as np
 import paddle
 
 from paddle_r1.trainer.logprobs import chunked_token_logprobs, completion_logprobs
-from paddle_r1.trainer.prompts import build_prompt_batch
-from paddle_r1.trainer.rollout import SamplingParams, sample_completions
+from paddle_r1.generation.prompts import build_prompt_batch
+from paddle_r1.generation.rollout import SamplingParams, sample_completions
 
 
 def test_chunked_equals_full_log_softmax_with_gradients():

@@ -13,7 +13,7 @@ import pytest
 
 from paddle_r1.models.forward import embed_inputs, rope_positions
 from paddle_r1.models.loading import load_model, load_processor, model_family
-from paddle_r1.trainer.rollout import PromptBatch, SamplingParams, sample_completions
+from paddle_r1.generation.rollout import PromptBatch, SamplingParams, sample_completions
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "parity")
 FAMILIES = ["qwen2_vl", "qwen2_5_vl"]

@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from paddle_r1.rewards import REWARDS
-from paddle_r1.rewards.answers import parse_choice
+from paddle_r1.rewards.families.answers import parse_choice
 
 counting = REWARDS["counting"]
 mcq = REWARDS["mcq"]
@@ -123,7 +123,7 @@ def test_math(answer, solution, expected):
 
 def test_math_gold_order_matters_in_math_verify():
     # the asymmetry the reward relies on, on math-verify itself: VLM-R1's order verify(pred, gold) refuses [1, 2]
-    from paddle_r1.rewards.answers import MATH_VERIFIER
+    from paddle_r1.rewards.families.answers import MATH_VERIFIER
 
     assert MATH_VERIFIER.check("$1 \\le x \\le 2$", "$[1,2]$", 5.0) == "equal"  # check(gold, pred)
     assert MATH_VERIFIER.check("$[1,2]$", "$1 \\le x \\le 2$", 5.0) == "different"

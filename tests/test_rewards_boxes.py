@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from paddle_r1.rewards import REWARDS
-from paddle_r1.rewards.boxes import plane_score
+from paddle_r1.rewards.families.boxes import plane_score
 from paddle_r1.rewards.parsing import answer_content, answer_json
 
 box_format = REWARDS["box_format"]

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from paddle_r1.rewards import REWARDS
-from paddle_r1.rewards.judge import LLMJudge, parse_verdict
+from paddle_r1.rewards.families.judge import LLMJudge, parse_verdict
 
 judge = REWARDS["llm_judge"]
 KEY, MODEL = "sk-test", "judge-model"
@@ -228,7 +228,7 @@ def test_missing_base_url_falls_back_and_warns_once(monkeypatch, caplog):
     for name in ("OPENAI_API_BASE", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     fresh = LLMJudge()  # warnings are once per reward object
-    with caplog.at_level(logging.WARNING, logger="paddle_r1.rewards.judge"):
+    with caplog.at_level(logging.WARNING, logger="paddle_r1.rewards.families.judge"):
         for _ in range(2):
             assert fresh(["cat", "a cat"], solution=["Cat"] * 2, model=MODEL) == [1.0, 0.0]
     assert fresh.pop_metrics() == metrics(0, 0, 2)

@@ -1,7 +1,7 @@
 import pytest
 
 from paddle_r1.rewards import REWARDS
-from paddle_r1.rewards.products import read_dimensions
+from paddle_r1.rewards.families.products import read_dimensions
 
 dimensions = REWARDS["dimensions"]
 LABEL = "12 8 15"  # seed 002's label format; sorted descending: [15, 12, 8]

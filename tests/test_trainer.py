@@ -117,7 +117,7 @@ def test_rewards_that_are_none_and_bad_setups(tiny_model_dir, rec_samples, tmp_p
     assert np.isnan(metrics["rewards/reward_helpers:none_for_all/mean"]) and metrics["reward"] == 0.0
     with pytest.raises(ConfigError, match="the dataset is empty"):
         GRPOTrainer(_config(tiny_model_dir, tmp_path), samples=[])
-    with pytest.raises(KeyError, match="unknown reward 'accurcy'"):
+    with pytest.raises(ConfigError, match="unknown reward .accurcy."):
         GRPOTrainer(_config(tiny_model_dir, tmp_path, reward_funcs=["accurcy"]), samples=rec_samples)
     with pytest.raises(FileNotFoundError, match="model folder not found: /no/such/model"):
         GRPOTrainer(_config("/no/such/model", tmp_path), samples=rec_samples)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import paddle
 
 from ..config import GRPOConfig
 from ..data.loader import load_samples
-from ..rewards import get_reward
+from ..rewards.manager import RewardManager, reward_columns
 from .runner import EvalOptions, Evaluator
 
 
@@ -37,8 +38,8 @@ class HeldoutEval:
                                             sampling_strategy=sampling)
         if report.summary():
             print(f"held-out set: {report.summary()}")
-        self.reward = get_reward(config.eval_reward)
-        self.reward_kwargs = config.reward_kwargs.get(config.eval_reward, {})
+        self.rewards = RewardManager([config.eval_reward],
+                                     settings={config.eval_reward: config.reward_kwargs.get(config.eval_reward, {})})
         if config.system_prompt:
             print("note: held-out evaluation prompts have no system prompt (the eval runner's prompts)")
         options = EvalOptions(data_root="", image_root=config.image_root, max_new_tokens=config.max_completion_length,
@@ -53,11 +54,10 @@ class HeldoutEval:
     def score(self) -> float:
         completions, image_sizes, input_sizes = self.evaluator.answer(self.samples, self.config.question_template,
                                                                       "held-out eval")
-        columns = {key: [s.get(key) for s in self.samples] for key in {k for s in self.samples for k in s}}
-        columns.update(image_sizes=image_sizes, input_sizes=input_sizes,
-                       coord_system=[self.evaluator.coord_system] * len(self.samples))
-        values = [v for v in self.reward(completions, **columns, **self.reward_kwargs) if v is not None]
-        return sum(values) / len(values) if values else float("nan")
+        columns = reward_columns(self.samples, image_sizes, input_sizes, self.evaluator.coord_system)
+        values = self.rewards.score(completions, columns).per_function[:, 0]
+        values = values[~np.isnan(values)]
+        return float(values.mean()) if values.size else float("nan")
 
     def evaluate(self, step: int, echo: Callable[[str], None] = print) -> dict:
         """``{"eval/score": ...}`` for the metrics of ``step``."""

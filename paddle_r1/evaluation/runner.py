@@ -13,8 +13,9 @@ from tqdm import tqdm
 
 from ..data.loader import load_samples
 from ..models.loading import default_coord_system, load_model, load_processor, model_family
-from ..trainer.prompts import build_prompt_batch
-from ..trainer.rollout import SamplingParams, sample_completions
+from ..generation.prompts import build_prompt_batch
+from ..generation.rollout import SamplingParams, sample_completions
+from ..rewards.manager import reward_columns
 from .tasks import Task
 
 
@@ -104,9 +105,7 @@ class Evaluator:
         if report.summary():
             print(report.summary())
         completions, image_sizes, input_sizes = self.answer(samples, template_for(options), dataset)
-        columns = {key: [s.get(key) for s in samples] for key in {k for s in samples for k in s}}
-        columns.update(image_sizes=image_sizes, input_sizes=input_sizes,
-                       coord_system=[self.coord_system] * len(samples))
+        columns = reward_columns(samples, image_sizes, input_sizes, self.coord_system)
         correct = task.score(completions, columns)
         results = [{
             "question": s["problem"], "image": s["images"][0] if s["images"] else None,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..rewards import get_reward
-from ..rewards.boxes import predicted_box_in_pixels
+from ..rewards.manager import RewardManager
+from ..rewards.families.boxes import predicted_box_in_pixels
 from ..rewards.parsing import answer_text, parse_number
 
 
@@ -18,8 +18,8 @@ class Task:
     parse: Callable  # (completion, coord_system, image_sizes, input_sizes) -> shown prediction or None
 
     def score(self, completions: list[str], columns: dict) -> list[bool]:
-        values = get_reward(self.correct_reward)(completions, **columns)
-        return [v is not None and v >= 1.0 for v in values]
+        values = RewardManager([self.correct_reward]).score(completions, columns).per_function[:, 0]
+        return [bool(v >= 1.0) for v in values]  # NaN (no solution) is not correct
 
 
 def _box(completion, coord_system, image_sizes, input_sizes):

@@ -1,10 +1,21 @@
 """Reward registry.
 
-A reward is ``fn(completions: list[str], **columns) -> list[float | None]``: one score per
-completion. ``columns`` holds, per completion, the sample's columns (``solution`` and any extra
-field) and the rollout's facts (``image_sizes``, ``input_sizes``, ``coord_system``). A reward never
-raises on model text: what it cannot parse scores 0.0. ``None`` means "not applicable here" and is
-left out of the weighted sum.
+A reward is ``fn(completions: list[str], **columns) -> list[float | None]``: one score per completion.
+``columns`` holds, per completion, the sample's columns (``solution`` and any extra field) and the rollout's
+facts (``image_sizes``, ``input_sizes``, ``coord_system``). A reward never raises on model text: what it cannot
+parse scores 0.0. ``None`` means "not applicable here" and is left out of the weighted sum. A solution the
+reward cannot read is bad data: it raises ``BadSolution`` and the sample is scored None and counted.
+
+Two kinds of entries in ``REWARDS``:
+
+- a plain function; its settings (``reward_kwargs``) are the keyword parameters with defaults it names,
+  e.g. ``gaussian_point(..., alpha=0.5, **_)``;
+- a class (a reward with state: a worker process, counters, an HTTP client); its settings are the keyword
+  arguments of ``__init__``, which checks them, and an instance is made per run and called with the columns.
+  Its counters go through ``count``, which reports to whatever the ``RewardManager`` injected.
+
+``paddle_r1.rewards.manager.RewardManager`` resolves names, binds and checks settings once, builds the columns
+and calls the rewards; this module only names them.
 """
 from __future__ import annotations
 
@@ -13,6 +24,22 @@ from typing import Callable
 
 RewardFn = Callable[..., list]
 REWARDS: dict[str, RewardFn] = {}
+
+
+class BadSolution(ValueError):
+    """A sample's solution is not of the kind the reward scores: bad data, not model text."""
+
+
+class CountedReward:
+    """Base of the rewards that count events (timeouts, failed requests): ``count(key, n)`` hands them to
+    ``report``, which the manager sets to add ``rewards/<name>/<key>`` to the step's metrics (no-op by
+    default)."""
+
+    def report(self, key: str, n: float) -> None:
+        """Replaced by the manager; counts are dropped when nobody listens."""
+
+    def count(self, key: str, n: float = 1) -> None:
+        self.report(key, n)
 
 
 def register(name: str):
@@ -24,7 +51,7 @@ def register(name: str):
 
 
 def get_reward(name: str) -> RewardFn:
-    """A registered reward by name, or a user's own as ``"package.module:function"``."""
+    """A registered reward (function or class) by name, or a user's own as ``"package.module:function"``."""
     if name in REWARDS:
         return REWARDS[name]
     if ":" in name:
@@ -39,4 +66,4 @@ def get_reward(name: str) -> RewardFn:
     raise KeyError(f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}, or 'module.path:function'")
 
 
-from . import answers, boxes, caption, detection, format, gui, judge, multibox, products  # noqa: E402,F401,I001
+from .families import answers, boxes, caption, detection, format, gui, judge, multibox, products  # noqa: E402,F401,I001

@@ -24,13 +24,13 @@ from ..data.samples import DataError
 from ..evaluation.heldout import HeldoutEval
 from ..models.loading import default_coord_system, load_models
 from ..models.lora import ADAPTER_DIR, adapters_disabled, apply_lora, load_adapter, write_model_folder
-from ..rewards import get_reward
+from ..rewards.manager import RewardManager, reward_columns
 from . import checkpoint as ckpt
 from .logprobs import completion_logprobs
 from .loss import combine_rewards, grpo_loss, group_advantages
 from .metrics import MetricsLogger
-from .prompts import PromptFacts, build_prompt_batch, load_sample_images
-from .rollout import PromptBatch, Rollout, SamplingParams, sample_completions
+from ..generation.prompts import PromptFacts, build_prompt_batch, load_sample_images
+from ..generation.rollout import PromptBatch, Rollout, SamplingParams, sample_completions
 from .distributed import barrier, in_rank_order, init_distributed, reduce_metrics, replica_io, sum_across_ranks
 from .job import prepare_job
 from .optim import build_optimizer
@@ -70,9 +70,8 @@ class GRPOTrainer:
         check_sharding_supported(cfg.sharding, paddle.get_device())
         self.rank, self.world_size = init_distributed(fleet_strategy if cfg.sharding else None)
         self.is_main = self.rank == 0
-        self.reward_names = list(cfg.reward_funcs)
-        self.reward_fns = [get_reward(name) for name in self.reward_names]
-        self.reward_weights = np.asarray(cfg.reward_weights or [1.0] * len(self.reward_fns), dtype="float32")
+        self.rewards = RewardManager.from_config(cfg)
+        self.reward_names = self.rewards.names
 
         resume_path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir) \
             if cfg.resume_from_checkpoint else None
@@ -147,42 +146,12 @@ class GRPOTrainer:
 
     # ---- one step ----------------------------------------------------------------------------
     def _score(self, texts: list[str], samples: list[dict], facts: PromptFacts) -> np.ndarray:
-        g = self.config.num_generations
-        columns: dict[str, list] = {}
-        for key in {k for s in samples for k in s}:
-            columns[key] = [s.get(key) for s in samples for _ in range(g)]
-        columns["image_sizes"] = [sizes for sizes in facts.image_sizes for _ in range(g)]
-        columns["input_sizes"] = [sizes for sizes in facts.input_sizes for _ in range(g)]
-        columns["coord_system"] = [self.coord_system] * len(texts)
-        scores = np.full((len(texts), len(self.reward_fns)), np.nan, dtype="float32")
-        for j, (name, fn) in enumerate(zip(self.reward_names, self.reward_fns)):
-            values = self._call_reward(name, fn, texts, columns)
-            if len(values) != len(texts):
-                raise RuntimeError(f"reward {name!r} returned {len(values)} scores for {len(texts)} completions")
-            scores[:, j] = [np.nan if v is None else float(v) for v in values]
-            pop_metrics = getattr(fn, "pop_metrics", None)  # e.g. the judge's failure count
-            for key, value in (pop_metrics() if pop_metrics else {}).items():
-                self.step_counters[f"rewards/{name}/{key}"] += value
-        return scores
-
-    def _call_reward(self, name: str, fn, texts: list[str], columns: dict) -> list:
-        """``fn`` on the whole batch; when a sample's solution is unusable (the reward raises ValueError: bad
-        data, not model text), that sample scores None, is named once and counted, and training goes on."""
-        kwargs = self.config.reward_kwargs.get(name, {})
-        try:
-            return fn(texts, **columns, **kwargs)
-        except ValueError:
-            pass
-        values = []
-        for i, text in enumerate(texts):
-            try:
-                values.extend(fn([text], **{k: v[i:i + 1] for k, v in columns.items()}, **kwargs))
-            except ValueError as e:
-                if i % self.config.num_generations == 0:
-                    print(f"reward {name!r} cannot score problem {columns['problem'][i]!r}: {e}")
-                self.step_counters[f"rewards/{name}/bad_solutions"] += 1
-                values.append(None)
-        return values
+        columns = reward_columns(samples, facts.image_sizes, facts.input_sizes, self.coord_system,
+                                 repeat=self.config.num_generations)
+        scores = self.rewards.score(texts, columns)
+        for key, value in scores.counters.items():
+            self.step_counters[key] += value
+        return scores.per_function
 
     def _next_samples(self) -> tuple[list[dict], list, list[int]]:
         """This rank's slice of the next global batch, images opened, with each prompt's place in the global
@@ -227,7 +196,7 @@ class GRPOTrainer:
         texts = self.processor.tokenizer.batch_decode([row[:n].tolist() for row, n in zip(ids, lengths)],
                                                       skip_special_tokens=True)
         scores = self._score(texts, samples, facts)
-        rewards = combine_rewards(paddle.to_tensor(scores), paddle.to_tensor(self.reward_weights))
+        rewards = paddle.to_tensor(self.rewards.combine(scores))
         advantages = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards)
         mask = rollout.completion_mask
         if cfg.mask_truncated_completions:

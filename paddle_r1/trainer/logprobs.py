@@ -10,7 +10,7 @@ import paddle
 from paddle.distributed.fleet.utils import recompute
 
 from ..models.forward import embed_inputs, repeat_rows, rope_positions, text_positions
-from .rollout import Rollout
+from ..generation.rollout import Rollout
 
 
 def _token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, temperature: float) -> paddle.Tensor:

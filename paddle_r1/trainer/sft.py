@@ -25,14 +25,14 @@ from ..config import SFTConfig
 from ..models.coords import box_from_original
 from ..models.loading import default_coord_system, load_models
 from ..models.lora import apply_lora, write_model_folder
-from ..rewards.multibox import read_groups
+from ..rewards.families.multibox import read_groups
 from . import checkpoint as ckpt
 from .logprobs import completion_logprobs
 from .job import prepare_job
 from .metrics import MetricsLogger
 from .optim import build_optimizer
-from .prompts import PromptFacts, build_prompt_batch
-from .rollout import Rollout
+from ..generation.prompts import PromptFacts, build_prompt_batch
+from ..generation.rollout import Rollout
 from .sampler import PromptSampler
 from .sharding import build_update
 

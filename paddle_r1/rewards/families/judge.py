@@ -30,14 +30,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Optional
 
-from . import register
-from .parsing import answer_text, normalize_answer, reference_texts
+from .. import CountedReward, register
+from ..parsing import answer_text, normalize_answer, reference_texts
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +52,6 @@ MAX_REPLY_BYTES = 1 << 20
 TAG_RE = re.compile(r"</?\s*(?:question|reference|candidate)\s*>", re.IGNORECASE)
 THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
 VERDICT_RE = re.compile(r"(?<![\w.-])(\d+(?:\.\d+)?)(?!\w)|\b(yes|no)\b", re.IGNORECASE)
-METRIC_KEYS = ("requests", "failures", "fallbacks")
 
 
 @dataclass(frozen=True)
@@ -80,8 +78,8 @@ class JudgeSettings:
 
 
 def judge_settings(base_url=None, api_key=None, model=None, timeout=10.0, max_retries=2, max_concurrency=4,
-                   backoff=0.5, max_answer_chars=4000, **_) -> JudgeSettings:
-    """Reward kwargs first, then the environment (see the module docstring); other kwargs are ignored."""
+                   backoff=0.5, max_answer_chars=4000) -> JudgeSettings:
+    """Reward kwargs first, then the environment (see the module docstring)."""
     env = os.environ.get
     return JudgeSettings(
         base_url=base_url or env("OPENAI_API_BASE") or env("OPENAI_BASE_URL"),
@@ -211,18 +209,18 @@ def ask_judge(settings: JudgeSettings, messages: list, give_up: threading.Event)
     return out
 
 
-class LLMJudge:
-    """Reward object: ``judge(completions, solution=..., problem=..., **settings)``; ``pop_metrics()`` returns
-    and resets the counters {requests (HTTP attempts), failures (failed attempts), fallbacks (completions
-    scored by exact match because the judge gave no verdict)}."""
+@register("llm_judge")
+class LLMJudge(CountedReward):
+    """Reward object: ``LLMJudge(**settings)(completions, solution=..., problem=...)``; the settings are
+    ``judge_settings``'s. Counts ``requests`` (HTTP attempts), ``failures`` (failed attempts) and ``fallbacks``
+    (completions scored by exact match because the judge gave no verdict)."""
 
-    def __init__(self, name: str = "llm_judge", instruction: str = MATCH_INSTRUCTION):
+    def __init__(self, *, name: str = "llm_judge", instruction: str = MATCH_INSTRUCTION, **settings):
         self.name, self.instruction = name, instruction
-        self._counts: Counter = Counter()
-        self._lock = threading.Lock()
+        self.settings = judge_settings(**settings)
         self._warned: set[str] = set()
 
-    def __call__(self, completions: list[str], solution=None, problem=None, **kwargs) -> list[Optional[float]]:
+    def __call__(self, completions: list[str], solution=None, problem=None, **_) -> list[Optional[float]]:
         """R = the judge's verdict on the answer (``<answer>`` content, else the whole text) against the
         solution (a string or a list of acceptable ones) given ``problem``: 1.0 match / 0.0 not (a graded
         reply in [0, 1] is kept as is). No request when the normalized answer equals a normalized solution
@@ -235,7 +233,7 @@ class LLMJudge:
         scores = [None if not refs else exact_match(a, refs) for a, refs in zip(answers, references)]
         pending = [i for i, s in enumerate(scores) if s == 0.0 and normalize_answer(answers[i])]
         items = [(questions[i], references[i], answers[i]) for i in pending]
-        verdicts = self._verdicts(judge_settings(**kwargs), items)
+        verdicts = self._verdicts(self.settings, items)
         for i, verdict in zip(pending, verdicts):
             if verdict is not None:  # else the exact-match score already there is the fallback
                 scores[i] = verdict
@@ -277,21 +275,12 @@ class LLMJudge:
         for error in (o.error for o in outcomes if o.verdict is None and o.error is not None):
             self._warn(error.kind, f"{self.name}: no verdict from the judge ({error}); scoring by exact match. "
                                    f"Counted in rewards/{self.name}/fallbacks; shown once per kind of failure.")
-        with self._lock:
-            self._counts["requests"] += sum(o.requests for o in outcomes)
-            self._counts["failures"] += sum(o.failures for o in outcomes)
-            self._counts["fallbacks"] += sum(v is None for v in verdicts)
+        self.count("requests", sum(o.requests for o in outcomes))
+        self.count("failures", sum(o.failures for o in outcomes))
+        self.count("fallbacks", sum(v is None for v in verdicts))
         return verdicts
 
     def _warn(self, kind: str, message: str) -> None:
         if kind not in self._warned:
             self._warned.add(kind)
             logger.warning(message)
-
-    def pop_metrics(self) -> dict[str, int]:
-        with self._lock:
-            counts, self._counts = self._counts, Counter()
-        return {key: counts[key] for key in METRIC_KEYS}
-
-
-llm_judge = register("llm_judge")(LLMJudge())

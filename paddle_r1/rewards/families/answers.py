@@ -4,7 +4,7 @@ Every reward here reads the prediction from the ``<answer>`` content (the whole 
 nested or unbalanced tags score 0.0) and the solution through ``reference_texts``: a string (its ``<answer>``
 content when tagged, as VLM-R1 stores them), a number, or a list of acceptable answers (the best one counts).
 A sample without a solution scores None; a solution that is not of the reward's kind (a counting solution with
-no integer, an mcq solution with no letter) raises ValueError: that is bad data, not model text.
+no integer, an mcq solution with no letter) raises ``BadSolution``: that is bad data, not model text.
 """
 from __future__ import annotations
 
@@ -20,11 +20,10 @@ import re
 import subprocess
 import sys
 import threading
-from collections import Counter
 from typing import Callable, Optional
 
-from . import REWARDS, register
-from .parsing import NUMBER, answer_content, normalize_answer, parse_number, reference_texts
+from .. import REWARDS, BadSolution, CountedReward, register
+from ..parsing import NUMBER, answer_content, normalize_answer, parse_number, reference_texts
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +96,10 @@ def solution_references(solution) -> list[str]:
 
 
 def read_references(references: list[str], read: Callable, kind: str) -> list:
-    """Each reference read with ``read``; ValueError when one cannot be read (bad data, not model text)."""
+    """Each reference read with ``read``; BadSolution when one cannot be read (bad data, not model text)."""
     values = [read(ref) for ref in references]
     if any(v is None for v in values):
-        raise ValueError(f"solution {references!r} is not a {kind} answer")
+        raise BadSolution(f"solution {references!r} is not a {kind} answer")
     return values
 
 
@@ -113,26 +112,6 @@ def per_answer(score: Callable[[str, list[str]], float], completions, solution) 
         answer = answer_content(text) if isinstance(text, str) else None
         out.append(None if not references else 0.0 if answer is None else score(answer, references))
     return out
-
-
-class CountedReward:
-    """A reward object with counters; ``pop_metrics()`` returns and resets them (the trainer logs them as
-    rewards/<name>/<key>)."""
-
-    METRIC_KEYS: tuple = ()
-
-    def __init__(self):
-        self._counts: Counter = Counter()
-        self._lock = threading.Lock()
-
-    def count(self, key: str, n: int = 1) -> None:
-        with self._lock:
-            self._counts[key] += n
-
-    def pop_metrics(self) -> dict[str, int]:
-        with self._lock:
-            counts, self._counts = self._counts, Counter()
-        return {key: counts[key] for key in self.METRIC_KEYS}
 
 
 # ---- math-verify in a worker process -----------------------------------------------------------------------
@@ -355,28 +334,25 @@ def math_score(answer: str, reference: str, timeout: float) -> Optional[float]:
     return float(verdict == "equal")
 
 
+@register("math")
 class MathReward(CountedReward):
     """R = 1 if math-verify accepts the answer: ``verify(parse(solution), parse(answer))``, the gold first (VLM-R1
     passed the prediction in the gold slot); the answer is the ``<answer>`` content, parsed on its own (so
     ``<answer>4</answer>`` reads as 4). When either side parses to nothing: 1 if the normalized strings are equal.
-    0 when no verdict comes within ``timeout_seconds`` (default 5, per comparison; counted in
-    ``pop_metrics()["timeouts"]``). Safe in threads and worker processes (see ``MathVerifier``)."""
+    0 when no verdict comes within ``timeout_seconds`` (setting, default 5, per comparison; counted as
+    ``timeouts``). Safe in threads and worker processes (see ``MathVerifier``)."""
 
-    METRIC_KEYS = ("timeouts",)
+    def __init__(self, timeout_seconds=5.0):
+        self.timeout = check_timeout(timeout_seconds)
 
-    def __call__(self, completions, solution=None, timeout_seconds=5.0, **_) -> list[Optional[float]]:
-        timeout = check_timeout(timeout_seconds)
-        return per_answer(lambda answer, refs: max(self.score(answer, ref, timeout) for ref in refs),
-                          completions, solution)
+    def __call__(self, completions, solution=None, **_) -> list[Optional[float]]:
+        return per_answer(lambda answer, refs: max(self.score(answer, ref) for ref in refs), completions, solution)
 
-    def score(self, answer: str, reference: str, timeout: float) -> float:
-        value = math_score(answer, reference, timeout)
+    def score(self, answer: str, reference: str) -> float:
+        value = math_score(answer, reference, self.timeout)
         if value is None:
             self.count("timeouts")
         return value or 0.0
-
-
-math_reward = register("math")(MathReward())
 
 # ---- accuracy: route by reward_method ----------------------------------------------------------------------
 
@@ -413,46 +389,52 @@ def accepted_kwargs(fn: Callable, kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if k in names}
 
 
+@register("accuracy")
 class AccuracyReward(CountedReward):
     """Routes each completion by its row's ``reward_method`` (VLM-R1's accu_reward_method) to the reward of that
-    name in ``REWARDS``, looked up at call time (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice ->
-    mcq, count -> counting; "default" / "accuracy" / empty -> the default below). Rows sharing a method go to it
-    in one call with their own columns and settings (those it names, or all when it takes ``**kwargs``).
+    name in ``REWARDS`` (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice -> mcq, count -> counting;
+    "default" / "accuracy" / empty -> the default below). Rows sharing a method go to it in one call with their
+    own columns (those it names, or all when it takes ``**kwargs``); a routed reward class is made once, with its
+    default settings, and its counters are reported as ``<method>/<key>``.
     Without a method: R = 1 if ``math_score`` (math-verify, gold first) accepts the answer, else
     ``fallback_accuracy`` (numeric equality, choice letter, difflib text similarity); the best over the
-    solution's references. An unknown method scores 0.0, is warned about once and is counted in
-    ``pop_metrics()["unknown_method"]``; default-path math-verify timeouts in ``["timeouts"]``.
+    solution's references. An unknown method scores 0.0, is warned about once and is counted as
+    ``unknown_method``; default-path math-verify timeouts as ``timeouts`` (setting ``timeout_seconds``)."""
 
-    Columns are the keyword values that are lists as long as ``completions``; other keywords are reward settings
-    (a list setting exactly that long would be taken for a column)."""
-
-    METRIC_KEYS = ("unknown_method", "timeouts")
-
-    def __init__(self):
-        super().__init__()
+    def __init__(self, timeout_seconds=5.0):
+        self.timeout = check_timeout(timeout_seconds)
         self._warned: set[str] = set()
+        self._routed: dict[str, Callable] = {}
 
     def __call__(self, completions, **columns) -> list[Optional[float]]:
-        n = len(completions)
-        is_column = {k: isinstance(v, (list, tuple)) and len(v) == n for k, v in columns.items()}
-        methods = columns.get("reward_method") if is_column.get("reward_method") else [None] * n
+        methods = columns.get("reward_method") or [None] * len(completions)
         groups: dict = {}
         for i, method in enumerate(methods):
             groups.setdefault(self.resolve(method), []).append(i)
-        scores: list[Optional[float]] = [0.0] * n
+        scores: list[Optional[float]] = [0.0] * len(completions)
         for name, rows in groups.items():
             if name is not None and name not in REWARDS:
                 continue  # unknown: 0.0, counted in resolve
             texts = [completions[i] for i in rows]
-            row_columns = {k: [v[i] for i in rows] if is_column[k] else v for k, v in columns.items()}
+            row_columns = {k: [v[i] for i in rows] for k, v in columns.items()}
             if name is None:
                 values = self.default(texts, **row_columns)
             else:
-                fn = REWARDS[name]
+                fn = self.routed(name)
                 values = fn(texts, **accepted_kwargs(fn, row_columns))
             for i, value in zip(rows, values):
                 scores[i] = value
         return scores
+
+    def routed(self, name: str) -> Callable:
+        """The reward a method names: a function as it is, a class made once, counting through this reward."""
+        if name not in self._routed:
+            entry = REWARDS[name]
+            if isinstance(entry, type):
+                entry = entry()
+                entry.report = lambda key, n: self.count(f"{name}/{key}", n)
+            self._routed[name] = entry
+        return self._routed[name]
 
     def resolve(self, method) -> Optional[str]:
         """The reward name for a row's method (None: the default); an unknown one is counted and warned once."""
@@ -469,17 +451,13 @@ class AccuracyReward(CountedReward):
                                ", ".join(sorted(REWARDS)))
         return name
 
-    def default(self, completions, solution=None, timeout_seconds=5.0, **_) -> list[Optional[float]]:
+    def default(self, completions, solution=None, **_) -> list[Optional[float]]:
         """R = 1 if ``math_score`` accepts the answer, else ``fallback_accuracy``; best over the references."""
-        timeout = check_timeout(timeout_seconds)
 
         def one(answer: str, reference: str) -> float:
-            verdict = math_score(answer, reference, timeout)
+            verdict = math_score(answer, reference, self.timeout)
             if verdict is None:
                 self.count("timeouts")
             return 1.0 if verdict == 1.0 else fallback_accuracy(answer, reference)
 
         return per_answer(lambda answer, refs: max(one(answer, ref) for ref in refs), completions, solution)
-
-
-accuracy_reward = register("accuracy")(AccuracyReward())

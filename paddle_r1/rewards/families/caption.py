@@ -9,9 +9,9 @@ from typing import Optional
 from nltk.corpus import wordnet as nltk_wordnet
 from nltk.translate.meteor_score import meteor_score
 
-from . import register
+from .. import CountedReward, register
 from .judge import LLMJudge
-from .parsing import answer_text, reference_texts
+from ..parsing import answer_text, reference_texts
 
 logger = logging.getLogger(__name__)
 
@@ -71,26 +71,23 @@ def meteor_reward(completions: list[str], solution=None, **_) -> list[Optional[f
     return [meteor(answer_text(text), refs) if refs else None for text, refs in zip(completions, references)]
 
 
-class CaptionReward:
-    """Reward object: METEOR and the LLM judge mixed; ``pop_metrics()`` gives its judge's counters."""
+@register("caption")
+class CaptionReward(CountedReward):
+    """Reward object: METEOR and the LLM judge mixed; the judge's counters are reported as this reward's."""
 
-    def __init__(self):
-        self.judge = LLMJudge(name="caption", instruction=CAPTION_INSTRUCTION)
+    def __init__(self, meteor_weight=0.25, judge_weight=0.75, **judge_settings):
+        """``judge_settings``: ``LLMJudge``'s (base_url, model, ...); the judge is not called when judge_weight
+        is 0."""
+        self.meteor_weight, self.judge_weight = float(meteor_weight), float(judge_weight)
+        self.judge = LLMJudge(name="caption", instruction=CAPTION_INSTRUCTION, **judge_settings)
+        self.judge.report = lambda key, n: self.count(key, n)
 
-    def __call__(self, completions: list[str], solution=None, meteor_weight=0.25, judge_weight=0.75,
-                 **kwargs) -> list[Optional[float]]:
+    def __call__(self, completions: list[str], solution=None, problem=None, **_) -> list[Optional[float]]:
         """R = meteor_weight * METEOR + judge_weight * J (defaults 0.25 and 0.75), J the judge's score in [0, 1]
         for the candidate description against the reference(s) (the judge is asked for a graded number; on
-        failure J = normalized exact match); other kwargs (base_url, model, ...) go to the judge, which is not
-        called when judge_weight is 0. None for a sample without a solution."""
-        meteor_weight, judge_weight = float(meteor_weight), float(judge_weight)
+        failure J = normalized exact match). None for a sample without a solution."""
         meteors = meteor_reward(completions, solution=solution)
-        judged = self.judge(completions, solution=solution, **kwargs) if judge_weight else [0.0] * len(meteors)
-        return [None if m is None or j is None else meteor_weight * m + judge_weight * j
+        judged = self.judge(completions, solution=solution, problem=problem) if self.judge_weight \
+            else [0.0] * len(meteors)
+        return [None if m is None or j is None else self.meteor_weight * m + self.judge_weight * j
                 for m, j in zip(meteors, judged)]
-
-    def pop_metrics(self) -> dict[str, int]:
-        return self.judge.pop_metrics()
-
-
-caption_reward = register("caption")(CaptionReward())

@@ -17,10 +17,10 @@ from typing import Callable, Optional
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from . import register
+from .. import BadSolution, register
 from .boxes import (as_box, box_iou, check_alpha, plane_score, point_score, score_completions, solution_json,
                     to_pixels)
-from .parsing import answer_json
+from ..parsing import answer_json
 
 Groups = dict  # label (str) -> list of [x1, y1, x2, y2]
 
@@ -50,12 +50,12 @@ def predicted_groups(completion: str, coord_system: str, image_sizes, input_size
 
 def truth_groups(solution, image_sizes=None) -> Optional[Groups]:
     """The solution's labelled boxes (a dict, or a JSON string of one); None when the sample has no solution,
-    ValueError when it is not label -> list of boxes (bad data, not model text). ``image_sizes``: unused."""
+    BadSolution when it is not label -> list of boxes (bad data, not model text). ``image_sizes``: unused."""
     if solution is None:
         return None
     groups = read_groups(solution_json(solution))
     if groups is None:
-        raise ValueError(f"solution {solution!r} is not a JSON object label -> list of [x1, y1, x2, y2]")
+        raise BadSolution(f"solution {solution!r} is not a JSON object label -> list of [x1, y1, x2, y2]")
     return groups
 
 

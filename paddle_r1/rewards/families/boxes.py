@@ -13,9 +13,9 @@ import numbers
 from functools import partial
 from typing import Callable, Optional
 
-from ..models.coords import box_to_original
-from . import register
-from .parsing import answer_content, answer_text, extract_json, parse_box
+from ...models.coords import box_to_original
+from .. import BadSolution, register
+from ..parsing import answer_content, answer_text, extract_json, parse_box
 
 MIN_SIDE = 1.0  # pixels: a narrower box is read as this wide when it defines a Gaussian
 
@@ -81,13 +81,13 @@ def solution_json(solution):
 
 def truth_box(solution, image_sizes=None) -> Optional[list[float]]:
     """The solution's box (original pixels): a list [x1, y1, x2, y2] or a text holding one ("<answer>[...]"),
-    None when the sample has no solution (reward not applicable); ValueError on anything else (bad data).
+    None when the sample has no solution (reward not applicable); BadSolution on anything else (bad data).
     ``image_sizes`` is unused: it is there for ``score_completions``, whose truth readers all take it."""
     if solution is None:
         return None
     box = parse_box(answer_text(solution)) if isinstance(solution, str) else as_box(solution)
     if box is None:
-        raise ValueError(f"solution {solution!r} is not a box [x1, y1, x2, y2] with x1 <= x2, y1 <= y2")
+        raise BadSolution(f"solution {solution!r} is not a box [x1, y1, x2, y2] with x1 <= x2, y1 <= y2")
     return box
 
 

@@ -25,16 +25,16 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from ..models.coords import box_to_original
-from . import register
+from ...models.coords import box_to_original
+from .. import BadSolution, register
 from .boxes import as_box, as_floats, score_completions, solution_json, to_pixels
-from .parsing import answer_json
+from ..parsing import answer_json
 
 Detections = list  # [(label, [x1, y1, x2, y2]), ...]
 
 
 def _bad_solution(solution, expected: str):
-    return ValueError(f"solution {solution!r} is not {expected}")
+    return BadSolution(f"solution {solution!r} is not {expected}")
 
 
 # ---- boxes: COCO AP ------------------------------------------------------------------------------------------
@@ -64,7 +64,7 @@ def predicted_detections(completion: str, coord_system: str, image_sizes, input_
 
 
 def truth_detections(solution, image_sizes=None) -> Optional[Detections]:
-    """The solution's labelled boxes; None without a solution, ValueError when malformed. ``image_sizes``: unused."""
+    """The solution's labelled boxes; None without a solution, BadSolution when malformed. ``image_sizes``: unused."""
     if solution is None:
         return None
     detections = read_detections(solution_json(solution))
@@ -192,7 +192,7 @@ def predicted_mask(completion: str, coord_system: str, image_sizes, input_sizes)
 
 def truth_mask(solution, image_sizes) -> Optional[dict]:
     """The solution's mask (RLE or polygons in original pixels) as an RLE; None without a solution,
-    ValueError when malformed."""
+    BadSolution when malformed."""
     if solution is None:
         return None
     width, height = map(int, image_sizes[0])

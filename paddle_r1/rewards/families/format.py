@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 import re
 
-from . import register
-from .parsing import ANSWER_RE
+from .. import register
+from ..parsing import ANSWER_RE
 
 # the contents may not hold their own tags: "<answer>[1]</answer>8]</answer>" is not well formed
 THINK_ANSWER_RE = re.compile(r"\s*<think>(?:(?!</?think>).)*</think>\s*<answer>(?:(?!</?answer>).)*</answer>\s*",

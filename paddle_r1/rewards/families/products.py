@@ -6,8 +6,8 @@ import numbers
 import re
 from typing import Optional
 
-from . import register
-from .parsing import answer_content, answer_text, extract_json, parse_number, parse_numbers
+from .. import BadSolution, register
+from ..parsing import answer_content, answer_text, extract_json, parse_number, parse_numbers
 
 # Centimetres per unit; the longest spellings first so that "厘米" is not read as "米".
 UNIT_CM = {"mm": 0.1, "cm": 1.0, "dm": 10.0, "m": 100.0, "inches": 2.54, "inch": 2.54,
@@ -104,7 +104,7 @@ def dimension_score(pred: list[float], truth: list[float]) -> float:
 
 def truth_dimensions(solution) -> Optional[tuple[list[float], Optional[str]]]:
     """The solution's (lengths, unit): a text as the answer ("12 8 15", the seed's label; JSON; <answer> tags),
-    a list of numbers, a dict, or one number. None without a solution; ValueError when no length is found."""
+    a list of numbers, a dict, or one number. None without a solution; BadSolution when no length is found."""
     if solution is None:
         return None
     if isinstance(solution, str):
@@ -115,7 +115,7 @@ def truth_dimensions(solution) -> Optional[tuple[list[float], Optional[str]]]:
         number = _dimension_value(solution)
         lengths, unit = ([] if number is None else [number]), None
     if not lengths:
-        raise ValueError(f"solution {solution!r} holds no length / width / height")
+        raise BadSolution(f"solution {solution!r} holds no length / width / height")
     return lengths[:3], unit
 
 

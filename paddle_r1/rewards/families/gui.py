@@ -13,9 +13,9 @@ import math
 import numbers
 from typing import Optional
 
-from ..models.coords import box_to_original
-from . import register
-from .parsing import answer_json, answer_text, extract_json, normalize_answer, parse_numbers
+from ...models.coords import box_to_original
+from .. import BadSolution, register
+from ..parsing import answer_json, answer_text, extract_json, normalize_answer, parse_numbers
 
 POINT_TYPES = ("click", "long_click")
 SWIPE_TYPES = ("swipe",)
@@ -110,7 +110,7 @@ def action_score(pred, truth, coord_system: str, image_size, input_size, distanc
 def truth_action(solution) -> Optional[tuple[str, object]]:
     """The solution's action: a dict or a JSON text (maybe in <answer> tags); for click / long_click / swipe the
     parameter is returned as four numbers (a click point "x,y" as [x, y, x, y]). None without a solution;
-    ValueError when it holds no action, or no coordinates where its type needs them."""
+    BadSolution when it holds no action, or no coordinates where its type needs them."""
     if solution is None:
         return None
     value = solution
@@ -125,7 +125,7 @@ def truth_action(solution) -> Optional[tuple[str, object]]:
         box = as_four(values) if action[0] in POINT_TYPES or len(values) == 4 else None
         action = None if box is None else (action[0], box)
     if action is None:
-        raise ValueError(f"solution {solution!r} is not an action {{\"action_type\": ..., \"action_parameter\": ...}}"
+        raise BadSolution(f"solution {solution!r} is not an action {{\"action_type\": ..., \"action_parameter\": ...}}"
                          " with the coordinates its type needs")
     return action
 

@@ -1,0 +1,1 @@
+"""Generation, below both training and evaluation: samples -> prompts -> KV-cached decode -> text."""

@@ -1,0 +1,1 @@
+"""The task families of rewards, one module each; importing them registers their rewards."""
