@@ -89,6 +89,7 @@ class OptimizerKeys:
     adam_beta2: float = 0.999
     adam_epsilon: float = 1e-8
     max_grad_norm: float = 1.0
+    max_skipped_steps: int = 5  # a step whose loss or gradient norm is not finite is skipped; this many in a row stop the run
     lr_scheduler_type: str = "constant"  # linear | cosine | constant | constant_with_warmup | polynomial
     warmup_steps: int = 0
     warmup_ratio: float = 0.0
@@ -112,7 +113,7 @@ class OutputKeys:
 def _check_shared_keys(config) -> None:
     if config.dtype not in DTYPES:
         raise ConfigError(f"config key 'dtype': {config.dtype!r} is not one of {', '.join(DTYPES)}")
-    for key in ("per_device_train_batch_size", "logprob_chunk_size"):
+    for key in ("per_device_train_batch_size", "logprob_chunk_size", "max_skipped_steps"):
         if getattr(config, key) < 1:
             raise ConfigError(f"config key {key!r}: must be >= 1, got {getattr(config, key)}")
 
