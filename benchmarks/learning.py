@@ -60,6 +60,7 @@ def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
     from paddle_r1.data.synthetic import make_synthetic_counting, make_synthetic_splits
     from paddle_r1.models.tiny import make_tiny_model
     from paddle_r1.plot import read_metrics, series
+    from paddle_r1.evaluation.heldout import HeldoutEval
     from paddle_r1.trainer.grpo import GRPOTrainer
     from paddle_r1.trainer.sft import SFTTrainer
 
@@ -77,10 +78,11 @@ def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
         sft = SFTTrainer(SFTConfig(model_name_or_path=model, data_path=sft_data,
                                    output_dir=os.path.join(out_dir, "sft"), logging_steps=10, **common,
                                    **preset.sft)).train()
-        GRPOTrainer(GRPOConfig(
+        grpo = GRPOConfig(
             model_name_or_path=sft["checkpoint"], data_path=data["train"], output_dir=grpo_dir,
             eval_data_path=data["heldout"], eval_reward="counting", save_steps=0, log_completions_steps=0,
-            **common, **preset.grpo)).train()
+            **common, **preset.grpo)
+        GRPOTrainer(grpo, heldout=HeldoutEval(grpo)).train()
     _, scores = series(read_metrics(grpo_dir), "eval/score")
     return {"seed": seed, "before": scores[0], "after": scores[-1], "seconds": time.perf_counter() - start,
             "grpo_dir": grpo_dir}

@@ -10,12 +10,13 @@ from .quiet import quiet_libraries
 
 def _train(args, extra: list[str]) -> int:
     from .config import GRPOConfig, load_config
+    from .evaluation.heldout import heldout_for
     from .trainer.grpo import GRPOTrainer
 
     config = load_config(GRPOConfig, args.config, extra)
     if args.resume:
         config.resume_from_checkpoint = args.resume
-    result = GRPOTrainer(config).train()
+    result = GRPOTrainer(config, heldout=heldout_for(config)).train()
     print(f"done: {len(result['history'])} steps; checkpoint {result['checkpoint']}")
     return 0
 

@@ -108,6 +108,7 @@ class OutputKeys:
     save_total_limit: Optional[int] = None
     use_visualdl: bool = True
     disable_tqdm: bool = False
+    resume_from_checkpoint: Optional[str] = None  # a checkpoint folder, or "latest" in output_dir
 
 
 def _check_shared_keys(config) -> None:
@@ -152,7 +153,6 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys):
     # optimisation and output beyond the shared keys
     gradient_accumulation_steps: int = 1
     log_completions_steps: int = 1  # write completions.jsonl every N steps (0: never)
-    resume_from_checkpoint: Optional[str] = None  # a checkpoint folder, or "latest" in output_dir
 
     # held-out evaluation: greedy answers scored by eval_reward, logged as eval/score (paddle_r1.evaluation.heldout)
     eval_steps: int = 0  # every N steps, plus before the first and after the last step; 0: off

@@ -52,6 +52,7 @@ def demo_config(output_dir: str, family: str = "qwen2_5_vl", **overrides) -> GRP
 def run_demo(output_dir: str = "demo_output", family: str = "qwen2_5_vl", sft_steps: int = 100, **overrides) -> dict:
     """``sft_steps`` = 0 skips the warm start; ``overrides`` are GRPO config keys."""
     from .trainer.grpo import GRPOTrainer
+    from .evaluation.heldout import heldout_for
     from .trainer.sft import SFTTrainer
 
     config = demo_config(output_dir, family, **overrides)
@@ -62,7 +63,7 @@ def run_demo(output_dir: str = "demo_output", family: str = "qwen2_5_vl", sft_st
                                    output_dir=os.path.join(output_dir, "sft"), seed=config.seed,
                                    disable_tqdm=config.disable_tqdm)).train()
         config.model_name_or_path = sft["checkpoint"]
-    result = GRPOTrainer(config).train()
+    result = GRPOTrainer(config, heldout=heldout_for(config)).train()
     print(f"\nmetrics:     {os.path.join(output_dir, 'metrics.jsonl')} (VisualDL logs in {output_dir}/visualdl; "
           f"paddle-r1 plot {output_dir})")
     print(f"completions: {os.path.join(output_dir, 'completions.jsonl')}")

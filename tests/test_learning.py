@@ -12,6 +12,7 @@ from paddle_r1.config import ConfigError, GRPOConfig
 from paddle_r1.data.loader import load_samples
 from paddle_r1.data.synthetic import BACKGROUND, HELDOUT_SEED_OFFSET, make_synthetic_counting, make_synthetic_splits
 from paddle_r1.evaluation.heldout import HeldoutEval
+from paddle_r1.generation.generator import Generator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,13 +66,13 @@ def test_heldout_score_is_the_mean_accuracy_reward(tiny, tmp_path):
     model, processor = tiny
     path = make_synthetic_counting(str(tmp_path), 4, seed=1, counts=(2, 3))
     config = GRPOConfig(model_name_or_path="unused", eval_steps=5, eval_data_path=path, eval_reward="counting")
-    heldout = HeldoutEval(config, model, processor, "abs_resized")
+    heldout = HeldoutEval(config)
     truths = [s["solution"] for s in heldout.samples]
     answers = [f"<think> </think><answer>{truths[0]}</answer>", "<answer>9</answer>", "no number",
                f"<answer>{truths[3]}</answer>"]
-    heldout.evaluator.answer = lambda samples, template, desc: (answers, [[(112, 112)]] * 4, [[(112, 112)]] * 4)
-    assert heldout.score() == 0.5
-    assert heldout.evaluate(3, echo=lambda _: None) == {"eval/score": 0.5}
+    assert heldout.score_completions(answers, [[(112, 112)]] * 4, [[(112, 112)]] * 4, "abs_resized") == 0.5
+    score = heldout.evaluate(Generator(model, processor, "abs_resized"), 3, echo=lambda _: None)["eval/score"]
+    assert 0.0 <= score <= 1.0  # the tiny random model's own greedy answers
     assert [step for step in range(12) if heldout.due(step, 11)] == [0, 5, 10, 11]
     with pytest.raises(ConfigError, match="'eval_data_path' is required"):
         GRPOConfig(eval_steps=5)
@@ -84,7 +85,7 @@ def test_grpo_logs_the_heldout_score(tiny_model_dir, rec_jsonl, rec_samples, tmp
                         num_generations=2, max_completion_length=4, max_steps=3, beta=0.0, logging_steps=10,
                         eval_steps=2, eval_data_path=rec_jsonl, eval_sample_num=3, eval_reward="iou_accuracy",
                         use_visualdl=False, disable_tqdm=True)
-    history = GRPOTrainer(config, samples=rec_samples).train()["history"]
+    history = GRPOTrainer(config, samples=rec_samples, heldout=HeldoutEval(config)).train()["history"]
     logged = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     # before the first step, every eval_steps, and after the last; logged even off the logging_steps grid
     assert [(row["step"], "eval/score" in row) for row in logged] == [(0, True), (2, True), (3, True)]

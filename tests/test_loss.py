@@ -4,7 +4,8 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.trainer.loss import combine_rewards, group_advantages, grpo_loss
+from paddle_r1.rewards.manager import RewardManager
+from paddle_r1.trainer.loss import group_advantages, grpo_loss
 
 T = paddle.to_tensor
 
@@ -68,6 +69,24 @@ def test_group_advantages():
     np.testing.assert_allclose(group_advantages(rewards, 2, "none").numpy(), [0.5, -0.5, 0, 0])
 
 
-def test_weighted_sum_leaves_out_none():
-    scores = T(np.array([[1.0, 0.5], [np.nan, 0.5], [np.nan, np.nan]], "float32"))
-    np.testing.assert_allclose(combine_rewards(scores, T([2.0, 4.0])).numpy(), [4.0, 2.0, 0.0])
+def test_weighted_sum_leaves_out_none_and_an_unscored_completion_is_nan():
+    table = np.array([[1.0, 0.5], [np.nan, 0.5], [np.nan, np.nan]], "float32")
+    manager = RewardManager(["format", "box_format"], weights=[2.0, 4.0])
+    np.testing.assert_allclose(manager.combine(table), [4.0, 2.0, np.nan])
+
+
+def test_unscorable_completions_follow_trl():
+    """TRL 1.16: reward NaN rows are left out of the group's mean and std (nanmean / nanstd) and get advantage 0;
+    counted as 0.0 instead, they would move the baseline."""
+    nan = float("nan")
+    rewards = T([1.0, 0.0, nan, 3.0, 5.0, nan])  # groups of 3
+    got = group_advantages(rewards, 3, "group").numpy()
+    std = math.sqrt(0.5)  # unbiased std of (1, 0) and of (3, 5) is sqrt(2)
+    np.testing.assert_allclose(got, [0.5 / (std + 1e-4), -0.5 / (std + 1e-4), 0.0,
+                                     -1 / (math.sqrt(2) + 1e-4), 1 / (math.sqrt(2) + 1e-4), 0.0], rtol=1e-5)
+    batch_std = np.std([1, 0, 3, 5], ddof=1)
+    np.testing.assert_allclose(group_advantages(rewards, 3, "batch").numpy(),
+                               np.array([0.5, -0.5, 0, -1, 1, 0]) / (batch_std + 1e-4), rtol=1e-5)
+    np.testing.assert_allclose(group_advantages(rewards, 3, "none").numpy(), [0.5, -0.5, 0, -1, 1, 0])
+    lone = group_advantages(T([2.0, nan, nan]), 3, "group").numpy()  # one scored completion: std is NaN -> 0
+    np.testing.assert_array_equal(lone, [0.0, 0.0, 0.0])

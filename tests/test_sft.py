@@ -10,6 +10,7 @@ from PIL import Image
 from paddle_r1.config import ConfigError, GRPOConfig, SFTConfig, load_config
 from paddle_r1.models.loading import load_model
 from paddle_r1.trainer.logprobs import completion_logprobs
+from paddle_r1.trainer.logprobs import completion_logprobs
 from paddle_r1.trainer.sft import SFTTrainer, answer_for, build_sft_batch, sft_loss
 
 from test_cli import paddle_r1
@@ -71,7 +72,7 @@ def test_loss_mask_covers_only_answer_tokens(tiny, two_samples):
 
     # the loss is the mean negative log-likelihood over exactly those tokens: padding does not count
     with paddle.no_grad():
-        loss = float(sft_loss(model, batch, chunk_size=5))
+        loss = float(sft_loss(completion_logprobs(model, batch, 5, 1.0), batch.completion_mask))
         logp = completion_logprobs(model, batch, 1024).numpy()
     np.testing.assert_allclose(loss, -(logp * mask).sum() / mask.sum(), rtol=1e-5)
     short = int(np.argmin(mask.sum(axis=1)))
@@ -79,12 +80,13 @@ def test_loss_mask_covers_only_answer_tokens(tiny, two_samples):
     changed[short, -1] = 7  # a padding position of the shorter row
     batch.completion_ids = paddle.to_tensor(changed)
     with paddle.no_grad():
-        np.testing.assert_allclose(float(sft_loss(model, batch, chunk_size=5)), loss, rtol=1e-6)
+        np.testing.assert_allclose(float(sft_loss(completion_logprobs(model, batch, 5, 1.0), batch.completion_mask)), loss, rtol=1e-6)
 
 
 def test_loss_goes_down_on_a_repeated_batch(tiny_model_dir, two_samples, tmp_path):
     trainer = SFTTrainer(SFTConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), learning_rate=3e-3,
-                                   use_visualdl=False, disable_tqdm=True, max_steps=20), samples=two_samples)
+                                   per_device_train_batch_size=2, use_visualdl=False, disable_tqdm=True, max_steps=20),
+                         samples=two_samples)
     trainer.sampler.next_batch = lambda: [0, 1]  # the same batch every step
     losses = [trainer.training_step()["loss"] for _ in range(12)]
     assert losses[-1] < 0.5 * losses[0], losses
@@ -120,7 +122,7 @@ def test_lora_with_gradient_checkpointing_trains_adapters_and_saves_the_merged_m
 
     base = _weights(load_model(tiny_model_dir))
     trainer = SFTTrainer(SFTConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), learning_rate=1e-2,
-                                   lora=True, lora_rank=4, lora_alpha=8, gradient_checkpointing=True, max_steps=30,
+                                   lora=True, lora_rank=4, lora_alpha=8, gradient_checkpointing=True, max_steps=30, per_device_train_batch_size=2,
                                    max_grad_norm=0.0, use_visualdl=False, disable_tqdm=True), samples=two_samples)
     assert all("lora_" in n for n, p in trainer.policy.named_parameters() if not p.stop_gradient)
     trainer.sampler.next_batch = lambda: [0, 1]

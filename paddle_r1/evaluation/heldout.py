@@ -16,21 +16,15 @@ import paddle
 from ..config import GRPOConfig
 from ..data.loader import load_samples
 from ..rewards.manager import RewardManager, reward_columns
-from .runner import EvalOptions, Evaluator
-
-
-class PolicyEvaluator(Evaluator):
-    """The runner's ``Evaluator`` around a model already in memory (its own ``__init__`` loads from a folder)."""
-
-    def __init__(self, model, processor, coord_system: str, options: EvalOptions):
-        self.model_path, self.options = "<policy in memory>", options
-        self.model, self.processor, self.coord_system = model, processor, coord_system
-        tokenizer = processor.tokenizer
-        self.eos = sorted({tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")})
+from ..generation.generator import Generator
+from .runner import EvalOptions, answer_greedily
 
 
 class HeldoutEval:
-    def __init__(self, config: GRPOConfig, policy, processor, coord_system: str):
+    """Built from the config alone (its samples and reward are read and checked before any model loads); the
+    trainer hands it its generator (the policy in memory) at each evaluation."""
+
+    def __init__(self, config: GRPOConfig):
         self.config = config
         sampling = f"random:{config.eval_sample_num}" if config.eval_sample_num else "all"
         # the format is detected: the held-out file need not be in the training data's format
@@ -42,25 +36,33 @@ class HeldoutEval:
                                      settings={config.eval_reward: config.reward_kwargs.get(config.eval_reward, {})})
         if config.system_prompt:
             print("note: held-out evaluation prompts have no system prompt (the eval runner's prompts)")
-        options = EvalOptions(data_root="", image_root=config.image_root, max_new_tokens=config.max_completion_length,
-                              seed=config.seed, dtype=config.dtype)
-        self.evaluator = PolicyEvaluator(policy, processor, coord_system, options)
 
     def due(self, step: int, total_steps: int) -> bool:
         """Before the first step, every ``eval_steps`` steps, and after the last."""
         return step == 0 or step % self.config.eval_steps == 0 or step == total_steps
 
     @paddle.no_grad()
-    def score(self) -> float:
-        completions, image_sizes, input_sizes = self.evaluator.answer(self.samples, self.config.question_template,
-                                                                      "held-out eval")
-        columns = reward_columns(self.samples, image_sizes, input_sizes, self.evaluator.coord_system)
+    def score(self, generator: Generator) -> float:
+        config = self.config
+        completions, image_sizes, input_sizes = answer_greedily(
+            generator, self.samples, config.question_template, EvalOptions.batch_size, config.max_completion_length,
+            "held-out eval")
+        return self.score_completions(completions, image_sizes, input_sizes, generator.coord_system)
+
+    def score_completions(self, completions: list[str], image_sizes, input_sizes, coord_system: str) -> float:
+        """Mean of the eval reward over the held-out samples that it scores."""
+        columns = reward_columns(self.samples, image_sizes, input_sizes, coord_system)
         values = self.rewards.score(completions, columns).per_function[:, 0]
         values = values[~np.isnan(values)]
         return float(values.mean()) if values.size else float("nan")
 
-    def evaluate(self, step: int, echo: Callable[[str], None] = print) -> dict:
+    def evaluate(self, generator: Generator, step: int, echo: Callable[[str], None] = print) -> dict:
         """``{"eval/score": ...}`` for the metrics of ``step``."""
-        value = self.score()
+        value = self.score(generator)
         echo(f"step {step}: eval/score={value:.4f} ({len(self.samples)} held-out samples)")
         return {"eval/score": value}
+
+
+def heldout_for(config) -> "HeldoutEval | None":
+    """The held-out evaluation a config asks for (``eval_steps`` > 0), else None."""
+    return HeldoutEval(config) if getattr(config, "eval_steps", 0) else None

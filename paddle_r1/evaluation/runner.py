@@ -13,8 +13,8 @@ from tqdm import tqdm
 
 from ..data.loader import load_samples
 from ..models.loading import default_coord_system, load_model, load_processor, model_family
-from ..generation.prompts import build_prompt_batch
-from ..generation.rollout import SamplingParams, sample_completions
+from ..generation.generator import Generator
+from ..generation.rollout import SamplingParams
 from ..rewards.manager import reward_columns
 from .tasks import Task
 
@@ -69,31 +69,28 @@ def template_for(options: EvalOptions) -> str:
     return GRPOConfig.__dataclass_fields__["question_template"].default if options.method == "r1" else "{Question}"
 
 
+def answer_greedily(generator: Generator, samples: list[dict], template: str, batch_size: int, max_new_tokens: int,
+                    desc: str):
+    """Greedy completions, batch by batch, with each sample's image sizes for the rewards:
+    (completions, image_sizes, input_sizes)."""
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    completions, image_sizes, input_sizes = [], [], []
+    for start in tqdm(range(0, len(samples), batch_size), desc=desc, unit="batch"):
+        generation = generator.generate(samples[start:start + batch_size], 1, params, template)
+        completions += generation.texts
+        image_sizes += generation.facts.image_sizes
+        input_sizes += generation.facts.input_sizes
+    return completions, image_sizes, input_sizes
+
+
 class Evaluator:
     def __init__(self, model_path: str, options: EvalOptions):
         self.model_path, self.options = model_path, options
-        self.model = load_model(model_path, dtype=options.dtype)
-        self.model.eval()
-        self.processor = load_processor(model_path)
-        self.coord_system = options.coord_system or default_coord_system(model_family(model_path))
-        tokenizer = self.processor.tokenizer
-        self.eos = sorted({tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")})
-
-    def answer(self, samples: list[dict], template: str, desc: str):
-        """Greedy completions, batch by batch, with each sample's facts for the rewards."""
-        options, tokenizer = self.options, self.processor.tokenizer
-        params = SamplingParams(max_new_tokens=options.max_new_tokens, temperature=0.0)
-        completions, image_sizes, input_sizes = [], [], []
-        for start in tqdm(range(0, len(samples), options.batch_size), desc=desc, unit="batch"):
-            batch = samples[start:start + options.batch_size]
-            prompt, facts = build_prompt_batch(batch, self.processor, template)
-            rollout = sample_completions(self.model, prompt, 1, params, self.eos, tokenizer.pad_token_id)
-            lengths = rollout.completion_mask.sum(axis=1).tolist()
-            ids = rollout.completion_ids.tolist()
-            completions += tokenizer.batch_decode([row[:n] for row, n in zip(ids, lengths)], skip_special_tokens=True)
-            image_sizes += facts.image_sizes
-            input_sizes += facts.input_sizes
-        return completions, image_sizes, input_sizes
+        model = load_model(model_path, dtype=options.dtype)
+        model.eval()
+        coord_system = options.coord_system or default_coord_system(model_family(model_path))
+        self.generator = Generator(model, load_processor(model_path), coord_system)
+        self.coord_system = coord_system
 
     @paddle.no_grad()
     def evaluate(self, dataset: str, task: Task) -> dict:
@@ -104,7 +101,8 @@ class Evaluator:
                                        seed=options.seed, sampling_strategy=sampling)
         if report.summary():
             print(report.summary())
-        completions, image_sizes, input_sizes = self.answer(samples, template_for(options), dataset)
+        completions, image_sizes, input_sizes = answer_greedily(self.generator, samples, template_for(options),
+                                                                options.batch_size, options.max_new_tokens, dataset)
         columns = reward_columns(samples, image_sizes, input_sizes, self.coord_system)
         correct = task.score(completions, columns)
         results = [{

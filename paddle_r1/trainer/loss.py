@@ -6,29 +6,39 @@ from dataclasses import dataclass
 import paddle
 
 
-def combine_rewards(scores: paddle.Tensor, weights: paddle.Tensor) -> paddle.Tensor:
-    """r_i = sum_f w_f * s_if over the functions that scored completion i (NaN = None = left out)."""
-    valid = ~paddle.isnan(scores)
-    return paddle.where(valid, scores * weights, paddle.zeros_like(scores)).sum(axis=1)
+def _nan_mean(x: paddle.Tensor, valid: paddle.Tensor, axis=None) -> paddle.Tensor:
+    """Mean over the entries where ``valid``; NaN where there are none."""
+    count = valid.astype(x.dtype).sum(axis=axis, keepdim=axis is not None)
+    return paddle.where(valid, x, paddle.zeros_like(x)).sum(axis=axis, keepdim=axis is not None) / count
+
+
+def _nan_std(x: paddle.Tensor, valid: paddle.Tensor, axis=None) -> paddle.Tensor:
+    """Unbiased std over the entries where ``valid`` (TRL's ``nanstd``); NaN with fewer than two."""
+    count = valid.astype(x.dtype).sum(axis=axis, keepdim=axis is not None)
+    deviation = paddle.where(valid, x - _nan_mean(x, valid, axis), paddle.zeros_like(x))
+    variance = (deviation * deviation).sum(axis=axis, keepdim=axis is not None) / (count - 1)
+    return paddle.where(count > 1, variance.sqrt(), paddle.full_like(variance, float("nan")))
 
 
 def group_advantages(rewards: paddle.Tensor, num_generations: int, scale_rewards: str = "group") -> paddle.Tensor:
     """A_i = r_i - mean(group), divided by std(group) ("group"), std(batch) ("batch") or 1 ("none").
 
-    Rows are grouped contiguously: completions 0..G-1 belong to prompt 0, and so on.
-    std is the unbiased sample std (as TRL's ``torch.std``); 1e-4 keeps a flat group finite.
+    Rows are grouped contiguously: completions 0..G-1 belong to prompt 0, and so on. std is the unbiased sample
+    std (as TRL's ``torch.std``); 1e-4 keeps a flat group finite. A reward of NaN (no reward function scored
+    that completion) is left out of the means and stds and gets advantage 0 (TRL 1.16's nanmean / nanstd /
+    nan_to_num).
     """
-    grouped = rewards.reshape([-1, num_generations])
-    advantages = (grouped - grouped.mean(axis=1, keepdim=True)).reshape([-1])
-    if scale_rewards == "group":
-        std = paddle.repeat_interleave(grouped.std(axis=1, unbiased=True), num_generations)
-    elif scale_rewards == "batch":
-        std = rewards.std(unbiased=True).expand_as(rewards)
-    elif scale_rewards == "none":
-        return advantages
-    else:
+    if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be group, batch or none, got {scale_rewards!r}")
-    return advantages / (std + 1e-4)
+    valid = ~paddle.isnan(rewards)
+    grouped, grouped_valid = rewards.reshape([-1, num_generations]), valid.reshape([-1, num_generations])
+    advantages = (grouped - _nan_mean(grouped, grouped_valid, axis=1)).reshape([-1])
+    if scale_rewards == "group":
+        advantages = advantages / (paddle.repeat_interleave(_nan_std(grouped, grouped_valid, axis=1).reshape([-1]),
+                                                            num_generations) + 1e-4)
+    elif scale_rewards == "batch":
+        advantages = advantages / (_nan_std(rewards, valid) + 1e-4)
+    return paddle.where(paddle.isnan(advantages), paddle.zeros_like(advantages), advantages)
 
 
 @dataclass

@@ -75,14 +75,21 @@ class ReplicatedUpdate:
         self.parameters = [p for p in policy.parameters() if not p.stop_gradient]
         self.max_grad_norm = max_grad_norm
         self.world_size = world_size
-        self.logprobs = PolicyLogprobs(policy)
 
-    def step(self) -> float:
-        """Sync gradients, clip, update; the gradient norm before clipping."""
+    def wrap(self, forward: "PolicyLogprobs") -> paddle.nn.Layer:
+        """The training forward as the trainer calls it (only stage 2 wraps it)."""
+        return forward
+
+    def step(self, finite_loss: bool = True) -> tuple[float, bool]:
+        """Sync gradients, clip, update, unless the loss or the gradient norm is not finite; (the gradient norm
+        before clipping, whether the update was applied). The norm is the same on every rank, so all skip
+        together."""
         average_gradients(self.parameters, self.world_size)
         norm = clip_by_global_norm(self.parameters, self.max_grad_norm)
-        self.optimizer.step()
-        return norm
+        applied = finite_loss and math.isfinite(norm)
+        if applied:
+            self.optimizer.step()
+        return norm, applied
 
     def clear_grad(self) -> None:
         self.optimizer.clear_grad()
@@ -102,30 +109,34 @@ class ShardedStateUpdate(ReplicatedUpdate):
         self.hcg = fleet.get_hybrid_communicate_group()
         self.optimizer = DygraphShardingOptimizer(optimizer, self.hcg)
 
-    def step(self) -> float:
+    def step(self, finite_loss: bool = True) -> tuple[float, bool]:
         self.optimizer.reduce_gradients(self.parameters, self.hcg)  # each gradient, averaged, to its owner
         owned = self.optimizer.filter_parameters(self.parameters, self.hcg)
-        norm = clip_by_global_norm(owned, self.max_grad_norm, self.world_size)
-        self.optimizer.step()  # updates the owned weights, then broadcasts every weight from its owner
-        return norm
+        norm = clip_by_global_norm(owned, self.max_grad_norm, self.world_size)  # summed over ranks: all agree
+        applied = finite_loss and math.isfinite(norm)
+        if applied:
+            self.optimizer.step()  # updates the owned weights, then broadcasts every weight from its owner
+        return norm, applied
 
 
 class ShardedGradientsUpdate(ReplicatedUpdate):
     """Stage 2 (GPU/XPU): Paddle's group-sharded wrapper reduces gradients in backward hooks and clips with a
     norm over all ranks (the optimizer must carry ``ClipGradByGlobalNorm``); the norm itself is not exposed,
-    so the step logs NaN for it."""
+    so the step logs NaN for it and only a non-finite loss skips the step."""
 
     shards_optimizer_state = True
 
-    def __init__(self, optimizer, policy, max_grad_norm, world_size):
+    def wrap(self, forward: PolicyLogprobs) -> paddle.nn.Layer:
+        """The training forward inside Paddle's wrapper (its reduce hooks are set on each forward)."""
         from paddle.distributed.sharding import group_sharded_parallel
 
-        super().__init__(optimizer, policy, max_grad_norm, world_size)
-        self.logprobs, self.optimizer, _ = group_sharded_parallel(self.logprobs, optimizer, level="os_g")
+        forward, self.optimizer, _ = group_sharded_parallel(forward, self.optimizer, level="os_g")
+        return forward
 
-    def step(self) -> float:
-        self.optimizer.step()
-        return float("nan")
+    def step(self, finite_loss: bool = True) -> tuple[float, bool]:
+        if finite_loss:
+            self.optimizer.step()
+        return float("nan"), finite_loss
 
 
 def optimizer_clips(stage: str, world_size: int) -> bool:
@@ -133,9 +144,12 @@ def optimizer_clips(stage: str, world_size: int) -> bool:
     return stage == "stage2" and world_size > 1
 
 
-def build_update(stage: str, optimizer, policy, max_grad_norm: float, world_size: int) -> ReplicatedUpdate:
-    """The update for ``stage``; on a single process every stage is the plain update."""
+def build_update(stage: str, optimizer, policy, max_grad_norm: float, world_size: int):
+    """(the training forward, the update) for ``stage``; on a single process every stage is the plain update.
+    The trainer calls the forward itself; stage 2 wraps it so Paddle's hooks see every training forward."""
     if world_size == 1 or not stage:
-        return ReplicatedUpdate(optimizer, policy, max_grad_norm, world_size)
-    return {"stage1": ShardedStateUpdate, "stage2": ShardedGradientsUpdate}[stage](
-        optimizer, policy, max_grad_norm, world_size)
+        update = ReplicatedUpdate(optimizer, policy, max_grad_norm, world_size)
+    else:
+        update = {"stage1": ShardedStateUpdate, "stage2": ShardedGradientsUpdate}[stage](
+            optimizer, policy, max_grad_norm, world_size)
+    return update.wrap(PolicyLogprobs(policy)), update

@@ -1,0 +1,249 @@
+"""The trainer skeleton GRPO and SFT share: setup (device, ranks, models, optimizer), the step loop with its
+progress bar, logging, held-out evaluation and checkpoint cadence, resume, and the guarded update.
+
+A job says only how a step is made (``training_step``), what a step's batch is (``prompts_per_step``,
+``steps_per_batch``), and what it adds to a checkpoint (``trainer_state``, ``save_rank_files``).
+
+The update is guarded: a step whose loss or gradient norm is not finite changes neither the weights nor the
+optimizer state; it is logged (``train/skipped_steps``) and counted, and ``max_skipped_steps`` of them in a row
+stop the run, leaving the newest checkpoint as it was.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Optional
+
+import numpy as np
+import paddle
+from tqdm import tqdm
+
+from ..data.samples import DataError
+from ..generation.generator import Generator
+from ..generation.prompts import load_sample_images
+from ..models.loading import default_coord_system, load_models
+from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
+from . import checkpoint as ckpt
+from .distributed import barrier, in_rank_order, init_distributed, replica_io, sum_across_ranks
+from .job import prepare_job
+from .metrics import MetricsLogger
+from .optim import build_optimizer
+from .sampler import PromptSampler
+from .sharding import build_update, check_sharding_supported, fleet_strategy, optimizer_clips
+
+
+class TrainingDiverged(RuntimeError):
+    """``max_skipped_steps`` steps in a row had a non-finite loss or gradient norm."""
+
+
+class Trainer:
+    name = "train"  # the progress bar's label
+
+    def __init__(self, config, samples: Optional[list[dict]] = None, heldout=None):
+        """``heldout``: an object with ``due(step, total_steps)`` and ``evaluate(generator, step, echo)`` (the
+        held-out evaluation), run on rank 0; None: no held-out evaluation."""
+        self.config = cfg = config
+        self.samples = prepare_job(cfg, samples)
+        sharding = self.sharding_stage
+        check_sharding_supported(sharding, paddle.get_device())
+        self.rank, self.world_size = init_distributed(fleet_strategy if sharding else None)
+        self.is_main = self.rank == 0
+        self.resume_path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir) \
+            if cfg.resume_from_checkpoint else None
+        paddle.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        self.load_models()
+        self.generator = Generator(self.policy, self.processor, self.coord_system)
+
+        self.total_steps = cfg.max_steps if cfg.max_steps > 0 else \
+            math.ceil(cfg.num_train_epochs * len(self.samples) / self.prompts_per_step) * self.steps_per_batch
+        optimizer, self.scheduler = build_optimizer(
+            [p for p in self.policy.parameters() if not p.stop_gradient], cfg, self.total_steps,
+            clip=optimizer_clips(sharding, self.world_size))
+        if sharding and self.world_size == 1:
+            print(f"sharding {sharding}: one process, nothing to shard; the optimizer state stays whole")
+        # the training forward (wrapped when sharding needs to see it) and the step over ranks
+        self.forward, self.update = build_update(sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size)
+        self.optimizer = self.update.optimizer
+        # one global sequence of prompt batches; each rank takes its own slice of every batch
+        self.sampler = PromptSampler(len(self.samples), cfg.per_device_train_batch_size * self.world_size, cfg.seed)
+        self.step = 0
+        self.skipped_steps = 0  # in all, and in a row
+        self.skipped_in_row = 0
+        self.step_counters: dict[str, float] = {}
+        if self.resume_path:
+            self.restore(self.resume_path)
+        self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl) if self.is_main else None
+        self.heldout = heldout if self.is_main else None
+
+    # ---- what a job defines ------------------------------------------------------------------
+    sharding_stage = ""  # GRPO reads its config key
+    reference_beta = 0.0  # > 0: a frozen reference model is loaded beside the policy
+
+    @property
+    def prompts_per_step(self) -> int:
+        """Samples one optimizer step consumes over all ranks."""
+        return self.config.per_device_train_batch_size * self.world_size
+
+    steps_per_batch = 1  # optimizer steps made on one batch of samples (GRPO's num_iterations)
+
+    def training_step(self) -> dict:
+        raise NotImplementedError
+
+    def trainer_state(self) -> dict:
+        """What the job adds to a checkpoint's trainer state."""
+        return {}
+
+    def save_rank_files(self, folder: str) -> None:
+        """Files each rank adds to a checkpoint (every rank calls it)."""
+
+    def restore_job(self, path: str, state: dict) -> None:
+        """Restore what ``trainer_state`` / ``save_rank_files`` saved."""
+
+    def completion_rows(self) -> list[dict]:
+        """Rows for completions.jsonl after a step (none by default)."""
+        return []
+
+    # ---- setup -------------------------------------------------------------------------------
+    def load_models(self) -> None:
+        """The policy (from the checkpoint when resuming; with LoRA the base model plus the saved adapter), the
+        processor and, when ``reference_beta`` > 0, the frozen reference."""
+        cfg = self.config
+        policy_path = cfg.model_name_or_path if cfg.lora else self.resume_path or cfg.model_name_or_path
+        with replica_io(self.world_size):
+            loaded = in_rank_order(lambda: load_models(
+                policy_path, beta=self.reference_beta, dtype=cfg.dtype, freeze_vision=cfg.freeze_vision,
+                min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels, reference_path=self.reference_path(),
+                gradient_checkpointing=cfg.gradient_checkpointing), self.rank, self.world_size)
+        self.policy, self.reference, self.processor = loaded.policy, loaded.reference, loaded.processor
+        if cfg.lora:
+            apply_lora(self.policy, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
+            if self.resume_path:
+                load_adapter(self.policy, os.path.join(self.resume_path, ADAPTER_DIR))
+        self.coord_system = cfg.coord_system or default_coord_system(loaded.family)
+
+    def reference_path(self) -> str:
+        """The original model, or the synced reference a checkpoint saved (``sync_ref_model``)."""
+        synced = os.path.join(self.resume_path, "ref_model") if self.resume_path else None
+        return synced if synced and os.path.isdir(synced) else self.config.model_name_or_path
+
+    def restore(self, path: str) -> None:
+        state = ckpt.load_trainer_state(path)
+        self.step = state["global_step"]
+        self.skipped_steps = state.get("skipped_steps", 0)
+        self.sampler.load_state_dict(state["sampler"])
+        ckpt.load_optimizer_state(self.optimizer, self.policy, ckpt.read_optimizer_state(path))
+        self.restore_job(path, state)
+        ckpt.load_rng_state(path)
+
+    # ---- pieces of a step --------------------------------------------------------------------
+    def next_samples(self) -> tuple[list[dict], list, list[int]]:
+        """This rank's slice of the next global batch, images opened, with each sample's place in the global
+        batch. A sample whose image fails now is skipped and counted; a batch left empty on any rank is
+        replaced on every rank, so the ranks' samplers stay in step."""
+        per_device = self.config.per_device_train_batch_size
+        while True:
+            batch = self.sampler.next_batch()
+            samples, images, places = [], [], []
+            for place in range(self.rank * per_device, (self.rank + 1) * per_device):
+                sample = self.samples[batch[place]]
+                try:
+                    images.append(load_sample_images(sample))
+                except DataError as e:
+                    print(f"skipping sample {sample.get('_source', batch[place])}: {e}")
+                    self.count("data/skipped_samples")
+                    continue
+                samples.append(sample)
+                places.append(place)
+            if sum_across_ranks(float(not samples), self.world_size) == 0:
+                return samples, images, places
+
+    def count(self, key: str, n: float = 1) -> None:
+        self.step_counters[key] = self.step_counters.get(key, 0) + n
+
+    def apply_update(self, losses: list[float]) -> dict:
+        """Gradients synced and clipped, then the optimizer step, unless the loss (on any rank) or the gradient
+        norm is not finite: then the step is skipped (weights and optimizer state untouched). The schedule and
+        the step count move on either way. Returns the step's update metrics."""
+        learning_rate = self.optimizer.get_lr()
+        finite_loss = sum_across_ranks(float(not all(math.isfinite(x) for x in losses)), self.world_size) == 0
+        grad_norm, applied = self.update.step(finite_loss)
+        self.update.clear_grad()
+        self.scheduler.step()
+        self.step += 1
+        self.skipped_in_row = 0 if applied else self.skipped_in_row + 1
+        self.skipped_steps += not applied
+        if not applied:
+            print(f"step {self.step}: loss {sum(losses):.4g}, gradient norm {grad_norm:.4g}: not finite, update "
+                  f"skipped ({self.skipped_in_row} in a row)")
+        if self.skipped_in_row >= self.config.max_skipped_steps:
+            newest = ckpt.list_checkpoints(self.config.output_dir)
+            raise TrainingDiverged(
+                f"{self.skipped_in_row} steps in a row (up to step {self.step}) had a non-finite loss or gradient "
+                f"norm; stopping (config key max_skipped_steps). The weights are those of the last finite update; "
+                + (f"the newest checkpoint is {newest[-1]}. " if newest else "no checkpoint was saved. ")
+                + "Lower learning_rate or max_grad_norm, or check the rewards.")
+        return {"learning_rate": float(learning_rate), "grad_norm": grad_norm, "train/skipped_steps": self.skipped_steps}
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def save(self) -> str:
+        """Rank 0 writes the model, optimizer and state (identical on every rank); each rank adds its own files
+        (``save_rank_files``), and under sharding its share of the optimizer state."""
+        cfg = self.config
+        tmp = ckpt.begin_checkpoint(cfg.output_dir, self.step) if self.is_main else None
+        barrier(self.world_size)
+        tmp_dir = ckpt.checkpoint_dir(cfg.output_dir, self.step) + ".tmp"
+        self.save_rank_files(tmp_dir)
+        sharded = self.update.shards_optimizer_state
+        if sharded:
+            ckpt.save_optimizer(tmp_dir, self.optimizer, self.policy, shard=self.rank)
+        barrier(self.world_size)
+        final = ckpt.checkpoint_dir(cfg.output_dir, self.step)
+        if self.is_main:
+            state = {"global_step": self.step, "sampler": self.sampler.state_dict(), "total_steps": self.total_steps,
+                     "world_size": self.world_size, "skipped_steps": self.skipped_steps,
+                     "config": dataclasses.asdict(cfg), **self.trainer_state()}
+            with replica_io(self.world_size):
+                ckpt.finish_checkpoint(tmp, final, write_model=lambda folder: write_model_folder(self.policy, folder, cfg),
+                                       policy=self.policy, processor=self.processor,
+                                       optimizer=None if sharded else self.optimizer, trainer_state=state,
+                                       reference=self.reference if getattr(cfg, "sync_ref_model", False) else None,
+                                       save_total_limit=cfg.save_total_limit)
+        barrier(self.world_size)
+        return final
+
+    # ---- the run -----------------------------------------------------------------------------
+    def evaluate(self, echo) -> dict:
+        return self.heldout.evaluate(self.generator, self.step, echo=echo)
+
+    def train(self) -> dict:
+        cfg = self.config
+        history = []
+        bar = tqdm(total=self.total_steps, initial=self.step, disable=cfg.disable_tqdm or not self.is_main,
+                   desc=self.name, unit="step")
+        last_saved = None
+        try:
+            if self.heldout is not None and self.step == 0:  # the score training starts from
+                self.logger.log(0, self.evaluate(bar.write), echo=lambda _: None)
+            while self.step < self.total_steps:
+                metrics = self.training_step()
+                if self.heldout is not None and self.heldout.due(self.step, self.total_steps):
+                    metrics.update(self.evaluate(bar.write))
+                history.append(metrics)
+                bar.update(1)
+                bar.set_postfix({k: f"{metrics[k]:.4f}" for k in ("reward", "loss") if k in metrics})
+                if self.is_main and (self.step % cfg.logging_steps == 0 or "eval/score" in metrics):
+                    self.logger.log(self.step, metrics, echo=bar.write)
+                rows = self.completion_rows() if self.is_main else []
+                if rows:
+                    self.logger.log_completions(rows)
+                if cfg.save_steps and self.step % cfg.save_steps == 0:
+                    last_saved = self.save()
+            if last_saved is None or not last_saved.endswith(f"checkpoint-{self.step}"):
+                last_saved = self.save()
+        finally:
+            bar.close()
+            if self.logger is not None:
+                self.logger.close()
+        return {"history": history, "checkpoint": last_saved, "output_dir": cfg.output_dir}
