@@ -8,3 +8,20 @@ def short_reward(completions, **columns):
 
 def none_for_all(completions, **columns):
     return [None for _ in completions]
+
+
+def inf_for_first(completions, **columns):
+    """A buggy reward: inf for the first completion of the batch, 1.0 for the rest."""
+    return [float("inf") if i == 0 else 1.0 for i in range(len(completions))]
+
+
+def reads_a_missing_column(completions, **columns):
+    """A buggy reward: reads a column the data does not have."""
+    return [float(columns["answer"][i] == text) for i, text in enumerate(completions)]
+
+
+def with_setting(completions, scale=1.0, **columns):
+    """A user reward with one setting, checked like the built-in ones."""
+    if scale <= 0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    return [scale * (1.0 - len(text) / 200.0) for text in completions]

@@ -130,3 +130,55 @@ def test_a_solution_a_reward_cannot_read_is_left_out_not_fatal(tiny_model_dir, r
                                   max_steps=2, per_device_train_batch_size=4), samples=samples)
     metrics = trainer.train()["history"]
     assert sum(m.get("rewards/counting/bad_solutions", 0) for m in metrics) == 2 * 3  # one prompt x G, each step
+
+
+def test_non_finite_steps_are_skipped_and_stop_the_run(tiny_model_dir, rec_samples, tmp_path):
+    """--learning_rate 1e10 used to give loss=nan from then on, exit code 0 and a checkpoint of NaN weights.
+    Now a step whose loss or gradient norm is not finite leaves weights and optimizer state untouched, is counted,
+    and max_skipped_steps in a row stop the run with the newest checkpoint as it was."""
+    from paddle_r1.trainer.base import TrainingDiverged
+
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, learning_rate=1e10, max_grad_norm=0.0, max_steps=12,
+                                  save_steps=1, max_skipped_steps=2), samples=rec_samples)
+    seen = []
+    original = trainer.apply_update
+
+    def watched(losses):
+        before = (_weights(trainer.policy), {k: v.numpy().copy() for k, v in trainer.optimizer.state_dict().items()
+                                            if hasattr(v, "numpy")})
+        metrics = original(losses)
+        seen.append((metrics, before, _weights(trainer.policy)))
+        return metrics
+
+    trainer.apply_update = watched
+    with pytest.raises(TrainingDiverged, match="2 steps in a row .*max_skipped_steps.*newest checkpoint is"):
+        trainer.train()
+    skipped = [(m, before, after) for m, before, after in seen if not np.isfinite(m["grad_norm"])
+               or not all(np.isfinite(v).all() for v in after.values())]
+    assert skipped, "the run never produced a non-finite step"
+    for metrics, (weights, _), after in skipped:
+        for key, value in weights.items():
+            np.testing.assert_array_equal(after[key], value, err_msg=key)
+    assert seen[-1][0]["train/skipped_steps"] == 1 and trainer.skipped_steps == 2  # the second one stopped the run
+    newest = list_checkpoints(str(tmp_path))[-1]
+    assert all(np.isfinite(v).all() for v in _weights(load_model(newest)).values())
+
+
+def test_a_reward_returning_inf_is_a_counted_failure(tiny_model_dir, rec_samples, tmp_path):
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, reward_funcs=["reward_helpers:inf_for_first"],
+                                  max_steps=1), samples=rec_samples)
+    metrics = trainer.train()["history"][0]
+    assert metrics["rewards/reward_helpers:inf_for_first/non_finite"] == 1
+    assert np.isfinite(metrics["loss"]) and np.isfinite(metrics["reward"])
+    assert all(np.isfinite(v).all() for v in _weights(trainer.policy).values())
+
+
+def test_completions_no_reward_scored_get_reward_nan_and_no_gradient(tiny_model_dir, rec_samples, tmp_path):
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, reward_funcs=["reward_helpers:none_for_all"],
+                                  max_steps=1), samples=rec_samples)
+    before = _weights(trainer.policy)
+    metrics = trainer.train()["history"][0]
+    assert np.isnan(metrics["reward"]) and metrics["grad_norm"] == 0.0
+    rows = [json.loads(line) for line in open(tmp_path / "completions.jsonl")]
+    assert all(row["reward"] is None and row["advantage"] == 0.0 for row in rows)
+    assert all(np.array_equal(before[k], v) for k, v in _weights(trainer.policy).items())
