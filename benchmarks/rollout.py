@@ -32,7 +32,7 @@ def main() -> None:
     from paddle_r1.data.synthetic import make_synthetic_rec
     from paddle_r1.models.loading import load_model, load_processor
     from paddle_r1.models.tiny import TinySize, make_tiny_model
-    from paddle_r1.generation.prompts import build_prompt_batch
+    from paddle_r1.generation.generator import build_prompt_batch
     from paddle_r1.generation.rollout import SamplingParams, sample_completions
 
     work = tempfile.mkdtemp()

@@ -10,7 +10,7 @@ from paddle_r1.config import ConfigError, GRPOConfig, load_config
 from paddle_r1.data.loader import load_from_config, load_samples
 from paddle_r1.data.mixture import sample_indices
 from paddle_r1.data.samples import DataError
-from paddle_r1.generation.prompts import build_prompt_batch
+from paddle_r1.generation.generator import build_prompt_batch
 
 
 def image(folder, name, size=(64, 48), color=(200, 30, 30)):

@@ -9,7 +9,7 @@ from paddle_r1.config import ConfigError, GRPOConfig
 from paddle_r1.models.loading import load_model
 from paddle_r1.models.lora import adapters_disabled, apply_lora, lora_layers, merged_state_dict
 from paddle_r1.trainer.grpo import GRPOTrainer
-from paddle_r1.generation.prompts import build_prompt_batch
+from paddle_r1.generation.generator import build_prompt_batch
 
 
 def _config(model_dir, out, **kw):

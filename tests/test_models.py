@@ -11,8 +11,8 @@ from safetensors import safe_open
 from paddle_r1.models.loading import load_model, load_models, model_family
 from paddle_r1.models.qwen3_vl import QWEN3_VL_NOT_SUPPORTED
 from paddle_r1.models.tiny import make_tiny_model
-from paddle_r1.trainer.logprobs import completion_logprobs
-from paddle_r1.generation.prompts import build_prompt_batch
+from paddle_r1.trainer.loss import completion_logprobs
+from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
 
 PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.json", "preprocessor_config.json")

@@ -2,7 +2,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.generation.prompts import build_prompt_batch
+from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import (SamplingParams, completion_mask_from_ids, pick_next_token,
                                        sample_completions)
 

@@ -9,8 +9,8 @@ from PIL import Image
 
 from paddle_r1.config import ConfigError, GRPOConfig, SFTConfig, load_config
 from paddle_r1.models.loading import load_model
-from paddle_r1.trainer.logprobs import completion_logprobs
-from paddle_r1.trainer.logprobs import completion_logprobs
+from paddle_r1.trainer.loss import completion_logprobs
+from paddle_r1.trainer.loss import completion_logprobs
 from paddle_r1.trainer.sft import SFTTrainer, answer_for, build_sft_batch, sft_loss
 
 from test_cli import paddle_r1

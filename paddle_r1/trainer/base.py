@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from ..data.samples import DataError
 from ..generation.generator import Generator
-from ..generation.prompts import load_sample_images
+from ..generation.generator import load_sample_images
 from ..models.loading import default_coord_system, load_models
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
 from . import checkpoint as ckpt

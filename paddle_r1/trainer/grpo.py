@@ -23,7 +23,7 @@ from ..models.lora import adapters_disabled
 from ..rewards.manager import RewardManager, reward_columns
 from .base import Trainer
 from .distributed import reduce_metrics, sum_across_ranks
-from .logprobs import completion_logprobs
+from .loss import completion_logprobs
 from .loss import grpo_loss, group_advantages
 
 

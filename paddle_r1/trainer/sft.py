@@ -19,7 +19,7 @@ import numpy as np
 import paddle
 
 from ..config import SFTConfig
-from ..generation.prompts import PromptFacts, build_prompt_batch
+from ..generation.generator import PromptFacts, build_prompt_batch
 from ..generation.rollout import Rollout
 from ..models.coords import box_from_original
 from ..rewards.families.multibox import read_groups

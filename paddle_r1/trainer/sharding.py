@@ -23,7 +23,7 @@ import paddle
 
 from ..config import ConfigError
 from .distributed import average_gradients, sum_across_ranks
-from .logprobs import completion_logprobs
+from .loss import completion_logprobs
 
 def fleet_strategy(world_size: int):
     """A fleet strategy whose only parallel axis is sharding over all ranks (needed by the stage-1 optimizer)."""
