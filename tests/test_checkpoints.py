@@ -165,3 +165,20 @@ def test_resumed_logs_drop_the_rows_of_redone_steps(tmp_path):
         [(0, 0.0), (1, 1.0), (2, 2.0), (3, 3.0), (4, 14.0), (5, 15.0)]
     assert [r["step"] for r in _rows(tmp_path / "completions.jsonl")] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 5]
     assert not os.path.exists(tmp_path / "metrics.jsonl.tmp")
+
+
+def test_a_resumed_grpo_run_rotates_out_the_abandoned_higher_step(tiny_model_dir, rec_samples, tmp_path):
+    from paddle_r1.config import GRPOConfig
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    def run(**kw):
+        config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), reward_funcs=["iou"],
+                            num_generations=2, per_device_train_batch_size=1, max_completion_length=4,
+                            use_visualdl=False, disable_tqdm=True, beta=0.0, save_total_limit=2, **kw)
+        GRPOTrainer(config, samples=rec_samples).train()
+
+    run(max_steps=6, save_steps=3)  # checkpoints 3 and 6
+    # the user goes back to step 3 and runs to step 5, saving every step: 6 belongs to the abandoned run
+    run(max_steps=5, save_steps=1, resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+    assert _steps(ckpt.list_checkpoints(str(tmp_path))) == [4, 5]
+    assert ckpt.resolve_checkpoint("latest", str(tmp_path)) == str(tmp_path / "checkpoint-5")
