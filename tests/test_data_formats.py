@@ -59,9 +59,11 @@ def test_rec_with_image_root(tmp_path):
     image(tmp_path / "coco", "train2014/a.jpg")
     rows = [{"image": "train2014/a.jpg", "problem": "the red one", "solution": [1, 2, 30.5, 40],
              "normal_caption": "red"}]
-    samples, _ = load_samples(write(tmp_path / "rec.json", rows), image_root=str(tmp_path / "coco"))
+    path = write(tmp_path / "rec.json", rows)
+    samples, _ = load_samples(path, image_root=str(tmp_path / "coco"))
     assert samples == [{"images": [str(tmp_path / "coco/train2014/a.jpg")], "problem": "the red one",
-                        "solution": [1, 2, 30.5, 40], "normal_caption": "red", "reward_method": None}]
+                        "solution": [1, 2, 30.5, 40], "normal_caption": "red", "reward_method": None,
+                        "_source": f"{path}[0]"}]
 
 
 def test_vlm_r1_conversation_multi_image_keeps_order(tmp_path, tiny):

@@ -60,7 +60,7 @@ def test_two_ranks_equal_one_process_over_the_same_global_batch(tmp_path, single
 
 
 def _moments(state: dict) -> dict:
-    return {k: v.numpy() for k, v in state.items() if k.endswith(("_moment1_0", "_moment2_0"))}
+    return {k: np.asarray(v) for k, v in state.items() if k.endswith(("_moment1_0", "_moment2_0"))}
 
 
 @pytest.mark.timeout(600)

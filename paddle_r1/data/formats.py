@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -86,12 +87,19 @@ def _box(value, what: str) -> list:
             value = json.loads(value)
         except json.JSONDecodeError:
             raise SampleError(f"{what} is not a box: {value!r}") from None
-    if not (isinstance(value, list) and len(value) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                                for v in value)):
+    if not _looks_like_box(value):
         raise SampleError(f"{what} must be [x1, y1, x2, y2], got {value!r}")
+    if not all(math.isfinite(v) for v in value):
+        raise SampleError(f"{what} has a coordinate that is not a finite number: {value!r}")
     if value[0] > value[2] or value[1] > value[3]:
         raise SampleError(f"{what} has x1 > x2 or y1 > y2: {value!r}")
     return list(value)
+
+
+def _looks_like_box(value) -> bool:
+    """Four numbers (finite or not: the adapter says which coordinate is bad)."""
+    return isinstance(value, list) and len(value) == 4 and \
+        all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
 
 
 def _extras(record: dict, used: set) -> dict:
@@ -209,7 +217,9 @@ FORMATS: dict[str, Callable[[dict, SourceContext], dict]] = {
 }
 
 
-def detect_format(record: dict) -> str:
+def detect_format(record: dict, rec_file: Optional[bool] = None) -> str:
+    """The format a record's fields name. {image, problem, solution} is REC when the solution is a box, else
+    R1-V; ``rec_file`` (see ``is_rec_file``) decides that for the whole file instead."""
     keys = set(record)
     if "conversations" in keys:
         return "conversation"
@@ -220,9 +230,16 @@ def detect_format(record: dict) -> str:
     if {"images", "problem"} <= keys:
         return "generic"
     if {"image", "problem"} <= keys:
-        solution = record.get("solution")
-        is_box = isinstance(solution, list) and len(solution) == 4
-        return "rec" if is_box else "r1v"
+        is_rec = _looks_like_box(record.get("solution")) if rec_file is None else rec_file
+        return "rec" if is_rec else "r1v"
     if {"text", "label"} <= keys:
         return "products"
     raise SampleError(f"cannot tell the format from the fields {sorted(keys)}; name it with 'format:'")
+
+
+def is_rec_file(records: list[dict]) -> bool:
+    """Whether most {image, problem} records of a file have a box solution. Then all of them are REC, and a
+    row whose solution is not a box ([1, 2, 3], "abc") is reported as bad rather than read as an R1-V row that
+    no IoU reward scores."""
+    rows = [r for r in records if {"image", "problem"} <= set(r)]
+    return 2 * sum(_looks_like_box(r.get("solution")) for r in rows) > len(rows)

@@ -13,10 +13,11 @@ from typing import Optional
 
 from PIL import Image
 
-from .formats import FORMATS, SampleError, SourceContext, detect_format
+from .formats import FORMATS, SampleError, SourceContext, detect_format, is_rec_file
+from .images import set_max_image_pixels
 from .mixture import Source, check_strategy, read_mixture, sample_indices
-from .records import BadRecord, read_records
-from .samples import DataError, validate_sample
+from .records import BadRecord, Record, read_records
+from .samples import SOURCE_KEY, DataError, validate_sample
 
 MAX_ASPECT_RATIO = 200  # Qwen2-VL's smart_resize refuses more extreme images
 SHOWN_PROBLEMS = 5
@@ -49,7 +50,8 @@ class DataReport:
 
 
 def check_images(paths: list[str]) -> list[tuple[int, int]]:
-    """Original (w, h) of each image, read from the header only; SampleError naming the file otherwise."""
+    """Original (w, h) of each image, read from the header only; SampleError naming the file otherwise
+    (including an image above Pillow's pixel limit, config key ``max_image_pixels``)."""
     sizes = []
     for path in paths:
         if not os.path.isfile(path):
@@ -57,16 +59,21 @@ def check_images(paths: list[str]) -> list[tuple[int, int]]:
         try:
             with Image.open(path) as img:
                 width, height = img.size
+        except Image.DecompressionBombError:
+            raise SampleError(f"image {path}: more than max_image_pixels ({Image.MAX_IMAGE_PIXELS}) pixels") from None
         except (OSError, ValueError) as e:
             raise SampleError(f"cannot read image {path}: {e}") from None
+        limit = Image.MAX_IMAGE_PIXELS
+        if limit is not None and width * height > limit:
+            raise SampleError(f"image {path} is {width}x{height}: more than max_image_pixels ({limit}) pixels")
         if min(width, height) == 0 or max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
             raise SampleError(f"image {path} is {width}x{height}: aspect ratio above {MAX_ASPECT_RATIO}")
         sizes.append((width, height))
     return sizes
 
 
-def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext) -> dict:
-    name = fmt or detect_format(record)
+def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool) -> dict:
+    name = fmt or detect_format(record, rec_file)
     if name not in FORMATS:
         raise DataError(f"{ctx.path}: unknown format {name!r} (known: {', '.join(FORMATS)})")
     sample = FORMATS[name](record, ctx)
@@ -83,6 +90,7 @@ def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
     ctx = SourceContext(path=source.path, image_root=source.image_root, image_columns=image_columns,
                         image_cache_dir=image_cache_dir)
     records = list(read_records(source.path))
+    rec_file = is_rec_file([r.value for r in records if isinstance(r, Record)])
     samples = []
     for index in sample_indices(len(records), source.sampling_strategy, seed):
         record = records[index]
@@ -90,7 +98,7 @@ def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
         try:
             if isinstance(record, BadRecord):
                 raise SampleError(record.reason)
-            sample = _adapt(record.value, source.format, ctx)
+            sample = _adapt(record.value, source.format, ctx, rec_file)
         except SampleError as e:
             where = record.where
             if strict:
@@ -99,6 +107,7 @@ def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
             continue
         if source.reward_method and not sample.get("reward_method"):
             sample["reward_method"] = source.reward_method
+        sample[SOURCE_KEY] = record.where
         samples.append(sample)
         report.kept[source.path] += 1
     return samples
@@ -134,6 +143,7 @@ def load_from_config(config) -> tuple[list[dict], DataReport]:
     """The samples a job config names: the built-in synthetic set, or ``data_path`` with its options."""
     from .synthetic import make_synthetic_rec
 
+    set_max_image_pixels(config.max_image_pixels)
     if config.dataset_name == "synthetic_rec":
         return load_samples(make_synthetic_rec(os.path.join(config.output_dir, "synthetic_rec"), seed=config.seed))
     if config.dataset_name is not None:

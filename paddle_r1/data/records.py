@@ -1,13 +1,19 @@
 """Reading raw records, each with the place it came from ("file:line"), from json, jsonl, csv and
-folders saved by the ``datasets`` library. A line that cannot be parsed becomes a ``BadRecord``:
-the loader decides whether to skip and count it or to stop."""
+folders saved by the ``datasets`` library. A line that cannot be parsed, or holds bytes that are not UTF-8,
+becomes a ``BadRecord``: the loader decides whether to skip and count it or to stop. Files are decoded with
+``surrogateescape`` so that one bad byte costs its own line, not the whole file."""
 from __future__ import annotations
 
 import csv
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterator, Union
+
+
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # where surrogateescape kept a byte that is not UTF-8
+NOT_UTF8 = "not valid UTF-8 text"
 
 
 @dataclass
@@ -41,8 +47,12 @@ def read_records(path: str) -> Iterator[Union[Record, BadRecord]]:
         yield from _read_json(path)
 
 
+def _open_text(path: str, **options):
+    return open(path, encoding="utf-8", errors="surrogateescape", **options)
+
+
 def _read_json(path: str):
-    with open(path, encoding="utf-8") as f:
+    with _open_text(path) as f:
         text = f.read()
     if text.lstrip().startswith("["):
         try:
@@ -57,6 +67,9 @@ def _read_json(path: str):
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        if _UNDECODABLE.search(line):
+            yield BadRecord(f"{path}:{lineno}", NOT_UTF8)
+            continue
         try:
             value = json.loads(line)
         except json.JSONDecodeError as e:
@@ -66,9 +79,11 @@ def _read_json(path: str):
 
 
 def _read_csv(path: str):
-    with open(path, encoding="utf-8", newline="") as f:
-        for lineno, row in enumerate(csv.DictReader(f), start=2):  # line 1 is the header
-            yield Record(f"{path}:{lineno}", {k: v for k, v in row.items() if k is not None})
+    with _open_text(path, newline="") as f:
+        reader = csv.DictReader(f)
+        for row in reader:
+            value = {k: v for k, v in row.items() if k is not None}
+            yield _checked(f"{path}:{reader.line_num}", value)  # the row's last line (a quoted cell may span lines)
 
 
 def _read_saved_dataset(path: str):
@@ -83,6 +98,8 @@ def _read_saved_dataset(path: str):
 
 
 def _checked(where: str, value):
-    if isinstance(value, dict):
-        return Record(where, value)
-    return BadRecord(where, f"expected a json object, got {type(value).__name__}")
+    if not isinstance(value, dict):
+        return BadRecord(where, f"expected a json object, got {type(value).__name__}")
+    if _UNDECODABLE.search(json.dumps(value, ensure_ascii=False, default=str)):
+        return BadRecord(where, NOT_UTF8)
+    return Record(where, value)

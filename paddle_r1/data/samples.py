@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 
+SOURCE_KEY = "_source"  # every loaded sample's origin, "file:line" (or "file[index]"), for messages about it
+
+
 class DataError(ValueError):
     """Bad data; the message names the file (and line) at fault."""
 

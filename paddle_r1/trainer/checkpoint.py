@@ -6,10 +6,18 @@ structured parameter names so they survive a new process; with sharding one ``op
 per rank, each holding that rank's share), ``rng_state.pkl``, ``trainer_state.json``
 (step and data position) and, when needed, ``ref_model/`` and the rollout buffer. It is written to
 ``checkpoint-N.tmp`` and renamed only when complete, so an interrupted save never leaves a
-half-written newest checkpoint.
+half-written newest checkpoint. Re-saving a step moves the old folder aside (``checkpoint-N.old``) before the new
+one is renamed in, so a complete copy of step N exists at every instant; listing and resuming accept the aside
+copy while it is the only one.
+
+Checkpoints are ordered by when they were written (``save_order`` in ``trainer_state.json``), not by step: after
+a resume from an older step, the resumed run's new checkpoints are the newest, and rotation
+(``save_total_limit``) and ``--resume latest`` follow them rather than a higher step left by the abandoned run.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import pickle
@@ -22,8 +30,15 @@ import numpy as np
 import paddle
 
 STATE_FILE = "trainer_state.json"
-_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+ORDER_KEY = "save_order"  # in trainer_state.json: how many saves into output_dir came before this one
+ASIDE = ".old"  # checkpoint-N.old: the previous checkpoint-N while its replacement is renamed in
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)(\.old)?$")
 _OPTIMIZER_RE = re.compile(r"^optimizer(\.shard\d+)?\.pdopt$")
+
+
+class NoSpaceError(OSError):
+    """The disk filled while saving: the partial folder is removed and the message names the checkpoint to
+    resume from."""
 
 
 def _rename_by_prefix(key: str, names: dict[str, str]) -> str:
@@ -45,11 +60,13 @@ def optimizer_state(optimizer, model) -> dict:
 
 
 def load_optimizer_state(optimizer, model, state: dict) -> None:
+    """Hand a state read by ``read_optimizer_state`` (host arrays) to the optimizer, which copies the moments into
+    its own tensors; master weights are used as they are by paddle, so they become tensors on the device here."""
     to_runtime = {name: p.name for name, p in model.named_parameters()}
     restored = {}
     for key, value in state.items():
         if key == "master_weights":
-            value = {to_runtime.get(k, k): v for k, v in value.items()}
+            value = {to_runtime.get(k, k): paddle.to_tensor(v) for k, v in value.items()}
         elif key != "LR_Scheduler":
             key = _rename_by_prefix(key, to_runtime)
         restored[key] = value
@@ -62,15 +79,27 @@ def save_optimizer(folder: str, optimizer, model, shard: Optional[int] = None) -
     paddle.save(optimizer_state(optimizer, model), os.path.join(folder, name))
 
 
-def read_optimizer_state(folder: str) -> dict:
-    """The checkpoint's optimizer state, its shards merged: a run resumes on any number of ranks, sharded or not
-    (a sharded optimizer keeps the entries of its own share)."""
+def _optimizer_files(folder: str, rank: Optional[int], world_size: Optional[int]) -> list[str]:
+    """The files this rank needs: its own shard when the checkpoint has one shard per rank of this run, else all
+    of them (the whole state, or shards written by a different number of ranks, to merge)."""
     files = sorted(name for name in os.listdir(folder) if _OPTIMIZER_RE.match(name))
     if not files:
         raise FileNotFoundError(f"{folder}: no optimizer state (optimizer.pdopt or optimizer.shardN.pdopt)")
+    own = f"optimizer.shard{rank}.pdopt"
+    if rank is not None and len(files) == world_size and own in files:
+        return [own]
+    return files
+
+
+def read_optimizer_state(folder: str, rank: Optional[int] = None, world_size: Optional[int] = None) -> dict:
+    """The checkpoint's optimizer state, as host (numpy) arrays: ``paddle.load`` would place every tensor on
+    the current device, and a 7B model's merged shards do not fit there. Given this run's ``rank`` and
+    ``world_size``, a checkpoint sharded over the same number of ranks is read from this rank's shard only;
+    otherwise the shards are merged (on the host), so a run resumes on any number of ranks, sharded or not (a
+    sharded optimizer keeps the entries of its own share)."""
     state: dict = {}
-    for name in files:
-        for key, value in paddle.load(os.path.join(folder, name)).items():
+    for name in _optimizer_files(folder, rank, world_size):
+        for key, value in paddle.load(os.path.join(folder, name), return_numpy=True).items():
             if key == "master_weights":
                 state.setdefault(key, {}).update(value)
             else:
@@ -100,52 +129,125 @@ def begin_checkpoint(output_dir: str, step: int) -> str:
     return tmp
 
 
+def _is_disk_full(error: BaseException) -> bool:
+    """ENOSPC, raised as it is or wrapped by a library (its cause or context)."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@contextlib.contextmanager
+def removed_if_disk_fills(tmp: str):
+    """Around writes into ``checkpoint-N.tmp``: if the disk fills, remove the partial folder and raise
+    ``NoSpaceError`` saying which complete checkpoint a resume would use."""
+    try:
+        yield
+    except NoSpaceError:
+        raise
+    except Exception as e:
+        if not _is_disk_full(e):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        found = list_checkpoints(os.path.dirname(tmp))
+        newest = f"{os.path.basename(found[-1])} is the newest complete one" if found else \
+            "there is no complete checkpoint yet"
+        name = os.path.basename(tmp)[:-len(".tmp")]
+        raise NoSpaceError(errno.ENOSPC, f"no space left while saving {name}; {newest}") from e
+
+
 def finish_checkpoint(tmp: str, final: str, *, write_model, policy, processor, optimizer, trainer_state: dict,
                       reference=None, save_total_limit: Optional[int] = None) -> str:
     """Write the model (``write_model(folder)``), processor, optimizer (None: each rank wrote its shard), RNG
-    and trainer state into ``tmp``, then rename it to ``final``."""
-    write_model(tmp)
-    processor.save_pretrained(tmp)
-    if reference is not None:
-        reference.save_pretrained(os.path.join(tmp, "ref_model"))
-    if optimizer is not None:
-        save_optimizer(tmp, optimizer, policy)
-    with open(os.path.join(tmp, "rng_state.pkl"), "wb") as f:
-        pickle.dump(rng_state(), f)
-    for junk in os.listdir(tmp):  # paddleformers' save-completion markers
-        if junk.startswith("saved_signal_"):
-            os.remove(os.path.join(tmp, junk))
-    with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
-        json.dump(trainer_state, f, indent=2)
-    if os.path.exists(final):
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    and trainer state (plus its ``save_order``) into ``tmp``, then put it in place of ``final`` and keep the
+    ``save_total_limit`` most recently written checkpoints."""
+    output_dir = os.path.dirname(final)
+    with removed_if_disk_fills(tmp):
+        write_model(tmp)
+        processor.save_pretrained(tmp)
+        if reference is not None:
+            reference.save_pretrained(os.path.join(tmp, "ref_model"))
+        if optimizer is not None:
+            save_optimizer(tmp, optimizer, policy)
+        with open(os.path.join(tmp, "rng_state.pkl"), "wb") as f:
+            pickle.dump(rng_state(), f)
+        for junk in os.listdir(tmp):  # paddleformers' save-completion markers
+            if junk.startswith("saved_signal_"):
+                os.remove(os.path.join(tmp, junk))
+        with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
+            json.dump({**trainer_state, ORDER_KEY: _next_save_order(output_dir)}, f, indent=2)
+    _replace(tmp, final)
     if save_total_limit:
-        for old in list_checkpoints(os.path.dirname(final))[:-save_total_limit]:
-            shutil.rmtree(old)
+        for old in list_checkpoints(output_dir)[:-save_total_limit]:
+            _remove_checkpoint(old)
     return final
 
 
-def list_checkpoints(output_dir: str) -> list[str]:
-    """Complete checkpoints (renamed, with a trainer state), oldest first."""
+def _replace(tmp: str, final: str) -> None:
+    """Rename ``tmp`` to ``final`` without a moment where neither is complete: an existing ``final`` is moved
+    aside first and deleted only once the new one is in place."""
+    aside = final + ASIDE
+    if os.path.exists(final):
+        shutil.rmtree(aside, ignore_errors=True)  # left by a kill after the last rename-in: final supersedes it
+        os.replace(final, aside)
+    os.replace(tmp, final)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _remove_checkpoint(path: str) -> None:
+    """A rotated-out checkpoint and any aside copy of the same step."""
+    final = path[:-len(ASIDE)] if path.endswith(ASIDE) else path
+    shutil.rmtree(final, ignore_errors=True)
+    shutil.rmtree(final + ASIDE, ignore_errors=True)
+
+
+def _read_state(path: str) -> Optional[dict]:
+    """A folder's trainer state, or None when it has none or it is unreadable (not a complete checkpoint)."""
+    try:
+        return load_trainer_state(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _complete_checkpoints(output_dir: str) -> list[tuple[tuple[int, int], str]]:
+    """((save order, step), folder) of each complete checkpoint, one per step: ``checkpoint-N``, or its aside
+    copy when a replacement was cut off before being renamed in. Checkpoints written before ``save_order``
+    existed come first, by step."""
     if not os.path.isdir(output_dir):
         return []
-    found = []
-    for name in os.listdir(output_dir):
+    by_step: dict[int, tuple[tuple[int, int], str]] = {}
+    # checkpoint-N sorts before checkpoint-N.old, so a complete final folder wins over its aside copy
+    for name in sorted(os.listdir(output_dir)):
         match = _CHECKPOINT_RE.match(name)
         path = os.path.join(output_dir, name)
-        if match and os.path.isfile(os.path.join(path, STATE_FILE)):
-            found.append((int(match.group(1)), path))
-    return [path for _, path in sorted(found)]
+        state = _read_state(path) if match else None
+        if state is not None:
+            step = int(match.group(1))
+            by_step.setdefault(step, ((state.get(ORDER_KEY, -1), step), path))
+    return sorted(by_step.values())
+
+
+def _next_save_order(output_dir: str) -> int:
+    return max((order for (order, _), _ in _complete_checkpoints(output_dir)), default=-1) + 1
+
+
+def list_checkpoints(output_dir: str) -> list[str]:
+    """Complete checkpoints (renamed, with a trainer state), oldest written first."""
+    return [path for _, path in _complete_checkpoints(output_dir)]
 
 
 def resolve_checkpoint(spec: str, output_dir: str) -> str:
-    """``"latest"`` -> newest complete checkpoint in output_dir; a path -> that folder, checked."""
+    """``"latest"`` -> the most recently written complete checkpoint in output_dir; a path -> that folder,
+    checked (or its aside copy, when a re-save of that step was cut off before renaming the new one in)."""
     if spec == "latest":
         found = list_checkpoints(output_dir)
         if not found:
             raise FileNotFoundError(f"resume_from_checkpoint: no complete checkpoint in {output_dir}")
         return found[-1]
+    aside = spec.rstrip("/\\") + ASIDE
+    if not os.path.exists(spec) and _read_state(aside) is not None:
+        return aside
     if not os.path.isfile(os.path.join(spec, STATE_FILE)):
         raise FileNotFoundError(f"resume_from_checkpoint: {spec} is not a complete checkpoint (no {STATE_FILE})")
     return spec
