@@ -182,3 +182,12 @@ def test_completions_no_reward_scored_get_reward_nan_and_no_gradient(tiny_model_
     rows = [json.loads(line) for line in open(tmp_path / "completions.jsonl")]
     assert all(row["reward"] is None and row["advantage"] == 0.0 for row in rows)
     assert all(np.array_equal(before[k], v) for k, v in _weights(trainer.policy).items())
+
+
+def test_a_resumed_run_logs_one_history(tiny_model_dir, rec_samples, tmp_path):
+    _run(tiny_model_dir, tmp_path, rec_samples, max_steps=4, save_steps=2)
+    _run(tiny_model_dir, tmp_path, rec_samples, max_steps=4, resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    steps = [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")]
+    assert steps == [1, 2, 3, 4]
+    completion_steps = [json.loads(line)["step"] for line in open(tmp_path / "completions.jsonl")]
+    assert completion_steps == sorted(completion_steps) and len(completion_steps) == 4 * 2 * 3

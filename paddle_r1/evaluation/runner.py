@@ -43,7 +43,7 @@ def checkpoint_label(model_path: str) -> str:
 
 
 def expand_model_paths(paths: list[str]) -> list[str]:
-    """A training run's output folder stands for its checkpoints, in step order."""
+    """A training run's output folder stands for its checkpoints, in the order the run wrote them."""
     from ..trainer.checkpoint import list_checkpoints
 
     expanded = []

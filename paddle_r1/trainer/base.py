@@ -74,7 +74,9 @@ class Trainer:
         self.step_counters: dict[str, float] = {}
         if self.resume_path:
             self.restore(self.resume_path)
-        self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl) if self.is_main else None
+        # after a resume the logs keep only the rows of the steps the run now continues from
+        self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl,
+                                    resume_step=self.step if self.resume_path else None) if self.is_main else None
         self.heldout = heldout if self.is_main else None
 
     # ---- what a job defines ------------------------------------------------------------------
@@ -133,7 +135,8 @@ class Trainer:
         self.step = state["global_step"]
         self.skipped_steps = state.get("skipped_steps", 0)
         self.sampler.load_state_dict(state["sampler"])
-        ckpt.load_optimizer_state(self.optimizer, self.policy, ckpt.read_optimizer_state(path))
+        ckpt.load_optimizer_state(self.optimizer, self.policy,
+                                  ckpt.read_optimizer_state(path, rank=self.rank, world_size=self.world_size))
         self.restore_job(path, state)
         ckpt.load_rng_state(path)
 
@@ -194,10 +197,11 @@ class Trainer:
         tmp = ckpt.begin_checkpoint(cfg.output_dir, self.step) if self.is_main else None
         barrier(self.world_size)
         tmp_dir = ckpt.checkpoint_dir(cfg.output_dir, self.step) + ".tmp"
-        self.save_rank_files(tmp_dir)
         sharded = self.update.shards_optimizer_state
-        if sharded:
-            ckpt.save_optimizer(tmp_dir, self.optimizer, self.policy, shard=self.rank)
+        with ckpt.removed_if_disk_fills(tmp_dir):
+            self.save_rank_files(tmp_dir)
+            if sharded:
+                ckpt.save_optimizer(tmp_dir, self.optimizer, self.policy, shard=self.rank)
         barrier(self.world_size)
         final = ckpt.checkpoint_dir(cfg.output_dir, self.step)
         if self.is_main:
