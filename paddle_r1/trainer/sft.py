@@ -22,13 +22,9 @@ from ..config import SFTConfig
 from ..generation.generator import PromptFacts, build_prompt_batch
 from ..generation.rollout import Rollout
 from ..models.coords import box_from_original
+from ..rewards.families.boxes import as_box
 from ..rewards.families.multibox import read_groups
 from .base import Trainer
-
-
-def _is_box(solution) -> bool:
-    return isinstance(solution, (list, tuple)) and len(solution) == 4 and \
-        all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in solution)
 
 
 def answer_for(solution, coord_system: str, image_size=None, input_size=None) -> str:
@@ -38,7 +34,7 @@ def answer_for(solution, coord_system: str, image_size=None, input_size=None) ->
     def in_model_units(box) -> list[int]:
         return [int(round(v)) for v in box_from_original(box, coord_system, image_size, input_size)]
 
-    if _is_box(solution):
+    if as_box(solution) is not None:
         return "[" + ", ".join(map(str, in_model_units(solution))) + "]"
     groups = read_groups(solution)
     if groups is not None:
