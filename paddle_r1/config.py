@@ -105,6 +105,7 @@ DEFAULT_QUESTION_TEMPLATE = (
 DEFAULT_ANSWER_TEMPLATE = "<think> </think><answer>{Answer}</answer>"
 DTYPES = ("float32", "bfloat16", "float16")
 SHARDING_STAGES = ("", "stage1", "stage2")  # see paddle_r1.trainer.sharding
+LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")  # paddleformers' SchedulerType
 
 
 @dataclass
@@ -198,6 +199,7 @@ class JobKeys:
     def validate(self) -> None:
         _apply_types(self)
         _check_choice(self, "dtype", DTYPES)
+        _check_choice(self, "lr_scheduler_type", LR_SCHEDULERS)
         _check_at_least(self, 1, "per_device_train_batch_size", "logprob_chunk_size", "max_skipped_steps")
         self.check_own_keys()
 

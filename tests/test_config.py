@@ -35,6 +35,7 @@ def test_unknown_key_names_key_and_file(tmp_path):
     ({"loss_type": "ppo"}, "loss_type"),
     ({"reward_weights": [1.0]}, "reward_weights"),
     ({"top_p": 0}, "top_p"),
+    ({"lr_scheduler_type": "cosin"}, "'lr_scheduler_type': 'cosin' is not one of linear, cosine"),
 ])
 def test_invalid_values(values, message):
     with pytest.raises(ConfigError, match=message):

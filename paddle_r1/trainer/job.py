@@ -16,8 +16,8 @@ from ..models.loading import model_family
 
 
 def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
-    """The job's samples (``samples`` when given, else those its config names), after ``check_machine``."""
-    check_machine(config)
+    """The job's samples (``samples`` when given, else those its config names), after ``check_before_loading``."""
+    check_before_loading(config)
     if samples is None:
         samples, report = load_from_config(config)
         if report.summary():
@@ -27,7 +27,7 @@ def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
     return samples
 
 
-def check_machine(config) -> None:
+def check_before_loading(config) -> None:
     """The checks that need this machine, before any model loads: the model keys, the device (and the job's rules
     that depend on it), the model folder and its family, a writable output folder."""
     if not config.model_name_or_path:
