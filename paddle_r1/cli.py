@@ -53,10 +53,10 @@ def _check_data(args, extra: list[str]) -> int:
 
 
 def _demo(args, extra: list[str]) -> int:
-    from .config import parse_overrides
+    from .config import GRPOConfig, parse_overrides
     from .demo import run_demo
 
-    run_demo(args.output_dir, args.family, **parse_overrides(extra))
+    run_demo(args.output_dir, args.family, **parse_overrides(extra, GRPOConfig))
     return 0
 
 
@@ -98,7 +98,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _reward_error() -> type:
+    """``RewardError``, imported only once an error reaches ``main`` (the rewards package takes seconds to import,
+    and most commands never score)."""
+    from .rewards.manager import RewardError
+
+    return RewardError
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A user's mistake (a bad key, value, path or data file) is one line and exit code 2; a
+    reward that raised is its full report (the reward's name, the exception, its traceback) and exit code 1; any
+    other exception is a bug and keeps its traceback."""
     from .config import ConfigError
     from .data.samples import DataError
 
@@ -106,13 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
     try:
         return args.run(args, extra)
-    except (ConfigError, DataError, FileNotFoundError, KeyError, ValueError) as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"paddle-r1 {args.command}: error: {message}", file=sys.stderr)
+    except (ConfigError, DataError, FileNotFoundError) as e:
+        print(f"paddle-r1 {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"paddle-r1 {args.command}: interrupted; completed checkpoints are intact", file=sys.stderr)
         return 130
+    except _reward_error() as e:  # evaluated only when the clauses above did not match
+        print(f"paddle-r1 {args.command}: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -2,16 +2,18 @@
 jobs take (model, data, optimizer, output) are defined once, in the key groups the job classes inherit.
 
 Names follow TRL's ``GRPOConfig`` and PaddleMIX's r1_mllm arguments so users can carry their
-settings over. An unknown key is an error that names the key and the file, before anything loads.
+settings over. Every value is checked against its key's declared type and every rule between keys is checked in
+one step (``validate``), before anything loads; an error names the key, and ``load_config`` adds the file or
+command line it came from.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import yaml
 
@@ -29,7 +31,69 @@ def _load_yaml(text: str):
 
 
 class ConfigError(ValueError):
-    """A config that cannot run; the message names the key, value or path at fault."""
+    """A config that cannot run; the message names the key, value or path at fault. ``keys`` are the config keys
+    at fault, so that ``load_config`` can say which file or command line set them."""
+
+    def __init__(self, message: str, keys: tuple = ()):
+        super().__init__(message)
+        self.keys = tuple(keys)
+
+
+# ---- types: every value checked against its key's declared type -------------------------------------------
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
+               dict: "a mapping"}
+
+
+def _split_optional(annotation) -> tuple[Any, bool]:
+    """``Optional[X]`` -> (X, True); any other annotation -> (itself, False)."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Union and type(None) in args:
+        return next(a for a in args if a is not type(None)), True
+    return annotation, False
+
+
+def _type_words(annotation) -> str:
+    """How an error names a type to a user who writes yaml: 'a number (float)', 'an integer (int) or null'."""
+    inner, optional = _split_optional(annotation)
+    origin = typing.get_origin(inner) or inner
+    words = f"{_TYPE_WORDS[origin]} ({getattr(inner, '__name__', inner)})"
+    return f"{words} or null" if optional else words
+
+
+def _one_or_many(value):
+    """One string where a list is expected is a list of that one string, not of its letters."""
+    return [value] if isinstance(value, str) else value
+
+
+def _typed_value(value, annotation, where: str, key: str):
+    """``value`` as a key declared ``annotation`` holds it (an int for a float key becomes a float, one string for a
+    list key a one-element list), or a ConfigError naming ``where`` (the key, or an item of it), the value and the
+    type: a wrong type caught here is a message before anything loads instead of a TypeError in the middle of a run.
+    """
+    inner, optional = _split_optional(annotation)
+    if value is None and optional:
+        return None
+    origin, args = typing.get_origin(inner) or inner, typing.get_args(inner)
+    if origin is list and isinstance(_one_or_many(value), list):
+        items = _one_or_many(value)
+        return [_typed_value(item, args[0], f"{where}[{i}]", key) for i, item in enumerate(items)] if args else items
+    if origin is dict and isinstance(value, dict):  # a bare ``dict`` (a reward's settings) holds any values
+        return {name: _typed_value(item, args[1], f"{where}.{name}", key) for name, item in value.items()} \
+            if args else value
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is float and numeric:
+        return float(value)
+    if origin is int and numeric and isinstance(value, int):
+        return value
+    if origin in (bool, str) and isinstance(value, origin):
+        return value
+    raise ConfigError(f"config key {where!r} expects {_type_words(annotation)}, got {value!r}", keys=(key,))
+
+
+def _apply_types(config) -> None:
+    """Every key of ``config`` checked (and normalised) against its declared type."""
+    for key, annotation in typing.get_type_hints(type(config)).items():
+        setattr(config, key, _typed_value(getattr(config, key), annotation, key, key))
 
 
 DEFAULT_QUESTION_TEMPLATE = (
@@ -41,6 +105,7 @@ DEFAULT_QUESTION_TEMPLATE = (
 DEFAULT_ANSWER_TEMPLATE = "<think> </think><answer>{Answer}</answer>"
 DTYPES = ("float32", "bfloat16", "float16")
 SHARDING_STAGES = ("", "stage1", "stage2")  # see paddle_r1.trainer.sharding
+LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")  # paddleformers' SchedulerType
 
 
 @dataclass
@@ -56,7 +121,7 @@ class ModelKeys:
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
-    lora_target_modules: Optional[list] = None  # regexes over layer names; default: the decoder's projections
+    lora_target_modules: Optional[list[str]] = None  # regexes over layer names; default: the decoder's projections
     coord_system: Optional[str] = None  # default: the model family's own (see paddle_r1.models.coords)
     min_pixels: Optional[int] = None  # default: the processor's preprocessor_config.json
     max_pixels: Optional[int] = None
@@ -72,7 +137,7 @@ class DataKeys:
     image_root: Optional[str] = None
     data_format: Optional[str] = None  # rec | conversation | r1v | r1v_eval | grounding | products | generic; None: detect
     strict_data: bool = False  # stop at the first bad record instead of skipping and counting it
-    image_columns: Optional[list] = None  # products format: the columns holding image paths
+    image_columns: Optional[list[str]] = None  # products format: the columns holding image paths
     image_cache_dir: Optional[str] = None  # where images stored inside datasets folders are written
     max_image_pixels: Optional[int] = None  # an image with more pixels is a bad image (None: Pillow's limit, ~89M)
     question_template: str = DEFAULT_QUESTION_TEMPLATE
@@ -112,25 +177,53 @@ class OutputKeys:
     resume_from_checkpoint: Optional[str] = None  # a checkpoint folder, or "latest" in output_dir
 
 
-def _check_shared_keys(config) -> None:
-    if config.dtype not in DTYPES:
-        raise ConfigError(f"config key 'dtype': {config.dtype!r} is not one of {', '.join(DTYPES)}")
-    for key in ("per_device_train_batch_size", "logprob_chunk_size", "max_skipped_steps"):
-        if getattr(config, key) < 1:
-            raise ConfigError(f"config key {key!r}: must be >= 1, got {getattr(config, key)}")
+def _check_choice(config, key: str, allowed: tuple) -> None:
+    if getattr(config, key) not in allowed:
+        raise ConfigError(f"config key {key!r}: {getattr(config, key)!r} is not one of {', '.join(allowed)}",
+                          keys=(key,))
+
+
+def _check_at_least(config, minimum: int, *keys: str) -> None:
+    """Each of ``keys`` (when set) is >= ``minimum``."""
+    for key in keys:
+        value = getattr(config, key)
+        if value is not None and value < minimum:
+            raise ConfigError(f"config key {key!r}: must be >= {minimum}, got {value}", keys=(key,))
+
+
+class JobKeys:
+    """What both job configs do once their keys are set: one validation step, types first (so that the rules
+    compare numbers with numbers), then the rules on the shared keys, then the job's own."""
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        _apply_types(self)
+        _check_choice(self, "dtype", DTYPES)
+        _check_choice(self, "lr_scheduler_type", LR_SCHEDULERS)
+        _check_at_least(self, 1, "per_device_train_batch_size", "logprob_chunk_size", "max_skipped_steps")
+        self.check_own_keys()
+
+    def check_own_keys(self) -> None:
+        """The job's own rules, between its keys."""
+
+    def check_machine(self, device: str) -> None:
+        """The job's rules that need the machine it runs on (the device, the files the config names);
+        ``paddle_r1.trainer.job.prepare_job`` calls it once the device is chosen, before any model loads."""
 
 
 @dataclass
-class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys):
+class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     """``paddle-r1 train``: the shared keys (model, data, optimizer, output) and GRPO's own."""
 
     per_device_train_batch_size: int = 1  # prompts per step on each device; each gets num_generations completions
     sharding: str = ""  # "" | stage1 (optimizer state split over ranks) | stage2 (+ gradients; GPU/XPU)
 
     # rewards
-    reward_funcs: list = field(default_factory=lambda: ["format", "iou"])
-    reward_weights: Optional[list] = None
-    reward_kwargs: dict = field(default_factory=dict)  # {reward name: {keyword: value}} passed to that reward
+    reward_funcs: list[str] = field(default_factory=lambda: ["format", "iou"])
+    reward_weights: Optional[list[float]] = None
+    reward_kwargs: dict[str, dict] = field(default_factory=dict)  # {reward name: {keyword: value}} passed to that reward
 
     # rollout
     num_generations: int = 8
@@ -161,50 +254,71 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys):
     eval_sample_num: Optional[int] = None  # a seeded random subset of that many samples; None: all
     eval_reward: str = "iou_accuracy"  # the task's accuracy reward (counting, iou_accuracy, math, ...)
 
-    def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> None:
-        _check_shared_keys(self)
-        choices = {
-            "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
-            "scale_rewards": ("group", "batch", "none"),
-            "sharding": SHARDING_STAGES,
-        }
-        for key, allowed in choices.items():
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"config key {key!r}: {getattr(self, key)!r} is not one of {', '.join(allowed)}")
+    def check_own_keys(self) -> None:
+        _check_choice(self, "loss_type", ("grpo", "bnpo", "dr_grpo", "dapo"))
+        _check_choice(self, "scale_rewards", ("group", "batch", "none"))
+        _check_choice(self, "sharding", SHARDING_STAGES)
+        _check_at_least(self, 1, "gradient_accumulation_steps", "num_iterations", "max_completion_length",
+                        "ref_model_sync_steps", "eval_sample_num")
+        _check_at_least(self, 0, "beta", "temperature", "eval_steps", "log_completions_steps")
         if self.num_generations < 2:
-            raise ConfigError(
-                f"config key 'num_generations': {self.num_generations} < 2; GRPO compares completions within a group"
-            )
-        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
-            raise ConfigError(
-                f"config key 'reward_weights': {len(self.reward_weights)} weights for "
-                f"{len(self.reward_funcs)} reward_funcs {self.reward_funcs}"
-            )
-        stray = sorted(set(self.reward_kwargs) - set(self.reward_funcs))
-        if stray:
-            raise ConfigError(f"config key 'reward_kwargs': {', '.join(map(repr, stray))} not in reward_funcs")
-        for key in ("gradient_accumulation_steps", "num_iterations", "max_completion_length"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"config key {key!r}: must be >= 1, got {getattr(self, key)}")
-        if self.temperature < 0:
-            raise ConfigError(f"config key 'temperature': must be >= 0, got {self.temperature}")
+            raise ConfigError(f"config key 'num_generations': {self.num_generations} < 2; GRPO compares completions "
+                              "within a group", keys=("num_generations",))
         if not 0 < self.top_p <= 1:
-            raise ConfigError(f"config key 'top_p': must be in (0, 1], got {self.top_p}")
-        if self.eval_steps < 0:
-            raise ConfigError(f"config key 'eval_steps': must be >= 0, got {self.eval_steps}")
+            raise ConfigError(f"config key 'top_p': must be in (0, 1], got {self.top_p}", keys=("top_p",))
+        self._check_rewards()
+        self._check_reference()
         if self.eval_steps and not self.eval_data_path:
-            raise ConfigError("config key 'eval_data_path' is required when eval_steps > 0")
+            raise ConfigError("config key 'eval_data_path' is required when eval_steps > 0",
+                              keys=("eval_data_path", "eval_steps"))
+
+    def _check_rewards(self) -> None:
+        if not self.reward_funcs:
+            raise ConfigError("config key 'reward_funcs': no rewards", keys=("reward_funcs",))
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+            raise ConfigError(f"config key 'reward_weights': {len(self.reward_weights)} weights for "
+                              f"{len(self.reward_funcs)} reward_funcs {self.reward_funcs}",
+                              keys=("reward_weights", "reward_funcs"))
+        settable = set(self.reward_funcs) | ({self.eval_reward} if self.eval_steps else set())
+        stray = sorted(set(self.reward_kwargs) - settable)
+        if stray:
+            names = "reward_funcs or eval_reward" if self.eval_steps else "reward_funcs"
+            raise ConfigError(f"config key 'reward_kwargs': {', '.join(map(repr, stray))} not in {names}",
+                              keys=("reward_kwargs", "reward_funcs"))
+
+    def _check_reference(self) -> None:
+        if self.lora and self.sync_ref_model:
+            raise ConfigError("config keys 'lora' and 'sync_ref_model': with LoRA the reference is the base model "
+                              "(the policy with its adapters off), which is never synced",
+                              keys=("lora", "sync_ref_model"))
+
+    def check_machine(self, device: str) -> None:
+        if self.sharding == "stage2" and device.split(":")[0] == "cpu":
+            raise ConfigError("config key 'sharding': stage2 runs through paddle.distributed.sharding."
+                              "group_sharded_parallel, which supports GPU/XPU only; on CPU use stage1",
+                              keys=("sharding",))
+        if self.eval_steps and not os.path.exists(self.eval_data_path):
+            raise ConfigError(f"config key 'eval_data_path': {self.eval_data_path} not found",
+                              keys=("eval_data_path",))
 
     @property
     def clip_high(self) -> float:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
 
+    @property
+    def uses_reference(self) -> bool:
+        """Reference log-probs are computed (for the KL term) only when beta != 0."""
+        return self.beta != 0
+
+    @property
+    def loads_reference_model(self) -> bool:
+        """A second, frozen model is loaded as the reference only when the KL term is on and LoRA is off: with
+        LoRA the reference is the policy with its adapters off."""
+        return self.uses_reference and not self.lora
+
 
 @dataclass
-class SFTConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys):
+class SFTConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     """``paddle-r1 sft``: supervised fine-tuning on the answers built from the solutions, before GRPO.
 
     The shared keys keep their names and meanings, so one model / data block serves both jobs; the result is
@@ -217,19 +331,29 @@ class SFTConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys):
     output_dir: str = "output_sft"
     save_steps: int = 0  # 0: only at the end
 
-    def __post_init__(self):
-        _check_shared_keys(self)
+    def check_own_keys(self) -> None:
         if "{Answer}" not in self.answer_template:
-            raise ConfigError(f"config key 'answer_template': {self.answer_template!r} has no {{Answer}}")
+            raise ConfigError(f"config key 'answer_template': {self.answer_template!r} has no {{Answer}}",
+                              keys=("answer_template",))
 
 
-def config_from_dict(cls, values: dict, source: str = "config"):
-    """Build ``cls`` from a dict; unknown keys are a ConfigError naming them and ``source``."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
+def _check_known(cls, values: dict, source: str) -> None:
+    unknown = sorted(set(values) - set(cls.__dataclass_fields__))
     if unknown:
         raise ConfigError(f"{source}: unknown config key(s) {', '.join(map(repr, unknown))}")
-    return cls(**values)
+
+
+def config_from_dict(cls, values: dict, sources: dict[str, str]):
+    """Build and validate ``cls`` from ``values``; ``sources`` says where each key was set (a file, "command
+    line"), and an error is prefixed with the sources of the keys it names (keys left at their defaults have none).
+    """
+    try:
+        return cls(**values)
+    except ConfigError as e:
+        where = list(dict.fromkeys(sources[key] for key in e.keys if key in sources))
+        if not where:
+            raise
+        raise ConfigError(f"{', '.join(where)}: {e}", e.keys) from None
 
 
 def read_config_file(path: str) -> dict:
@@ -248,26 +372,56 @@ def read_config_file(path: str) -> dict:
     return values
 
 
-def parse_overrides(args: list[str]) -> dict[str, Any]:
-    """``["--learning_rate", "1e-5", "--beta=0"]`` -> ``{"learning_rate": 1e-05, "beta": 0}`` (values as yaml)."""
-    values: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("--"):
+def _split_overrides(args: list[str]) -> dict[str, list[str]]:
+    """``--key v1 v2``, ``--key=v`` and a bare ``--flag`` -> {key: [texts]} (a flag has none)."""
+    texts: dict[str, list[str]] = {}
+    key = None
+    for arg in args:
+        if arg.startswith("--"):
+            key, eq, text = arg[2:].replace("-", "_").partition("=")
+            texts[key] = [text] if eq else []
+            key = None if eq else key  # --key=value takes exactly that value
+        elif key is None:
             raise ConfigError(f"command line: expected --key value, got {arg!r}")
-        key = arg[2:].replace("-", "_")
-        if "=" in key:
-            key, raw = key.split("=", 1)
-            i += 1
-        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-            raw = args[i + 1]
-            i += 2
         else:
-            raw = "true"
-            i += 1
-        values[key] = _load_yaml(raw)
-    return values
+            texts[key].append(arg)
+    return texts
+
+
+YAML_NULLS = ("null", "Null", "NULL", "~", "")
+
+
+def _read_text(key: str, text: str, annotation) -> Any:
+    """A command-line value: the text as typed for a string key, else read as yaml (numbers, true/false, lists)."""
+    if _split_optional(annotation)[0] is str:
+        return text
+    try:
+        return _load_yaml(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"command line: --{key}: cannot read {text!r} ({e})", keys=(key,)) from None
+
+
+def _read_texts(key: str, texts: list[str], annotation) -> Any:
+    """The value of ``--key texts...`` as TRL's HfArgumentParser takes it: no text is true (a flag); yaml's null
+    unsets a key that may be null (``--data_path null``); a list key takes every text as one item, or one yaml
+    list ``"[a, b]"``; any other key one value."""
+    inner, optional = _split_optional(annotation)
+    if not texts:
+        return True
+    if optional and len(texts) == 1 and texts[0] in YAML_NULLS:
+        return None
+    if typing.get_origin(inner) is list and not (len(texts) == 1 and texts[0].lstrip().startswith("[")):
+        return [_read_text(key, text, typing.get_args(inner)[0]) for text in texts]
+    values = [_read_text(key, text, annotation) for text in texts]
+    return values[0] if len(values) == 1 else values
+
+
+def parse_overrides(args: list[str], cls=None) -> dict[str, Any]:
+    """``["--learning_rate", "1e-5", "--reward_funcs", "iou", "format", "--beta=0"]`` ->
+    ``{"learning_rate": 1e-05, "reward_funcs": ["iou", "format"], "beta": 0}``. With ``cls``, each key is read as
+    its declared type asks (see ``_read_texts``); without it, or for a key ``cls`` lacks, every text is yaml."""
+    types = typing.get_type_hints(cls) if cls else {}
+    return {key: _read_texts(key, texts, types.get(key)) for key, texts in _split_overrides(args).items()}
 
 
 # EasyDistill job configs (seed 000): {"job_type", "dataset": {...}, "models": {...}, "training": {...}}
@@ -302,19 +456,19 @@ def from_easydistill(values: dict, source: str) -> dict:
     if stray:
         raise ConfigError(f"{source}: unknown config key(s) {', '.join(map(repr, stray))}")
     if "reward_funcs" in mapped:  # EasyDistill names some rewards with a _reward suffix
-        mapped["reward_funcs"] = [name.removesuffix("_reward") for name in mapped["reward_funcs"]]
+        mapped["reward_funcs"] = [name.removesuffix("_reward") if isinstance(name, str) else name
+                                  for name in _one_or_many(mapped["reward_funcs"])]
     return mapped
 
 
 def load_config(cls, path: Optional[str] = None, overrides: Optional[list[str]] = None):
     """Read ``path`` (yaml or json, optional; EasyDistill job configs are translated), apply command-line
-    overrides, and validate."""
+    overrides, and validate; an error names the file or the command line that set the key at fault."""
     values = read_config_file(path) if path else {}
     if "job_type" in values:
         values = from_easydistill(values, path)
-    command_line = parse_overrides(overrides or [])
-    unknown = sorted(set(command_line) - set(cls.__dataclass_fields__))
-    if unknown:  # named here, so that a typo on the command line is not blamed on the file
-        raise ConfigError(f"command line: unknown config key(s) {', '.join(map(repr, unknown))}")
-    values.update(command_line)
-    return config_from_dict(cls, values, source=path or "command line")
+    _check_known(cls, values, path)
+    command_line = parse_overrides(overrides or [], cls)
+    _check_known(cls, command_line, "command line")  # so that a typo on the command line is not blamed on the file
+    sources = {**dict.fromkeys(values, path), **dict.fromkeys(command_line, "command line")}
+    return config_from_dict(cls, {**values, **command_line}, sources)

@@ -12,10 +12,13 @@ from paddle_r1.config import GRPOConfig
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def paddle_r1(*args, cwd=None):
+def paddle_r1(*args, cwd=None, pythonpath=()):
+    """The console script, running the code under test (this checkout first on PYTHONPATH) with the model hub off."""
     exe = os.path.join(os.path.dirname(sys.executable), "paddle-r1")
     command = [exe] if os.path.exists(exe) else [sys.executable, "-m", "paddle_r1.cli"]
-    return subprocess.run(command + list(args), capture_output=True, text=True, cwd=cwd, timeout=300)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([ROOT, *map(str, pythonpath), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(command + list(args), capture_output=True, text=True, cwd=cwd, timeout=300, env=env)
 
 
 def test_make_tiny_model(tmp_path):
@@ -87,3 +90,41 @@ def test_check_data_counts_per_file(tmp_path, rec_jsonl):
     config.write_text(f"data_path: {bad}\nstrict_data: true\n")
     result = paddle_r1("check-data", str(config))
     assert result.returncode == 2 and f"{bad}:1: image not found" in result.stderr
+
+
+def test_wrong_values_and_paths_stop_before_anything_loads(tmp_path, rec_jsonl):
+    base = ["train", "--data_path", rec_jsonl, "--output_dir", str(tmp_path / "out"), "--device", "cpu"]
+    result = paddle_r1(*base, "--model_name_or_path", "./nope_dir", "--learning_rate", "abc", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        "paddle-r1 train: error: command line: config key 'learning_rate' expects a number (float), got 'abc'")
+    result = paddle_r1(*base, "--model_name_or_path", "./nope_dir", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        "paddle-r1 train: error: config key 'model_name_or_path': model folder not found: ./nope_dir")
+    result = paddle_r1(*base, "--model_name_or_path", "Qwen/Qwen2.5-VL-3B-Instruct", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "model folder not found: Qwen/Qwen2.5-VL-3B-Instruct; as a hub id it could not be fetched" in result.stderr
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_user_reward_that_raises_is_reported_in_full(tmp_path, tiny_model_dir, rec_jsonl):
+    (tmp_path / "my_rewards.py").write_text("def needs_answer(completions, **columns):\n"
+                                            "    return [float(a) for a in columns['answer']]\n")
+    result = paddle_r1("train", "--model_name_or_path", tiny_model_dir, "--data_path", rec_jsonl, "--output_dir",
+                       str(tmp_path / "out"), "--reward_funcs", "my_rewards:needs_answer", "--num_generations", "2",
+                       "--max_completion_length", "4", "--max_steps", "1", "--use_visualdl", "false",
+                       pythonpath=[tmp_path])
+    assert result.returncode == 1, result.stderr
+    assert "paddle-r1 train: error: reward 'my_rewards:needs_answer' raised KeyError: 'answer' (at " \
+           f"{tmp_path}/my_rewards.py:2 in needs_answer)" in result.stderr
+    assert "Traceback (most recent call last)" in result.stderr
+
+
+def test_a_bug_is_not_taken_for_a_user_mistake(monkeypatch, tmp_path):
+    from paddle_r1 import cli, plot
+
+    def broken(run_dirs, output):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(plot, "plot_runs", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        cli.main(["plot", str(tmp_path)])

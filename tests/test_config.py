@@ -1,4 +1,6 @@
 import json
+import os
+import re
 
 import pytest
 
@@ -33,6 +35,7 @@ def test_unknown_key_names_key_and_file(tmp_path):
     ({"loss_type": "ppo"}, "loss_type"),
     ({"reward_weights": [1.0]}, "reward_weights"),
     ({"top_p": 0}, "top_p"),
+    ({"lr_scheduler_type": "cosin"}, "'lr_scheduler_type': 'cosin' is not one of linear, cosine"),
 ])
 def test_invalid_values(values, message):
     with pytest.raises(ConfigError, match=message):
@@ -51,3 +54,131 @@ def test_a_command_line_typo_is_named_as_such(tmp_path):
     path.write_text("beta: 0.1\n")
     with pytest.raises(ConfigError, match=r"^command line: unknown config key\(s\) 'num_generatoins'"):
         load_config(GRPOConfig, str(path), ["--num_generatoins", "4"])
+
+
+# ---- one validation step: rules between keys, errors naming the keys and where they were set ---------------
+def test_a_rule_between_keys_names_the_keys_and_where_each_was_set(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("lora: true\n")
+    with pytest.raises(ConfigError, match=r"c.yaml, command line: config keys 'lora' and 'sync_ref_model'"):
+        load_config(GRPOConfig, str(path), ["--sync_ref_model"])
+    with pytest.raises(ConfigError, match=r"^config key 'beta': must be >= 0, got -0.1$"):
+        GRPOConfig(beta=-0.1)
+
+
+def test_reward_kwargs_may_set_the_eval_reward_only_when_eval_is_on():
+    GRPOConfig(eval_steps=5, eval_data_path="d.jsonl", eval_reward="counting", reward_kwargs={"counting": {}})
+    with pytest.raises(ConfigError, match="'counting' not in reward_funcs$"):
+        GRPOConfig(eval_reward="counting", reward_kwargs={"counting": {}})
+
+
+@pytest.mark.parametrize("beta, lora, uses, loads", [(0.04, False, True, True), (0.04, True, True, False),
+                                                     (0.0, False, False, False), (0.0, True, False, False)])
+def test_the_reference_is_decided_by_the_config(beta, lora, uses, loads):
+    config = GRPOConfig(beta=beta, lora=lora)
+    assert (config.uses_reference, config.loads_reference_model) == (uses, loads)
+
+
+def test_rules_that_need_the_machine(tmp_path):
+    GRPOConfig(sharding="stage2").check_machine("gpu:0")
+    with pytest.raises(ConfigError, match="'sharding': stage2 .*on CPU use stage1"):
+        GRPOConfig(sharding="stage2").check_machine("cpu")
+    config = GRPOConfig(eval_steps=5, eval_data_path=str(tmp_path / "heldout.jsonl"))
+    with pytest.raises(ConfigError, match=f"'eval_data_path': {tmp_path}/heldout.jsonl not found"):
+        config.check_machine("cpu")
+
+
+# ---- types: every value against its key's declared type, before anything loads --------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--learning_rate", "abc"], "config key 'learning_rate' expects a number (float), got 'abc'"),
+    (["--beta", "abc"], "config key 'beta' expects a number (float), got 'abc'"),
+    (["--num_generations", "2.7"], "config key 'num_generations' expects an integer (int), got 2.7"),
+    (["--save_steps", "abc"], "config key 'save_steps' expects an integer (int), got 'abc'"),
+    (["--max_steps", "1.5"], "config key 'max_steps' expects an integer (int), got 1.5"),
+    (["--max_steps", "true"], "config key 'max_steps' expects an integer (int), got True"),
+    (["--use_visualdl", "maybe"], "config key 'use_visualdl' expects true or false (bool), got 'maybe'"),
+    (["--save_total_limit", "x"], "config key 'save_total_limit' expects an integer (int) or null, got 'x'"),
+    (["--reward_weights", "1", "x"], "config key 'reward_weights[1]' expects a number (float), got 'x'"),
+    (["--reward_kwargs", "{iou: 3}"], "config key 'reward_kwargs.iou' expects a mapping (dict), got 3"),
+])
+def test_a_value_of_the_wrong_type_names_key_value_type_and_source(args, message):
+    with pytest.raises(ConfigError, match=f"^{re.escape('command line: ' + message)}$"):
+        load_config(GRPOConfig, None, args)
+
+
+def test_file_values_are_type_checked_too(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("learning_rate: abc\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: config key 'learning_rate' expects a number \(float\), got 'abc'"):
+        load_config(GRPOConfig, str(path))
+    path.write_text("num_train_epochs: 3\nmodel_name_or_path: m\n")
+    config = load_config(GRPOConfig, str(path), ["--model_name_or_path", "123"])
+    assert config.num_train_epochs == 3.0 and isinstance(config.num_train_epochs, float)
+    assert config.model_name_or_path == "123"  # a string key takes the command-line text as typed
+    with pytest.raises(ConfigError, match=r"expects an integer \(int\), got 1.5"):
+        GRPOConfig(max_steps=1.5)  # direct construction is checked as well
+
+
+# ---- list values: one or many, as TRL's HfArgumentParser takes them ----------------------------------------
+@pytest.mark.parametrize("args, funcs, weights", [
+    (["--reward_funcs", "format"], ["format"], None),
+    (["--reward_funcs", "accuracy", "format", "--reward_weights", "1", "0.5"], ["accuracy", "format"], [1.0, 0.5]),
+    (["--reward_funcs", "[accuracy, format]", "--reward_weights=[2, 1]"], ["accuracy", "format"], [2.0, 1.0]),
+    (["--reward_funcs", "iou", "--reward_weights", "2", "--mask_truncated_completions"], ["iou"], [2.0]),
+    (["--reward_weights", "null"], ["format", "iou"], None),
+])
+def test_list_keys_take_one_value_or_many(args, funcs, weights):
+    config = load_config(GRPOConfig, None, args)
+    assert (config.reward_funcs, config.reward_weights) == (funcs, weights)
+
+
+def test_a_single_name_in_a_file_is_a_one_element_list(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("reward_funcs: format\nlora_target_modules: q_proj\nreward_kwargs: {format: {strict: true}}\n")
+    config = load_config(GRPOConfig, str(path))
+    assert config.reward_funcs == ["format"] and config.lora_target_modules == ["q_proj"]
+    assert config.reward_kwargs == {"format": {"strict": True}}  # a reward's settings hold values of any type
+
+
+# ---- what needs the machine, checked before any model loads (paddle_r1.trainer.job) -----------------------
+SAMPLES = [{"images": [], "problem": "p", "solution": 1}]  # prepare_job returns given samples untouched
+
+
+def test_a_missing_model_folder_is_named_before_anything_loads(tmp_path, monkeypatch):
+    from paddleformers.transformers.configuration_utils import PretrainedConfig
+
+    from paddle_r1.trainer.job import prepare_job
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    for path in ("./nope_dir", "models/Qwen2.5-VL-3B", str(tmp_path / "missing")):
+        with pytest.raises(FileNotFoundError, match=re.escape(f"'model_name_or_path': model folder not found: {path}")):
+            prepare_job(GRPOConfig(model_name_or_path=path, device="cpu"), SAMPLES)
+
+    def unreachable(*args, **kwargs):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(PretrainedConfig, "get_config_dict", unreachable)
+    with pytest.raises(FileNotFoundError, match="model folder not found: Qwen/Qwen2.5-VL-3B-Instruct; as a hub id it "
+                                                "could not be fetched .*only local folders load"):
+        prepare_job(GRPOConfig(model_name_or_path="Qwen/Qwen2.5-VL-3B-Instruct", device="cpu"), SAMPLES)
+
+
+def test_an_unwritable_output_dir_is_named_before_anything_loads(tmp_path, tiny_model_dir):
+    from paddle_r1.trainer.job import prepare_job
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=f"^config key 'output_dir': cannot write to {blocker}/out: "):
+        prepare_job(GRPOConfig(model_name_or_path=tiny_model_dir, device="cpu", output_dir=str(blocker / "out")),
+                    SAMPLES)
+    if os.geteuid() != 0:  # root writes into read-only folders
+        read_only = tmp_path / "read_only"
+        read_only.mkdir(mode=0o555)
+        with pytest.raises(ConfigError, match="'output_dir': cannot write to .*Permission denied"):
+            prepare_job(GRPOConfig(model_name_or_path=tiny_model_dir, device="cpu", output_dir=str(read_only)),
+                        SAMPLES)
+    out = tmp_path / "new" / "out"
+    assert prepare_job(GRPOConfig(model_name_or_path=tiny_model_dir, device="cpu", output_dir=str(out)),
+                       SAMPLES) == SAMPLES
+    assert os.listdir(out) == []  # created, probe removed

@@ -16,6 +16,7 @@ from typing import Optional
 
 import paddle
 
+from ..config import ConfigError
 from .coords import FAMILY_COORD_SYSTEM
 from .qwen3_vl import QWEN3_VL_NOT_SUPPORTED
 
@@ -36,7 +37,9 @@ class LoadedModels:
 
 
 def model_family(path: str) -> str:
-    """``model_type`` from a local folder's config.json (hub ids are resolved by paddleformers)."""
+    """``model_type`` from a local folder's config.json, or from the hub's for a hub id. Cheap (no weights), so
+    ``prepare_job`` calls it to refuse a wrong path or an unsupported model before anything loads."""
+    check_model_path(path)
     config_file = os.path.join(path, "config.json")
     if os.path.isdir(path):
         if not os.path.isfile(config_file):
@@ -44,16 +47,29 @@ def model_family(path: str) -> str:
         with open(config_file, encoding="utf-8") as f:
             family = json.load(f).get("model_type")
     else:
-        from paddleformers.transformers.configuration_utils import PretrainedConfig
-
-        family = PretrainedConfig.get_config_dict(path)[0].get("model_type")
+        family = _hub_config(path).get("model_type")
     if family == "qwen3_vl":
-        raise ValueError(f"{config_file}: {QWEN3_VL_NOT_SUPPORTED}")
+        raise ConfigError(f"{config_file}: {QWEN3_VL_NOT_SUPPORTED}")
     if family not in SUPPORTED_FAMILIES:
-        raise ValueError(
+        raise ConfigError(
             f"{config_file}: model_type {family!r} is not supported yet (supported: {', '.join(SUPPORTED_FAMILIES)})"
         )
     return family
+
+
+def _hub_config(hub_id: str) -> dict:
+    """The hub's config.json for ``hub_id``, fetched by paddleformers. Its network and repository errors share no
+    base class, and any of them means the same to the user: the name is no local folder and the hub could not
+    give it, so the message says that instead of a network traceback."""
+    from paddleformers.transformers.configuration_utils import PretrainedConfig
+
+    try:
+        return PretrainedConfig.get_config_dict(hub_id)[0]
+    except Exception as e:  # noqa: BLE001 -- see the docstring
+        raise FileNotFoundError(
+            f"model folder not found: {hub_id}; as a hub id it could not be fetched ({type(e).__name__}: {e}). "
+            "Without access to the model hub only local folders load: download the model where the hub is "
+            "reachable and name its folder") from None
 
 
 def model_class(family: str):
@@ -65,9 +81,16 @@ def default_coord_system(family: str) -> str:
     return FAMILY_COORD_SYSTEM[family]
 
 
+# a hub id: org/name, each starting with a letter or digit (so "./model" and "/abs/model" are paths)
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+
+
 def check_model_path(path: str) -> None:
-    """Fail before any hub lookup when ``path`` is neither a folder nor shaped like a hub id (org/name)."""
-    if not os.path.isdir(path) and re.fullmatch(r"[\w.-]+/[\w.-]+", path) is None:
+    """Fail before any hub lookup when ``path`` is no folder and is not a hub id (org/name), or is one whose first
+    part is a local folder (``models/Qwen2.5-VL-3B`` beside a ``models/`` folder means a folder, not the hub)."""
+    if os.path.isdir(path):
+        return
+    if HUB_ID.fullmatch(path) is None or os.path.isdir(path.split("/")[0]):
         raise FileNotFoundError(f"model folder not found: {path}")
 
 
@@ -75,7 +98,6 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False,
                gradient_checkpointing: bool = False) -> paddle.nn.Layer:
     """One model from a folder or hub id. ``gradient_checkpointing`` recomputes each decoder and vision block
     in the backward pass instead of keeping its activations (paddleformers' full, uniform recompute)."""
-    check_model_path(path)
     cls = model_class(model_family(path))
     config = cls.config_class.from_pretrained(path)
     for sub in (config, getattr(config, "text_config", None), getattr(config, "vision_config", None)):

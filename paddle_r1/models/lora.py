@@ -17,6 +17,8 @@ import os
 
 import paddle
 
+from ..config import ConfigError
+
 # Qwen-VL decoder projections as paddleformers names them (q, k, v are fused into qkv_proj; gate and up into
 # up_gate_proj); the vision tower is left alone.
 DEFAULT_TARGETS = [r".*language_model\.layers\.\d+\.self_attn\.(qkv_proj|o_proj)",
@@ -32,7 +34,8 @@ def apply_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modu
                         lora_dropout=dropout, merge_weights=False, dtype=str(model.parameters()[0].dtype).split(".")[-1])
     wrapper = LoRAModel(model, config)  # replaces the layers inside `model` and freezes everything else
     if not lora_layers(model):
-        raise ValueError(f"lora_target_modules {config.target_modules} matched no linear layer")
+        raise ConfigError(f"config key 'lora_target_modules': {config.target_modules} matched no linear layer",
+                          keys=("lora_target_modules",))
     return wrapper
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import ConfigError
 from .qwen3_vl import QWEN3_VL_NOT_SUPPORTED
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl")
@@ -167,9 +168,9 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
                     max_pixels: int = 112 * 112, min_pixels: int = 56 * 56) -> str:
     """Write a complete, loadable tiny checkpoint folder and return its path."""
     if family == "qwen3_vl":
-        raise ValueError(QWEN3_VL_NOT_SUPPORTED)
+        raise ConfigError(QWEN3_VL_NOT_SUPPORTED)
     if family not in FAMILIES:
-        raise ValueError(f"make-tiny-model: family {family!r} is not supported yet (supported: {', '.join(FAMILIES)})")
+        raise ConfigError(f"make-tiny-model: family {family!r} is not supported yet (supported: {', '.join(FAMILIES)})")
     from safetensors.numpy import save_file
 
     size = size or TinySize()
