@@ -98,18 +98,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _reward_error() -> type:
-    """``RewardError``, imported only once an error reaches ``main`` (the rewards package takes seconds to import,
-    and most commands never score)."""
+def _run_errors() -> tuple:
+    """What stops a run that was set up right, each reported in full: a reward that raised (``RewardError``:
+    the reward's name, the exception, its traceback), a run whose steps stopped being finite
+    (``TrainingDiverged``), a disk that filled while saving (``NoSpaceError``). Imported only once an error
+    reaches ``main`` (the rewards package takes seconds to import, and most commands never score)."""
     from .rewards.manager import RewardError
+    from .trainer.base import TrainingDiverged
+    from .trainer.checkpoint import NoSpaceError
 
-    return RewardError
+    return RewardError, TrainingDiverged, NoSpaceError
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command. A user's mistake (a bad key, value, path or data file) is one line and exit code 2; a
-    reward that raised is its full report (the reward's name, the exception, its traceback) and exit code 1; any
-    other exception is a bug and keeps its traceback."""
+    run that stopped (a reward that raised, steps no longer finite, a full disk) is its full report and exit code
+    1; any other exception is a bug and keeps its traceback."""
     from .config import ConfigError
     from .data.samples import DataError
 
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"paddle-r1 {args.command}: interrupted; completed checkpoints are intact", file=sys.stderr)
         return 130
-    except _reward_error() as e:  # evaluated only when the clauses above did not match
+    except _run_errors() as e:  # evaluated only when the clauses above did not match
         print(f"paddle-r1 {args.command}: error: {e}", file=sys.stderr)
         return 1
 

@@ -30,7 +30,7 @@ from .job import prepare_job
 from .metrics import MetricsLogger
 from .optim import build_optimizer
 from .sampler import PromptSampler
-from .sharding import build_update, check_sharding_supported, fleet_strategy, optimizer_clips
+from .sharding import build_update, fleet_strategy, optimizer_clips
 
 
 class TrainingDiverged(RuntimeError):
@@ -46,7 +46,6 @@ class Trainer:
         self.config = cfg = config
         self.samples = prepare_job(cfg, samples)
         sharding = self.sharding_stage
-        check_sharding_supported(sharding, paddle.get_device())
         self.rank, self.world_size = init_distributed(fleet_strategy if sharding else None)
         self.is_main = self.rank == 0
         self.resume_path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir) \
@@ -81,7 +80,7 @@ class Trainer:
 
     # ---- what a job defines ------------------------------------------------------------------
     sharding_stage = ""  # GRPO reads its config key
-    reference_beta = 0.0  # > 0: a frozen reference model is loaded beside the policy
+    loads_reference_model = False  # a frozen reference model is loaded beside the policy
 
     @property
     def prompts_per_step(self) -> int:
@@ -110,12 +109,12 @@ class Trainer:
     # ---- setup -------------------------------------------------------------------------------
     def load_models(self) -> None:
         """The policy (from the checkpoint when resuming; with LoRA the base model plus the saved adapter), the
-        processor and, when ``reference_beta`` > 0, the frozen reference."""
+        processor and, when ``loads_reference_model``, the frozen reference."""
         cfg = self.config
         policy_path = cfg.model_name_or_path if cfg.lora else self.resume_path or cfg.model_name_or_path
         with replica_io(self.world_size):
             loaded = in_rank_order(lambda: load_models(
-                policy_path, beta=self.reference_beta, dtype=cfg.dtype, freeze_vision=cfg.freeze_vision,
+                policy_path, beta=cfg.beta if self.loads_reference_model else 0.0, dtype=cfg.dtype, freeze_vision=cfg.freeze_vision,
                 min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels, reference_path=self.reference_path(),
                 gradient_checkpointing=cfg.gradient_checkpointing), self.rank, self.world_size)
         self.policy, self.reference, self.processor = loaded.policy, loaded.reference, loaded.processor

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 import paddle
 
-from ..config import ConfigError, GRPOConfig
+from ..config import GRPOConfig
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapters_disabled
 from ..rewards.manager import RewardManager, reward_columns
@@ -56,8 +56,6 @@ class GRPOTrainer(Trainer):
     name = "GRPO"
 
     def __init__(self, config: GRPOConfig, samples: Optional[list[dict]] = None, heldout=None):
-        if config.lora and config.sync_ref_model:
-            raise ConfigError("config keys 'lora' and 'sync_ref_model': with LoRA the reference is the base model")
         self.rewards = RewardManager.from_config(config)  # settings checked before any model loads
         self.sampling = SamplingParams(max_new_tokens=config.max_completion_length, temperature=config.temperature,
                                        top_p=config.top_p, top_k=config.top_k)
@@ -70,9 +68,9 @@ class GRPOTrainer(Trainer):
         return self.config.sharding
 
     @property
-    def reference_beta(self) -> float:
+    def loads_reference_model(self) -> bool:
         """With LoRA the reference is the policy with its adapters off: no second model."""
-        return 0.0 if self.config.lora else self.config.beta
+        return self.config.loads_reference_model
 
     @property
     def prompts_per_step(self) -> int:
@@ -82,9 +80,6 @@ class GRPOTrainer(Trainer):
     @property
     def steps_per_batch(self) -> int:
         return self.config.num_iterations
-
-    def trainer_state(self) -> dict:
-        return {}
 
     def save_rank_files(self, folder: str) -> None:
         """Mid-way through num_iterations a resume needs each rank's rollout buffer."""
@@ -135,7 +130,7 @@ class GRPOTrainer(Trainer):
         with paddle.no_grad():
             old_logp = completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature) \
                 if cfg.num_iterations > 1 else None
-            ref_logp = self._reference_logprobs(rollout) if cfg.beta != 0.0 else None
+            ref_logp = self._reference_logprobs(rollout) if cfg.uses_reference else None
         return Experience(rollout=rollout, mask=mask, advantages=advantages, old_logp=old_logp, ref_logp=ref_logp,
                           scores=scores.per_function, rewards=scores.rewards, texts=texts, samples=samples,
                           generation_seconds=generation_seconds)

@@ -21,7 +21,6 @@ import math
 
 import paddle
 
-from ..config import ConfigError
 from .distributed import average_gradients, sum_across_ranks
 from .loss import completion_logprobs
 
@@ -32,13 +31,6 @@ def fleet_strategy(world_size: int):
     strategy = fleet.DistributedStrategy()
     strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 1, "sharding_degree": world_size}
     return strategy
-
-
-def check_sharding_supported(stage: str, device: str) -> None:
-    """Refuse, before any model is loaded, a stage Paddle cannot run on this device."""
-    if stage == "stage2" and device.split(":")[0] == "cpu":
-        raise ConfigError("config key 'sharding': stage2 runs through paddle.distributed.sharding."
-                          "group_sharded_parallel, which supports GPU/XPU only; on CPU use stage1")
 
 
 @paddle.no_grad()
