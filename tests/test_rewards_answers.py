@@ -9,12 +9,13 @@ import pytest
 
 from paddle_r1.rewards import REWARDS
 from paddle_r1.rewards.families.answers import parse_choice
+from paddle_r1.rewards.manager import RewardManager
 
 counting = REWARDS["counting"]
 mcq = REWARDS["mcq"]
 yes_no = REWARDS["yes_no"]
-math_reward = REWARDS["math"]
-accuracy = REWARDS["accuracy"]
+math_reward = REWARDS["math"]()
+accuracy = REWARDS["accuracy"]()
 
 random.seed(0)
 GARBAGE = [
@@ -23,6 +24,13 @@ GARBAGE = [
     "<answer>" * 200, "[[[[" * 500, "\\frac{" * 3000, "$" * 5000,
     "".join(random.choice(string.ascii_letters + string.punctuation + " \n") for _ in range(10_000)),
 ]
+
+
+def counted(reward):
+    """``reward`` with a reporter that adds its counts into the returned dict, as the RewardManager does."""
+    counts = {}
+    reward.report = lambda key, n: counts.__setitem__(key, counts.get(key, 0) + n)
+    return reward, counts
 
 
 def _rows(solution, n):
@@ -145,7 +153,7 @@ def test_math_in_a_thread():
 
 
 def _math_in_worker():
-    return REWARDS["math"](["<answer>1/2</answer>", "<answer>5</answer>"], solution=["0.5", "4"])
+    return REWARDS["math"]()(["<answer>1/2</answer>", "<answer>5</answer>"], solution=["0.5", "4"])
 
 
 def test_math_in_a_process_pool_worker():
@@ -156,21 +164,20 @@ def test_math_in_a_process_pool_worker():
 
 
 def test_math_timeout_scores_zero_in_bounded_time():
-    math_reward.pop_metrics()
+    quick, counts = counted(REWARDS["math"](timeout_seconds=0.3))
     slow = "<answer>$9^{9^{9^{9}}}$</answer>"  # sympy works on 9^(9^387420489) for ever
     start = time.monotonic()
-    assert math_reward([slow], solution=["1"], timeout_seconds=0.3) == [0.0]
+    assert quick([slow], solution=["1"]) == [0.0]
     assert time.monotonic() - start < 30  # the deadline (plus at most one worker start), not for ever
-    assert math_reward.pop_metrics() == {"timeouts": 1}
-    assert math_reward(["<answer>4</answer>"], solution=["4"]) == [1.0]  # a fresh worker takes over
+    assert counts == {"timeouts": 1}
+    assert quick(["<answer>4</answer>"], solution=["4"]) == [1.0]  # a fresh worker takes over
     out = {}
-    thread = threading.Thread(target=lambda: out.setdefault("scores", math_reward(
-        [slow], solution=["2"], timeout_seconds=0.3)))
+    thread = threading.Thread(target=lambda: out.setdefault("scores", quick([slow], solution=["2"])))
     thread.start()
     thread.join(60)
     assert out["scores"] == [0.0]
     with pytest.raises(ValueError, match="timeout_seconds"):
-        math_reward(["4"], solution=["4"], timeout_seconds=0)
+        REWARDS["math"](timeout_seconds=0)
 
 
 # ---- accuracy ---------------------------------------------------------------------------------------------
@@ -199,26 +206,28 @@ def test_accuracy_default_path():
 
 
 def test_accuracy_unknown_method_is_counted_not_raised(caplog):
-    accuracy.pop_metrics()
+    manager = RewardManager(["accuracy"])
     with caplog.at_level("WARNING"):
-        scores = accuracy(["<answer>4</answer>"] * 3, solution=["4"] * 3, reward_method=["nope", "nope", None])
-    assert scores == [0.0, 0.0, 1.0]
-    assert accuracy.pop_metrics() == {"unknown_method": 2, "timeouts": 0}
-    assert accuracy.pop_metrics() == {"unknown_method": 0, "timeouts": 0}  # popped
+        scores = manager.score(["<answer>4</answer>"] * 3, dict(solution=["4"] * 3,
+                                                                reward_method=["nope", "nope", None]))
+    assert scores.per_function[:, 0].tolist() == [0.0, 0.0, 1.0]
+    assert scores.counters == {"rewards/accuracy/unknown_method": 2}  # no timeouts
+    assert manager.pop_counters() == {}  # popped
     assert "'nope' is not a registered reward" in caplog.text
 
 
 def test_accuracy_resolves_at_call_time_and_passes_what_the_target_takes(monkeypatch):
     seen = {}
 
-    def late(completions, solution, scale=1.0):  # registered after accuracy was built; no **columns
-        seen.update(n=len(completions), scale=scale)
-        return [scale * (c == s) for c, s in zip(completions, solution)]
+    def late(completions, solution, weight):  # registered after accuracy was built; no **columns
+        seen.update(n=len(completions), weight=weight)
+        return [w * (c == s) for c, s, w in zip(completions, solution, weight)]
 
     monkeypatch.setitem(REWARDS, "late", late)
     scores = accuracy(["x", "q", "<answer>yes</answer>"], solution=["x", "y", "yes"],
-                      reward_method=["late", "late", "yes_no"], problem=["p"] * 3, scale=0.5, unused_setting=1)
-    assert scores == [0.5, 0.0, 1.0] and seen == {"n": 2, "scale": 0.5}  # one call for both "late" rows
+                      reward_method=["late", "late", "yes_no"], problem=["p"] * 3, weight=[0.5] * 3,
+                      unused_column=[1] * 3)
+    assert scores == [0.5, 0.0, 1.0] and seen == {"n": 2, "weight": [0.5, 0.5]}  # one call for both "late" rows
     assert accuracy.resolve("llm") == "llm_judge" and accuracy.resolve(" Yes/No ") == "yes_no"
     assert accuracy.resolve("default") is None and accuracy.resolve("accuracy") is None
 
