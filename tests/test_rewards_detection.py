@@ -66,14 +66,41 @@ def test_multi_pair_scores_hand_values():
     assert multi_iou([extra], **cols) == pytest.approx([1.6 / 3])
 
 
-@pytest.mark.parametrize("name", MULTI)
-def test_multi_drops_pairs_below_half_iou(name):
-    # [50, 0, 150, 100] vs [0, 0, 100, 100]: IoU 5000 / 15000 = 1/3 < 0.5, so the pair is dropped -> 0
-    # (undropped, the point reward would be exp(-0.5) at one sigma_x)
+def test_multi_iou_drops_pairs_below_min_iou():
+    # [50, 0, 150, 100] vs [0, 0, 100, 100]: IoU 5000 / 15000 = 1/3 < 0.5 (the default min_iou): the pair counts 0
     cols = columns(2, {"0": [[0, 0, 100, 100]]}, (1000, 500))
-    assert REWARDS[name]([dumps({"0": [[50, 0, 150, 100]]})] * 2, **cols) == [0.0, 0.0]
-    assert REWARDS[name]([dumps({"0": [[50, 0, 150, 100]]})], min_iou=0.3, **columns(1, {"0": [[0, 0, 100, 100]]},
-                                                                                      (1000, 500)))[0] > 0
+    assert multi_iou([dumps({"0": [[50, 0, 150, 100]]})] * 2, **cols) == [0.0, 0.0]
+    assert multi_iou([dumps({"0": [[50, 0, 150, 100]]})], min_iou=0.3, **columns(
+        1, {"0": [[0, 0, 100, 100]]}, (1000, 500))) == pytest.approx([1 / 3])
+
+
+@pytest.mark.parametrize("single, multi", [("gaussian_point", "multi_gaussian_point"),
+                                           ("gaussian_plane", "multi_gaussian_plane")])
+def test_multi_gaussian_keeps_the_credit_of_a_shifted_box(single, multi):
+    # issue 12 item 4: a box shifted off its target (IoU 1/3) kept no credit under the IoU gate, while the
+    # single-box Gaussian reward gives it exp(-0.5) (point: one sigma_x off) -- one box, one label: equal scores
+    truth, shifted = [0, 0, 100, 100], [50, 0, 150, 100]
+    single_score = REWARDS[single]([dumps(shifted)], **columns(1, truth, (1000, 500)))
+    multi_score = REWARDS[multi]([dumps({"0": [shifted]})], **columns(1, {"0": [truth]}, (1000, 500)))
+    assert multi_score == pytest.approx(single_score) and single_score[0] > 0.5
+
+
+def test_multi_gaussian_matches_on_its_own_score():
+    # two predictions each near the other's listed truth, no overlap with either (every IoU is 0, so matching on
+    # IoU pairs them in listed order, far apart); matching on the Gaussian score pairs each with its near box
+    truth = {"0": [[0, 0, 10, 10], [100, 0, 110, 10]]}
+    pred = {"0": [[98, 0, 108, 10], [2, 0, 12, 10]]}  # centres 2 px right of / left of the true ones
+    near = math.exp(-0.5 * (2 / 5) ** 2)  # sigma_x = 0.5 * 10
+    assert multi_point([dumps(pred)], **columns(1, truth, (1000, 500))) == pytest.approx([2 * 2 * near / 4])
+
+
+@pytest.mark.parametrize("name, value", [("multi_iou", 1.5), ("multi_iou", "0.5"), ("multi_gaussian_point", 0.3)])
+def test_min_iou_is_checked_and_only_where_iou_is_the_reward(name, value):
+    from paddle_r1.config import ConfigError
+    from paddle_r1.rewards.manager import bind_reward
+
+    with pytest.raises(ConfigError, match="min_iou"):
+        bind_reward(name, {"min_iou": value})
 
 
 @pytest.mark.parametrize("name", MULTI)
@@ -93,7 +120,9 @@ def test_multi_maps_coordinates(name):
     rel = REWARDS[name]([dumps({"2": [[200, 0, 300, 200], [400, 0, 500, 200]]})],
                         **columns(1, json.dumps(only_2), (1000, 500), None, "rel_1000"))  # a JSON string solution
     unmapped = REWARDS[name]([dumps(only_2)], **columns(1, only_2, (1000, 500), (500, 250), "abs_resized"))
-    assert resized == pytest.approx([1.0]) and rel == pytest.approx([1.0]) and unmapped == [0.0]
+    assert resized == pytest.approx([1.0]) and rel == pytest.approx([1.0])
+    # read unmapped, each box lands 2x off: no IoU credit; the Gaussian rewards keep a little (0.18 / 0.36)
+    assert unmapped == [0.0] if name == "multi_iou" else unmapped[0] < 0.4
 
 
 @pytest.mark.parametrize("name", ["multi_box_format"] + MULTI + ["map", "map50"])

@@ -18,8 +18,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from .. import BadSolution, register
-from .boxes import (as_box, box_iou, check_alpha, plane_score, point_score, score_completions, solution_json,
-                    to_pixels)
+from .boxes import (as_box, box_iou, check_alpha, is_number, plane_score, point_score, score_completions,
+                    solution_json, to_pixels)
 from ..parsing import answer_json
 
 Groups = dict  # label (str) -> list of [x1, y1, x2, y2]
@@ -59,10 +59,11 @@ def truth_groups(solution, image_sizes=None) -> Optional[Groups]:
     return groups
 
 
-def matched_score(pred: Groups, truth: Groups, pair_score: Callable, min_iou: float = 0.5) -> float:
+def matched_score(pred: Groups, truth: Groups, pair_score: Callable, min_score: float = 0.0) -> float:
     """R = 2 * sum(pair_score over matched pairs) / (number of true boxes + number of predicted boxes), 1.0 when
     both are empty. For each label of either side, predicted and true boxes of that label are matched by the
-    Hungarian algorithm on cost 1 - IoU; matched pairs with IoU < min_iou are dropped."""
+    Hungarian algorithm on cost 1 - pair_score (each reward matches on its own score); matched pairs scoring below
+    ``min_score`` count 0."""
     count = sum(map(len, pred.values())) + sum(map(len, truth.values()))
     if count == 0:
         return 1.0
@@ -71,18 +72,24 @@ def matched_score(pred: Groups, truth: Groups, pair_score: Callable, min_iou: fl
         boxes_p, boxes_t = pred.get(label, []), truth.get(label, [])
         if not boxes_p or not boxes_t:
             continue
-        iou = np.array([[box_iou(p, t) for t in boxes_t] for p in boxes_p])
-        rows, cols = linear_sum_assignment(1.0 - iou)
-        total += sum(pair_score(boxes_p[r], boxes_t[c]) for r, c in zip(rows, cols) if iou[r, c] >= min_iou)
+        scores = np.array([[pair_score(p, t) for t in boxes_t] for p in boxes_p])
+        rows, cols = linear_sum_assignment(1.0 - scores)
+        total += sum(scores[r, c] for r, c in zip(rows, cols) if scores[r, c] >= min_score)
     return 2.0 * total / count
 
 
 def multi_box_scores(pair_score: Callable, completions, solution, image_sizes, input_sizes, coord_system,
-                     min_iou: float = 0.5) -> list[Optional[float]]:
+                     min_score: float = 0.0) -> list[Optional[float]]:
     """``matched_score`` per completion; 0.0 for an unreadable answer, None when the sample has no solution."""
-    score = partial(matched_score, pair_score=pair_score, min_iou=min_iou)
+    score = partial(matched_score, pair_score=pair_score, min_score=min_score)
     return score_completions(truth_groups, predicted_groups, score, completions, solution, image_sizes,
                              input_sizes, coord_system)
+
+
+def check_min_iou(min_iou) -> float:
+    if not (is_number(min_iou) and 0.0 <= min_iou <= 1.0):
+        raise ValueError(f"reward keyword min_iou={min_iou!r}: expected a number in [0, 1]")
+    return float(min_iou)
 
 
 @register("multi_box_format")
@@ -95,24 +102,28 @@ def multi_box_format_reward(completions, **_) -> list[float]:
 @register("multi_iou")
 def multi_iou_reward(completions, solution, image_sizes, input_sizes, coord_system, min_iou=0.5,
                      **_) -> list[float]:
-    """R = 2 * sum(IoU of matched pairs) / (n_true + n_pred), matching per label (Hungarian on 1 - IoU, pairs
-    with IoU < min_iou dropped); 1 when both are empty."""
-    return multi_box_scores(box_iou, completions, solution, image_sizes, input_sizes, coord_system, min_iou)
+    """R = 2 * sum(IoU of matched pairs with IoU >= min_iou) / (n_true + n_pred), matching per label (Hungarian
+    on 1 - IoU); 1 when both are empty. Setting ``min_iou`` (default 0.5, in [0, 1]): a matched pair below it
+    counts 0 (a detection that misses its box earns nothing)."""
+    return multi_box_scores(box_iou, completions, solution, image_sizes, input_sizes, coord_system,
+                            check_min_iou(min_iou))
 
 
 @register("multi_gaussian_point")
 def multi_gaussian_point_reward(completions, solution, image_sizes, input_sizes, coord_system, alpha=0.5,
-                                min_iou=0.5, **_) -> list[float]:
-    """R = 2 * sum(gaussian point reward of matched pairs) / (n_true + n_pred), matching as in ``multi_iou``;
+                                **_) -> list[float]:
+    """R = 2 * sum(gaussian point reward of matched pairs) / (n_true + n_pred), matching per label (Hungarian on
+    1 - pair reward, no IoU gate: a box shifted off its target keeps its Gaussian credit, as in ``gaussian_point``);
     pair reward exp(-1/2 (dx^2 / sigma_x^2 + dy^2 / sigma_y^2)), sigma = alpha * the true box's side."""
     pair = partial(point_score, alpha=check_alpha(alpha))
-    return multi_box_scores(pair, completions, solution, image_sizes, input_sizes, coord_system, min_iou)
+    return multi_box_scores(pair, completions, solution, image_sizes, input_sizes, coord_system)
 
 
 @register("multi_gaussian_plane")
 def multi_gaussian_plane_reward(completions, solution, image_sizes, input_sizes, coord_system, alpha=0.5,
-                                min_iou=0.5, **_) -> list[float]:
-    """R = 2 * sum(gaussian plane reward of matched pairs) / (n_true + n_pred), matching as in ``multi_iou``;
-    pair reward exp(-D_B), D_B the Bhattacharyya distance of the two boxes' Gaussians."""
+                                **_) -> list[float]:
+    """R = 2 * sum(gaussian plane reward of matched pairs) / (n_true + n_pred), matching per label (Hungarian on
+    1 - pair reward, no IoU gate, as in ``multi_gaussian_point``); pair reward exp(-D_B), D_B the Bhattacharyya
+    distance of the two boxes' Gaussians."""
     pair = partial(plane_score, alpha=check_alpha(alpha))
-    return multi_box_scores(pair, completions, solution, image_sizes, input_sizes, coord_system, min_iou)
+    return multi_box_scores(pair, completions, solution, image_sizes, input_sizes, coord_system)
