@@ -103,6 +103,30 @@ def test_min_iou_is_checked_and_only_where_iou_is_the_reward(name, value):
         bind_reward(name, {"min_iou": value})
 
 
+EASYDISTILL_ANSWER = "<answer>{0: [], 1: [], 2: [[619, 410, 700, 470]], 3: []}</answer>"  # EasyDistill's shape
+
+
+@pytest.mark.parametrize("name", MULTI)
+def test_multi_reads_python_literals_and_integer_labels(name):
+    # issue 21 item 2: EasyDistill's answers are Python literals with integer keys; JSON-only reading scored 0
+    json_truth = {"0": [], "1": [], "2": [[619, 410, 700, 470]], "3": []}
+    literal_truth = "{0: [], 1: [], 2: [[619, 410, 700, 470]], 3: []}"  # a solution string, as the data holds it
+    answers = [EASYDISTILL_ANSWER, dumps(json_truth), "<answer>{'2': [(619, 410, 700, 470)]}</answer>",
+               "<answer>{2: [[0, 0, 10, 10]]}</answer>", "<answer>{2: [[619, 410, 700]]}</answer>"]
+    for truth in (json_truth, literal_truth, {2: [[619, 410, 700, 470]]}):
+        scores = REWARDS[name](answers, **columns(len(answers), truth, (1000, 500)))
+        assert scores[:3] == pytest.approx([1.0, 1.0, 1.0]) and scores[3] < 0.01 and scores[4] == 0.0
+
+
+def test_multi_box_format_reads_literals_and_stays_safe():
+    assert multi_box_format([EASYDISTILL_ANSWER, "<answer>{0: [[1, 2, 3, 4]], 1: []}</answer>"]) == [1.0, 1.0]
+    unsafe = ["<answer>{0: [__import__('os').getpid()]}</answer>", "<answer>{0: [[1, 2, 3, 4]] + [[5]]}</answer>",
+              "<answer>{0: [[1, 2, 3, " + "9" * 5000 + "]]}</answer>",  # an int Python will not read
+              "<answer>" + "{0: [" * 5000 + "]}" * 5000 + "</answer>",  # deeper than the parser goes
+              "<answer>{0: [[1, 2, 3, 4]], " + "1: [], " * 4000 + "}</answer>"]  # longer than MAX_LITERAL_CHARS
+    assert multi_box_format(unsafe) == [0.0] * len(unsafe)
+
+
 @pytest.mark.parametrize("name", MULTI)
 def test_multi_empty_cases(name):
     both_empty = REWARDS[name](['{"0": []}', "{}"], **columns(2, {"0": [], "1": []}, (1000, 500)))

@@ -1,8 +1,10 @@
 """Multi-box grounding rewards (seed 000, ``abs_box``): boxes grouped by label, matched per label.
 
-The answer is a JSON object label -> list of boxes, e.g. ``{"0": [[456, 337, 725, 557]], "1": [],
+The answer is an object label -> list of boxes, e.g. ``{"0": [[456, 337, 725, 557]], "1": [],
 "2": [[849, 407, 961, 482], [965, 480, 1099, 550]]}``, in the model's coordinate system; the solution has the
-same shape (a dict, or a JSON string of one) in original pixels. Every label counts: predicted and true labels
+same shape (a dict, or a string of one) in original pixels. JSON and Python literals read alike (EasyDistill's
+answers are ``{0: [], 2: [[619, 410, 700, 470]]}``: integer keys, read safely by ``ast.literal_eval``), and
+integer and string labels are the same label (0 and "0"). Every label counts: predicted and true labels
 are united, and each is matched on its own (EasyDistill scored only label "0").
 
 An answer that is not such an object scores 0.0: a list of boxes (no labels), a label whose value is not a
@@ -26,7 +28,8 @@ Groups = dict  # label (str) -> list of [x1, y1, x2, y2]
 
 
 def read_groups(value) -> Optional[Groups]:
-    """``{label: [box, ...]}`` from a JSON object whose values are lists of boxes; None for anything else."""
+    """``{label: [box, ...]}`` (labels as strings: 0 and "0" are one label) from an object whose values are lists
+    of boxes; None for anything else."""
     if not isinstance(value, dict):
         return None
     groups = {}
@@ -40,7 +43,7 @@ def read_groups(value) -> Optional[Groups]:
 
 def predicted_groups(completion: str, coord_system: str, image_sizes, input_sizes) -> Optional[Groups]:
     """The answer's labelled boxes in original pixels of the first image, or None when unreadable."""
-    groups = read_groups(answer_json(completion))
+    groups = read_groups(answer_json(completion, literals=True))
     if groups is None:
         return None
     mapped = {label: [to_pixels(box, coord_system, image_sizes, input_sizes) for box in boxes]
@@ -53,9 +56,10 @@ def truth_groups(solution, image_sizes=None) -> Optional[Groups]:
     BadSolution when it is not label -> list of boxes (bad data, not model text). ``image_sizes``: unused."""
     if solution is None:
         return None
-    groups = read_groups(solution_json(solution))
+    groups = read_groups(solution_json(solution, literals=True))
     if groups is None:
-        raise BadSolution(f"solution {solution!r} is not a JSON object label -> list of [x1, y1, x2, y2]")
+        raise BadSolution(f"solution {solution!r} is not an object (JSON or Python literal) label -> list of "
+                          "[x1, y1, x2, y2]")
     return groups
 
 
@@ -94,9 +98,9 @@ def check_min_iou(min_iou) -> float:
 
 @register("multi_box_format")
 def multi_box_format_reward(completions, **_) -> list[float]:
-    """R = 1 if the answer is a JSON object label -> list of boxes [x1, y1, x2, y2] (finite numbers,
-    x1 <= x2, y1 <= y2), e.g. {"0": [[1, 2, 3, 4]], "1": []}, else 0."""
-    return [0.0 if read_groups(answer_json(text)) is None else 1.0 for text in completions]
+    """R = 1 if the answer is an object label -> list of boxes [x1, y1, x2, y2] (finite numbers, x1 <= x2,
+    y1 <= y2), JSON or a Python literal, e.g. {"0": [[1, 2, 3, 4]], "1": []} or {0: [[1, 2, 3, 4]], 1: []}, else 0."""
+    return [0.0 if read_groups(answer_json(text, literals=True)) is None else 1.0 for text in completions]
 
 
 @register("multi_iou")
