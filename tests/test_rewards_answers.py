@@ -237,3 +237,70 @@ def test_accuracy_garbage_scores_zero():
     assert accuracy(GARBAGE, solution=_rows("4", n), reward_method=_rows(None, n)) == [0.0] * n
     for method, solution in [("mcq", "B"), ("yes_no", "yes"), ("counting", "4"), ("math", "4")]:
         assert accuracy(GARBAGE, solution=_rows(solution, n), reward_method=_rows(method, n)) == [0.0] * n
+
+
+# ---- GeoQA answers (issue 21 item 1): the shapes of R1-V's geoqa_test_prompts ground truths ------------------
+
+@pytest.mark.parametrize("answer, solution, expected", [
+    ("2\\sqrt{3}", "2√{3}", 1.0), ("2", "2√{3}", 0.0),  # math-verify alone read 2√{3} as 2
+    ("2√{3}", "2\\sqrt{3}", 1.0), ("\\sqrt{3}", "√{3}", 1.0), ("3", "√{3}", 0.0),
+    ("\\frac{4}{3}\\pi", "\\frac{4}{3}π", 1.0), ("\\frac{4}{3}", "\\frac{4}{3}π", 0.0),
+    ("\\pi", "π", 1.0), ("3", "π", 0.0),
+    ("2\\sqrt{3}", "2√{3}cm", 1.0), ("$2\\sqrt{3}$ cm", "2√{3}cm", 1.0), ("2", "2√{3}cm", 0.0),
+    ("140", "140°", 1.0), ("140°", "140", 1.0), ("140^{\\circ}", "140°", 1.0), ("40", "140°", 0.0),
+    ("4\\pi", "4πcm^{2}", 1.0), ("4", "4πcm^{2}", 0.0), ("6", "6cm²", 1.0), ("12", "12米", 1.0),
+    ("\\sqrt{3}+1", "(√{3}+1)小时", 1.0), ("\\frac{\\sqrt{3}}{2}", "\\frac{√{3}}{2}", 1.0),
+    ("\\frac{1}{2}", "\\frac{√{3}}{2}", 0.0), ("5", "5海里", 1.0), ("10", "5海里", 0.0),
+])
+def test_math_reads_geoqa_answers(answer, solution, expected):
+    completion = f"<think>.</think><answer>{answer}</answer>"
+    assert math_reward([completion], solution=[solution]) == [expected]
+    assert accuracy([completion], solution=[solution]) == [expected]
+
+
+def test_geoqa_eval_scores_through_the_normalized_math_reward():
+    from paddle_r1.evaluation.tasks import TASKS
+
+    texts = ["<answer>2\\sqrt{3}</answer>", "<answer>2</answer>", "<answer>140</answer>"]
+    assert TASKS["geoqa"].score(texts, {"solution": ["2√{3}", "2√{3}", "140°"]}) == [True, False, True]
+
+
+# ---- accuracy after math-verify said no (issue 21 item 3, issue 19 item 2) --------------------------------
+
+@pytest.mark.parametrize("answer, solution", [
+    ("1", "1/2"), ("1.0", "1/2"), ("\\boxed{1}", "1/2"), ("x^2+1", "2\\sqrt{3}"),
+    ("1", "\\frac{1}{2}"), ("3", "\\sqrt{3}"), ("2", "2\\pi"),  # the first number no longer decides
+    ("\\frac{1}{2}+1", "\\frac{1}{2}"), ("\\frac{1}{2}+1" + " " * 320, "\\frac{1}{2}"),  # padded past 300 chars
+    ("\\frac{1}{2}+1" + "\n" * 320, "\\frac{1}{2}"), ("3 or 4", "3"), ("34", "3"),
+])
+def test_wrong_answers_get_no_credit(answer, solution):
+    completion = f"<answer>{answer}</answer>"
+    assert math_reward([completion], solution=[solution]) == [0.0]
+    assert accuracy([completion], solution=[solution]) == [0.0]
+
+
+@pytest.mark.parametrize("answer, solution", [
+    ("1+x^2", "x^2+1"), ("0.5", "1/2"), ("\\frac{1}{2}" + " " * 320, "\\frac{1}{2}"), ("3", "3.0"), ("3.", "3"),
+])
+def test_equal_answers_get_credit(answer, solution):
+    completion = f"<answer>{answer}</answer>"
+    assert math_reward([completion], solution=[solution]) == [1.0]
+    assert accuracy([completion], solution=[solution]) == [1.0]
+
+
+@pytest.mark.parametrize("answer, solution, expected", [
+    ("3", "3", 1.0), ("3.0", "3", 1.0), ("3 apples", "3", 1.0),  # math-verify reads "3 apples" as 3
+    ("C", "B", 0.0), ("(B) dog", "B", 1.0),  # math-verify reads neither: the choice letter decides
+])
+def test_accuracy_default_verdicts(answer, solution, expected):
+    assert accuracy([f"<answer>{answer}</answer>"], solution=[solution]) == [expected]
+
+
+def test_accuracy_fallback_needs_the_whole_answer():
+    from paddle_r1.rewards.families.answers import fallback_accuracy
+
+    assert fallback_accuracy("3", "3") == 1.0 and fallback_accuracy("4", "4.0.") == 1.0
+    assert fallback_accuracy("3 apples", "3") == 0.0 and fallback_accuracy("1e400", "4") == 0.0
+    # "1/2" is not a whole number: text similarity 2 * 1 / (1 + 3) as in VLM-R1 (the first number gave 1.0)
+    assert fallback_accuracy("1", "1/2") == 0.5
+    assert 0.0 < fallback_accuracy("300 ms", "300 m/s") < 1.0  # not a whole number: text similarity
