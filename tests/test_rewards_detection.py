@@ -263,3 +263,58 @@ def test_mask_iou_empty_and_unreadable():
         dumps([[10, 10, 50, 10, 50, 50], "x"]),
     ] + GARBAGE + WRONG_TYPES
     assert mask_iou(bad, **columns(len(bad), [SQUARE], (200, 100))) == [0.0] * len(bad)
+
+
+# ---- VLM-R1's accuracy methods (issue 21 item 4) -----------------------------------------------------------
+CAT, DOG = [0, 0, 100, 100], [200, 0, 300, 100]
+TWO = [det(CAT, "cat"), det(DOG, "dog")]
+
+
+@pytest.mark.parametrize("pred, expected", [
+    # greedy: DOG (IoU 1) then CAT (IoU 0.8); position 1.8 / 2, completeness 1 - (0 / 2 + 1 / 3) / 2
+    ([det([0, 0, 100, 80], "Cat"), det(DOG, "dog"), det([500, 0, 600, 100], "cat")],
+     0.7 * 0.9 + 0.3 * (1 - 1 / 6)),
+    ([det(CAT, "dog"), det(DOG, "dog")], 0.7 * 0.5 + 0.3 * 1.0),  # a matched pair with the wrong label: IoU 0
+    ([det([50, 0, 150, 100], "cat")], 0.0),  # IoU 1/3 < 0.5: nothing matched, completeness 1 - (1 + 1) / 2
+    (TWO, 1.0),
+])
+def test_weighted_sum_hand_values(pred, expected):
+    assert REWARDS["weighted_sum"]([dumps(pred)], **columns(1, TWO, (1000, 500))) == pytest.approx([expected])
+
+
+def test_weighted_sum_weights_and_none():
+    weighted = REWARDS["weighted_sum"]
+    cols = columns(1, TWO, (1000, 500))
+    assert weighted([dumps([det(CAT, "dog"), det(DOG, "dog")])], beta=1.0, **cols) == pytest.approx(
+        [(0.7 * 0.5 + 1.0 * 0.5 + 0.3 * 1.0) / 2.0])
+    nothing = columns(3, "<answer>None</answer>", (1000, 500))
+    assert weighted(["<answer>None</answer>", "none.", dumps(TWO)], **nothing) == [1.0, 1.0, 0.0]
+    assert weighted(["<answer>None</answer>"], **cols) == [0.0]
+    from paddle_r1.config import ConfigError
+    from paddle_r1.rewards.manager import bind_reward
+
+    for bad in ({"alpha": -1}, {"iou_threshold": 2}, {"alpha": 0, "beta": 0, "gamma": 0}, {"gamma": "0.3"}):
+        with pytest.raises(ConfigError, match="reward_kwargs.weighted_sum"):
+            bind_reward("weighted_sum", bad)
+
+
+def test_od_length_pays_for_extra_boxes():
+    extra = dumps(TWO + [det([500, 0, 600, 100], "cat")])  # last: least confident, AP stays 1
+    scores = REWARDS["odLength"]([dumps(TWO), extra, "<answer>None</answer>"], **columns(3, TWO, (1000, 500)))
+    assert scores == pytest.approx([1.0, 2 / 3, 0.0])
+    assert REWARDS["odLength"](["None"], **columns(1, "None", (1000, 500))) == [1.0]
+
+
+def test_accuracy_routes_vlm_r1_methods():
+    from paddle_r1.rewards.manager import RewardManager
+
+    methods = ["od_ap", "od_ap50", "odLength", "weighted_sum", "all_match", "all_match", "od_ap"]
+    solutions = [json.dumps(TWO)] * 4 + ["<answer> A red car. </answer>", "a red car", "None"]
+    completions = [dumps(TWO)] * 4 + ["<answer>a red  car</answer>", "<answer>a red car!</answer>",
+                                      "<think>nothing there</think><answer>None</answer>"]
+    cols = columns(len(methods), None, (1000, 500))
+    cols.update(solution=solutions, reward_method=methods)
+    scores = RewardManager(["accuracy"]).score(completions, cols)
+    assert scores.per_function[:, 0].tolist() == [1.0] * 7 and scores.counters == {}  # none unknown
+    wrong = ["<answer>a blue car</answer>"]
+    assert REWARDS["all_match"](wrong, solution=["a red car"]) == [0.0]

@@ -97,6 +97,12 @@ def normalize_answer(text: str) -> str:
     return " ".join(str(text).lower().split()).strip(" .,;:!?\"'`")
 
 
+def exact_match(answer: str, references: list[str]) -> float:
+    """1.0 if the normalized answer equals a normalized reference, else 0.0."""
+    target = normalize_answer(answer)
+    return float(any(target == normalize_answer(ref) for ref in references))
+
+
 def reference_texts(solution) -> list[str]:
     """A sample's reference answers as stripped strings: a string (its ``<answer>`` content when tagged) or a
     list / tuple of them; numbers and other values via ``str``; None and blank entries dropped."""

@@ -23,7 +23,7 @@ import threading
 from typing import Callable, Optional
 
 from .. import REWARDS, BadSolution, CountedReward, register
-from ..parsing import NUMBER, answer_content, normalize_answer, reference_texts
+from ..parsing import NUMBER, answer_content, exact_match, normalize_answer, reference_texts
 
 logger = logging.getLogger(__name__)
 
@@ -349,6 +349,13 @@ def normalize_math(text: str) -> str:
     return text.replace("π", "\\pi ").strip()
 
 
+@register("all_match")
+def all_match_reward(completions, solution=None, **_) -> list[Optional[float]]:
+    """VLM-R1's all_match: R = 1 if the answer equals the solution as text after normalizing both (lower case, runs
+    of whitespace as one space, surrounding spaces, quotes and sentence punctuation removed), else 0."""
+    return per_answer(exact_match, completions, solution)
+
+
 def math_verdict(answer: str, reference: str, timeout: float) -> str:
     """``MATH_VERIFIER.check`` of the gold ``reference`` and the ``answer``, both through ``normalize_math``:
     "equal", "different", "unparsed" (either side parsed to nothing) or "no_verdict" (deadline passed)."""
@@ -383,6 +390,7 @@ class MathReward(CountedReward):
 METHOD_ALIASES = {
     "llm": "llm_judge", "judge": "llm_judge", "yesno": "yes_no", "yes/no": "yes_no", "choice": "mcq",
     "multiple_choice": "mcq", "count": "counting", "default": None, "accuracy": None, "": None,
+    "od_ap": "map", "od_ap50": "map50", "odlength": "odLength",  # VLM-R1's detection methods (methods are lower-cased)
 }
 
 
@@ -426,9 +434,10 @@ def accepted_kwargs(fn: Callable, kwargs: dict) -> dict:
 @register("accuracy")
 class AccuracyReward(CountedReward):
     """Routes each completion by its row's ``reward_method`` (VLM-R1's accu_reward_method) to the reward of that
-    name in ``REWARDS`` (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice -> mcq, count -> counting;
-    "default" / "accuracy" / empty -> the default below). Rows sharing a method go to it in one call with their
-    own columns (those it names, or all when it takes ``**kwargs``); a routed reward class is made once, with its
+    name in ``REWARDS`` (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice -> mcq, count -> counting,
+    od_ap -> map, od_ap50 -> map50, odLength -> odLength; "default" / "accuracy" / empty -> the default below;
+    VLM-R1's all_match and weighted_sum are rewards of those names). Rows sharing a method go to it in one call
+    with their own columns (those it names, or all when it takes ``**kwargs``); a routed reward class is made once, with its
     default settings, and its counters are reported as ``<method>/<key>``.
     Without a method: R = math-verify's verdict (gold first, ``normalize_math`` on both sides), 1 or 0, when it
     reads both sides; else (a side it cannot read, or no verdict in time) ``fallback_accuracy`` (whole-number
