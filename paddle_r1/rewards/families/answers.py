@@ -34,6 +34,7 @@ NUMBER_WORDS = {word: i for i, word in enumerate(
     "seventeen eighteen nineteen twenty".split())}
 COUNT_RE = re.compile(rf"({NUMBER})|\b({'|'.join(NUMBER_WORDS)})\b", re.IGNORECASE)
 YES_NO_RE = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+STRICT_COUNT_RE = re.compile(r"<answer>\s*(\d+)\s*</answer>")  # R1-V's and VLM-R1's counting evaluation
 
 # Choice letters, tried in this order (see parse_choice).
 CHOICE_ALONE_RE = re.compile(r"\s*[(\[]?([A-Za-z])[)\]]?\s*[.:)]?\s*")  # fullmatch: "B", "(B)", "b.", "[C]"
@@ -54,6 +55,13 @@ def parse_count(text: str) -> Optional[int]:
         if math.isfinite(value):
             return int(value) if value.is_integer() else None
     return None
+
+
+def parse_strict_count(completion: str) -> Optional[int]:
+    """The integer of the first ``<answer> 3 </answer>`` holding only digits (and spaces) in the completion, as the
+    peers' published counting evaluations read it; None when there is none ("<answer>three</answer>" is None)."""
+    match = STRICT_COUNT_RE.search(completion)
+    return int(match.group(1)) if match else None
 
 
 def parse_yes_no(text: str) -> Optional[str]:
@@ -315,6 +323,20 @@ def counting_reward(completions, solution=None, **_) -> list[Optional[float]]:
     """R = 1 if the first number in the answer (digits, or a word zero..twenty) is a whole number equal to the
     solution's (an int, "3", "<answer> 3 </answer>", "three"), else 0."""
     return per_answer(count_score, completions, solution)
+
+
+@register("counting_strict")
+def counting_strict_reward(completions, solution=None, **_) -> list[Optional[float]]:
+    """The published counting protocol (R1-V's and VLM-R1's eval scripts): R = 1 if the completion's first
+    ``<answer>\\s*(\\d+)\\s*</answer>`` holds the solution's integer, else 0 ("<answer>There are 6 cubes.</answer>",
+    number words and "6.0" score 0, which ``counting`` credits)."""
+    solutions = solution if solution is not None else [None] * len(completions)
+    out: list[Optional[float]] = []
+    for text, sol in zip(completions, solutions):
+        references = solution_references(sol)
+        counts = read_references(references, parse_count, "counting") if references else None
+        out.append(None if counts is None else float(isinstance(text, str) and parse_strict_count(text) in counts))
+    return out
 
 
 @register("mcq")
