@@ -10,7 +10,7 @@ import json
 import random
 import time
 
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards.manager import bind_reward
 
 THINK = "<think>The object is on the left, slightly above the centre of the image.</think>"
 
@@ -67,9 +67,9 @@ CASES = {
     "meteor": (lambda rng: f"<answer>a {rng.choice(['red', 'blue'])} car parked near the trees</answer>",
                {"solution": "a red car parked by the trees"}),
     "caption": (lambda rng: f"<answer>a {rng.choice(['red', 'blue'])} car parked near the trees</answer>",
-                {"solution": "a red car parked by the trees", "judge_weight": 0.0, "meteor_weight": 1.0}),
+                {"solution": "a red car parked by the trees"}),
 }
-SETTINGS = {"judge_weight", "meteor_weight"}  # scalar keyword arguments, not per-completion columns
+SETTINGS = {"caption": {"judge_weight": 0.0, "meteor_weight": 1.0}}  # reward_kwargs, bound as a run binds them
 
 
 def main() -> None:
@@ -80,9 +80,9 @@ def main() -> None:
     print(f"| reward | completions / s (batch {args.batch}) | ms per batch |\n|---|---|---|")
     for name, (make, columns) in CASES.items():
         completions = [make(rng) for _ in range(args.batch)]
-        kwargs = {k: v if k in SETTINGS else [v] * args.batch for k, v in columns.items()}
-        fn = REWARDS[name]
-        fn(completions[:8], **{k: v if k in SETTINGS else v[:8] for k, v in kwargs.items()})  # warm up (workers)
+        kwargs = {k: [v] * args.batch for k, v in columns.items()}
+        fn = bind_reward(name, SETTINGS.get(name, {}))
+        fn(completions[:8], **{k: v[:8] for k, v in kwargs.items()})  # warm up (workers)
         start = time.perf_counter()
         scores = fn(completions, **kwargs)
         seconds = time.perf_counter() - start

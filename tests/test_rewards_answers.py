@@ -9,12 +9,13 @@ import pytest
 
 from paddle_r1.rewards import REWARDS
 from paddle_r1.rewards.families.answers import parse_choice
+from paddle_r1.rewards.manager import RewardManager
 
 counting = REWARDS["counting"]
 mcq = REWARDS["mcq"]
 yes_no = REWARDS["yes_no"]
-math_reward = REWARDS["math"]
-accuracy = REWARDS["accuracy"]
+math_reward = REWARDS["math"]()
+accuracy = REWARDS["accuracy"]()
 
 random.seed(0)
 GARBAGE = [
@@ -23,6 +24,13 @@ GARBAGE = [
     "<answer>" * 200, "[[[[" * 500, "\\frac{" * 3000, "$" * 5000,
     "".join(random.choice(string.ascii_letters + string.punctuation + " \n") for _ in range(10_000)),
 ]
+
+
+def counted(reward):
+    """``reward`` with a reporter that adds its counts into the returned dict, as the RewardManager does."""
+    counts = {}
+    reward.report = lambda key, n: counts.__setitem__(key, counts.get(key, 0) + n)
+    return reward, counts
 
 
 def _rows(solution, n):
@@ -145,7 +153,7 @@ def test_math_in_a_thread():
 
 
 def _math_in_worker():
-    return REWARDS["math"](["<answer>1/2</answer>", "<answer>5</answer>"], solution=["0.5", "4"])
+    return REWARDS["math"]()(["<answer>1/2</answer>", "<answer>5</answer>"], solution=["0.5", "4"])
 
 
 def test_math_in_a_process_pool_worker():
@@ -156,21 +164,20 @@ def test_math_in_a_process_pool_worker():
 
 
 def test_math_timeout_scores_zero_in_bounded_time():
-    math_reward.pop_metrics()
+    quick, counts = counted(REWARDS["math"](timeout_seconds=0.3))
     slow = "<answer>$9^{9^{9^{9}}}$</answer>"  # sympy works on 9^(9^387420489) for ever
     start = time.monotonic()
-    assert math_reward([slow], solution=["1"], timeout_seconds=0.3) == [0.0]
+    assert quick([slow], solution=["1"]) == [0.0]
     assert time.monotonic() - start < 30  # the deadline (plus at most one worker start), not for ever
-    assert math_reward.pop_metrics() == {"timeouts": 1}
-    assert math_reward(["<answer>4</answer>"], solution=["4"]) == [1.0]  # a fresh worker takes over
+    assert counts == {"timeouts": 1}
+    assert quick(["<answer>4</answer>"], solution=["4"]) == [1.0]  # a fresh worker takes over
     out = {}
-    thread = threading.Thread(target=lambda: out.setdefault("scores", math_reward(
-        [slow], solution=["2"], timeout_seconds=0.3)))
+    thread = threading.Thread(target=lambda: out.setdefault("scores", quick([slow], solution=["2"])))
     thread.start()
     thread.join(60)
     assert out["scores"] == [0.0]
     with pytest.raises(ValueError, match="timeout_seconds"):
-        math_reward(["4"], solution=["4"], timeout_seconds=0)
+        REWARDS["math"](timeout_seconds=0)
 
 
 # ---- accuracy ---------------------------------------------------------------------------------------------
@@ -199,26 +206,28 @@ def test_accuracy_default_path():
 
 
 def test_accuracy_unknown_method_is_counted_not_raised(caplog):
-    accuracy.pop_metrics()
+    manager = RewardManager(["accuracy"])
     with caplog.at_level("WARNING"):
-        scores = accuracy(["<answer>4</answer>"] * 3, solution=["4"] * 3, reward_method=["nope", "nope", None])
-    assert scores == [0.0, 0.0, 1.0]
-    assert accuracy.pop_metrics() == {"unknown_method": 2, "timeouts": 0}
-    assert accuracy.pop_metrics() == {"unknown_method": 0, "timeouts": 0}  # popped
+        scores = manager.score(["<answer>4</answer>"] * 3, dict(solution=["4"] * 3,
+                                                                reward_method=["nope", "nope", None]))
+    assert scores.per_function[:, 0].tolist() == [0.0, 0.0, 1.0]
+    assert scores.counters == {"rewards/accuracy/unknown_method": 2}  # no timeouts
+    assert manager.pop_counters() == {}  # popped
     assert "'nope' is not a registered reward" in caplog.text
 
 
 def test_accuracy_resolves_at_call_time_and_passes_what_the_target_takes(monkeypatch):
     seen = {}
 
-    def late(completions, solution, scale=1.0):  # registered after accuracy was built; no **columns
-        seen.update(n=len(completions), scale=scale)
-        return [scale * (c == s) for c, s in zip(completions, solution)]
+    def late(completions, solution, weight):  # registered after accuracy was built; no **columns
+        seen.update(n=len(completions), weight=weight)
+        return [w * (c == s) for c, s, w in zip(completions, solution, weight)]
 
     monkeypatch.setitem(REWARDS, "late", late)
     scores = accuracy(["x", "q", "<answer>yes</answer>"], solution=["x", "y", "yes"],
-                      reward_method=["late", "late", "yes_no"], problem=["p"] * 3, scale=0.5, unused_setting=1)
-    assert scores == [0.5, 0.0, 1.0] and seen == {"n": 2, "scale": 0.5}  # one call for both "late" rows
+                      reward_method=["late", "late", "yes_no"], problem=["p"] * 3, weight=[0.5] * 3,
+                      unused_column=[1] * 3)
+    assert scores == [0.5, 0.0, 1.0] and seen == {"n": 2, "weight": [0.5, 0.5]}  # one call for both "late" rows
     assert accuracy.resolve("llm") == "llm_judge" and accuracy.resolve(" Yes/No ") == "yes_no"
     assert accuracy.resolve("default") is None and accuracy.resolve("accuracy") is None
 
@@ -228,3 +237,70 @@ def test_accuracy_garbage_scores_zero():
     assert accuracy(GARBAGE, solution=_rows("4", n), reward_method=_rows(None, n)) == [0.0] * n
     for method, solution in [("mcq", "B"), ("yes_no", "yes"), ("counting", "4"), ("math", "4")]:
         assert accuracy(GARBAGE, solution=_rows(solution, n), reward_method=_rows(method, n)) == [0.0] * n
+
+
+# ---- GeoQA answers (issue 21 item 1): the shapes of R1-V's geoqa_test_prompts ground truths ------------------
+
+@pytest.mark.parametrize("answer, solution, expected", [
+    ("2\\sqrt{3}", "2√{3}", 1.0), ("2", "2√{3}", 0.0),  # math-verify alone read 2√{3} as 2
+    ("2√{3}", "2\\sqrt{3}", 1.0), ("\\sqrt{3}", "√{3}", 1.0), ("3", "√{3}", 0.0),
+    ("\\frac{4}{3}\\pi", "\\frac{4}{3}π", 1.0), ("\\frac{4}{3}", "\\frac{4}{3}π", 0.0),
+    ("\\pi", "π", 1.0), ("3", "π", 0.0),
+    ("2\\sqrt{3}", "2√{3}cm", 1.0), ("$2\\sqrt{3}$ cm", "2√{3}cm", 1.0), ("2", "2√{3}cm", 0.0),
+    ("140", "140°", 1.0), ("140°", "140", 1.0), ("140^{\\circ}", "140°", 1.0), ("40", "140°", 0.0),
+    ("4\\pi", "4πcm^{2}", 1.0), ("4", "4πcm^{2}", 0.0), ("6", "6cm²", 1.0), ("12", "12米", 1.0),
+    ("\\sqrt{3}+1", "(√{3}+1)小时", 1.0), ("\\frac{\\sqrt{3}}{2}", "\\frac{√{3}}{2}", 1.0),
+    ("\\frac{1}{2}", "\\frac{√{3}}{2}", 0.0), ("5", "5海里", 1.0), ("10", "5海里", 0.0),
+])
+def test_math_reads_geoqa_answers(answer, solution, expected):
+    completion = f"<think>.</think><answer>{answer}</answer>"
+    assert math_reward([completion], solution=[solution]) == [expected]
+    assert accuracy([completion], solution=[solution]) == [expected]
+
+
+def test_geoqa_eval_scores_through_the_normalized_math_reward():
+    from paddle_r1.evaluation.tasks import TASKS
+
+    texts = ["<answer>2\\sqrt{3}</answer>", "<answer>2</answer>", "<answer>140</answer>"]
+    assert TASKS["geoqa"].score(texts, {"solution": ["2√{3}", "2√{3}", "140°"]}) == [True, False, True]
+
+
+# ---- accuracy after math-verify said no (issue 21 item 3, issue 19 item 2) --------------------------------
+
+@pytest.mark.parametrize("answer, solution", [
+    ("1", "1/2"), ("1.0", "1/2"), ("\\boxed{1}", "1/2"), ("x^2+1", "2\\sqrt{3}"),
+    ("1", "\\frac{1}{2}"), ("3", "\\sqrt{3}"), ("2", "2\\pi"),  # the first number no longer decides
+    ("\\frac{1}{2}+1", "\\frac{1}{2}"), ("\\frac{1}{2}+1" + " " * 320, "\\frac{1}{2}"),  # padded past 300 chars
+    ("\\frac{1}{2}+1" + "\n" * 320, "\\frac{1}{2}"), ("3 or 4", "3"), ("34", "3"),
+])
+def test_wrong_answers_get_no_credit(answer, solution):
+    completion = f"<answer>{answer}</answer>"
+    assert math_reward([completion], solution=[solution]) == [0.0]
+    assert accuracy([completion], solution=[solution]) == [0.0]
+
+
+@pytest.mark.parametrize("answer, solution", [
+    ("1+x^2", "x^2+1"), ("0.5", "1/2"), ("\\frac{1}{2}" + " " * 320, "\\frac{1}{2}"), ("3", "3.0"), ("3.", "3"),
+])
+def test_equal_answers_get_credit(answer, solution):
+    completion = f"<answer>{answer}</answer>"
+    assert math_reward([completion], solution=[solution]) == [1.0]
+    assert accuracy([completion], solution=[solution]) == [1.0]
+
+
+@pytest.mark.parametrize("answer, solution, expected", [
+    ("3", "3", 1.0), ("3.0", "3", 1.0), ("3 apples", "3", 1.0),  # math-verify reads "3 apples" as 3
+    ("C", "B", 0.0), ("(B) dog", "B", 1.0),  # math-verify reads neither: the choice letter decides
+])
+def test_accuracy_default_verdicts(answer, solution, expected):
+    assert accuracy([f"<answer>{answer}</answer>"], solution=[solution]) == [expected]
+
+
+def test_accuracy_fallback_needs_the_whole_answer():
+    from paddle_r1.rewards.families.answers import fallback_accuracy
+
+    assert fallback_accuracy("3", "3") == 1.0 and fallback_accuracy("4", "4.0.") == 1.0
+    assert fallback_accuracy("3 apples", "3") == 0.0 and fallback_accuracy("1e400", "4") == 0.0
+    # "1/2" is not a whole number: text similarity 2 * 1 / (1 + 3) as in VLM-R1 (the first number gave 1.0)
+    assert fallback_accuracy("1", "1/2") == 0.5
+    assert 0.0 < fallback_accuracy("300 ms", "300 m/s") < 1.0  # not a whole number: text similarity

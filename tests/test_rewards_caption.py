@@ -3,13 +3,15 @@ import random
 
 import pytest
 from nltk.translate.meteor_score import meteor_score
-from test_rewards_judge import MODEL, JudgeServer, free_port, metrics  # noqa: F401
+from test_rewards_judge import MODEL, Counted, JudgeServer, free_port, metrics  # noqa: F401
 
 from paddle_r1.rewards import REWARDS, caption
 
 meteor = REWARDS["meteor"]
-caption_reward = REWARDS["caption"]
-judge = REWARDS["llm_judge"]
+
+
+def caption_reward(**settings):
+    return Counted(REWARDS["caption"](**settings))
 
 
 class Lemma:
@@ -36,7 +38,6 @@ def no_wordnet(monkeypatch):
 @pytest.fixture
 def server():
     server = JudgeServer()
-    caption_reward.pop_metrics()
     yield server
     server.close()
 
@@ -104,32 +105,34 @@ def test_caption_mix(no_wordnet, server):
     texts = ["<answer>a red car parked on the street</answer>", "<answer>a blue bus</answer>"]
     solutions = ["a red car"] * 2
     m = meteor(texts, solution=solutions)
-    scores = caption_reward(texts, solution=solutions, problem=["Describe the region."] * 2, **server.kwargs())
+    mixed = caption_reward(**server.kwargs())
+    scores = mixed(texts, solution=solutions, problem=["Describe the region."] * 2)
     assert scores == pytest.approx([0.25 * m[0] + 0.75 * 1.0, 0.25 * m[1] + 0.0])
-    weighted = caption_reward(texts, solution=solutions, meteor_weight=0.5, judge_weight=0.5, **server.kwargs())
-    assert weighted == pytest.approx([0.5 * m[0] + 0.5, 0.5 * m[1]])
-    assert caption_reward.pop_metrics() == metrics(4, 0, 0)
+    weighted = caption_reward(meteor_weight=0.5, judge_weight=0.5, **server.kwargs())
+    assert weighted(texts, solution=solutions) == pytest.approx([0.5 * m[0] + 0.5, 0.5 * m[1]])
+    assert mixed.pop() == metrics(2, 0, 0) and weighted.pop() == metrics(2, 0, 0)
     assert "description" in server.bodies[0]["messages"][0]["content"]  # the caption grading instruction
 
 
 def test_caption_counts_its_own_judge_failures(no_wordnet, server):
-    judge.pop_metrics()
     server.mode = "500"
-    scores = caption_reward(["a red car", "blue bus"], solution=["A red car."] * 2, **server.kwargs(max_retries=1))
+    judge = Counted(REWARDS["llm_judge"](**server.kwargs(max_retries=1)))
+    mixed = caption_reward(**server.kwargs(max_retries=1))
+    scores = mixed(["a red car", "blue bus"], solution=["A red car."] * 2)
     # the exact copy scores 0.25 * METEOR + 0.75 with no request; the other falls back to exact match (0)
     assert scores == pytest.approx([0.25 * fmean_penalized(3, 3, 3, 1) + 0.75, 0.0])
-    assert caption_reward.pop_metrics() == metrics(2, 2, 1)
-    assert judge.pop_metrics() == metrics(0, 0, 0)
+    assert mixed.pop() == metrics(2, 2, 1)
+    assert judge.pop() == {}  # a separate llm_judge reward counts nothing of the caption's
 
 
 def test_caption_unreachable_and_meteor_only(no_wordnet):
-    caption_reward.pop_metrics()
     dead = {"base_url": f"http://127.0.0.1:{free_port()}/v1", "model": MODEL, "backoff": 0.01, "max_concurrency": 1}
-    assert caption_reward(["the dog", "x" * 10_000], solution=["a dog", "a dog"], **dead) == pytest.approx(
+    mixed = caption_reward(**dead)
+    assert mixed(["the dog", "x" * 10_000], solution=["a dog", "a dog"]) == pytest.approx(
         [0.25 * fmean_penalized(1, 2, 2, 1), 0.0])
-    assert caption_reward.pop_metrics() == metrics(3, 3, 2)
+    assert mixed.pop() == metrics(3, 3, 2)
     # judge_weight 0: METEOR only, nothing sent, nothing counted
-    assert caption_reward(["the dog"], solution=["a dog"], judge_weight=0, meteor_weight=1, **dead) == pytest.approx(
-        [fmean_penalized(1, 2, 2, 1)])
-    assert caption_reward(["the dog"], solution=[None], **dead) == [None]
-    assert caption_reward.pop_metrics() == metrics(0, 0, 0)
+    meteor_only = caption_reward(judge_weight=0, meteor_weight=1, **dead)
+    assert meteor_only(["the dog"], solution=["a dog"]) == pytest.approx([fmean_penalized(1, 2, 2, 1)])
+    assert mixed(["the dog"], solution=[None]) == [None]
+    assert mixed.pop() == {} and meteor_only.pop() == {}

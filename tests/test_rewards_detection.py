@@ -66,14 +66,65 @@ def test_multi_pair_scores_hand_values():
     assert multi_iou([extra], **cols) == pytest.approx([1.6 / 3])
 
 
-@pytest.mark.parametrize("name", MULTI)
-def test_multi_drops_pairs_below_half_iou(name):
-    # [50, 0, 150, 100] vs [0, 0, 100, 100]: IoU 5000 / 15000 = 1/3 < 0.5, so the pair is dropped -> 0
-    # (undropped, the point reward would be exp(-0.5) at one sigma_x)
+def test_multi_iou_drops_pairs_below_min_iou():
+    # [50, 0, 150, 100] vs [0, 0, 100, 100]: IoU 5000 / 15000 = 1/3 < 0.5 (the default min_iou): the pair counts 0
     cols = columns(2, {"0": [[0, 0, 100, 100]]}, (1000, 500))
-    assert REWARDS[name]([dumps({"0": [[50, 0, 150, 100]]})] * 2, **cols) == [0.0, 0.0]
-    assert REWARDS[name]([dumps({"0": [[50, 0, 150, 100]]})], min_iou=0.3, **columns(1, {"0": [[0, 0, 100, 100]]},
-                                                                                      (1000, 500)))[0] > 0
+    assert multi_iou([dumps({"0": [[50, 0, 150, 100]]})] * 2, **cols) == [0.0, 0.0]
+    assert multi_iou([dumps({"0": [[50, 0, 150, 100]]})], min_iou=0.3, **columns(
+        1, {"0": [[0, 0, 100, 100]]}, (1000, 500))) == pytest.approx([1 / 3])
+
+
+@pytest.mark.parametrize("single, multi", [("gaussian_point", "multi_gaussian_point"),
+                                           ("gaussian_plane", "multi_gaussian_plane")])
+def test_multi_gaussian_keeps_the_credit_of_a_shifted_box(single, multi):
+    # issue 12 item 4: a box shifted off its target (IoU 1/3) kept no credit under the IoU gate, while the
+    # single-box Gaussian reward gives it exp(-0.5) (point: one sigma_x off) -- one box, one label: equal scores
+    truth, shifted = [0, 0, 100, 100], [50, 0, 150, 100]
+    single_score = REWARDS[single]([dumps(shifted)], **columns(1, truth, (1000, 500)))
+    multi_score = REWARDS[multi]([dumps({"0": [shifted]})], **columns(1, {"0": [truth]}, (1000, 500)))
+    assert multi_score == pytest.approx(single_score) and single_score[0] > 0.5
+
+
+def test_multi_gaussian_matches_on_its_own_score():
+    # two predictions each near the other's listed truth, no overlap with either (every IoU is 0, so matching on
+    # IoU pairs them in listed order, far apart); matching on the Gaussian score pairs each with its near box
+    truth = {"0": [[0, 0, 10, 10], [100, 0, 110, 10]]}
+    pred = {"0": [[98, 0, 108, 10], [2, 0, 12, 10]]}  # centres 2 px right of / left of the true ones
+    near = math.exp(-0.5 * (2 / 5) ** 2)  # sigma_x = 0.5 * 10
+    assert multi_point([dumps(pred)], **columns(1, truth, (1000, 500))) == pytest.approx([2 * 2 * near / 4])
+
+
+@pytest.mark.parametrize("name, value", [("multi_iou", 1.5), ("multi_iou", "0.5"), ("multi_gaussian_point", 0.3)])
+def test_min_iou_is_checked_and_only_where_iou_is_the_reward(name, value):
+    from paddle_r1.config import ConfigError
+    from paddle_r1.rewards.manager import bind_reward
+
+    with pytest.raises(ConfigError, match="min_iou"):
+        bind_reward(name, {"min_iou": value})
+
+
+EASYDISTILL_ANSWER = "<answer>{0: [], 1: [], 2: [[619, 410, 700, 470]], 3: []}</answer>"  # EasyDistill's shape
+
+
+@pytest.mark.parametrize("name", MULTI)
+def test_multi_reads_python_literals_and_integer_labels(name):
+    # issue 21 item 2: EasyDistill's answers are Python literals with integer keys; JSON-only reading scored 0
+    json_truth = {"0": [], "1": [], "2": [[619, 410, 700, 470]], "3": []}
+    literal_truth = "{0: [], 1: [], 2: [[619, 410, 700, 470]], 3: []}"  # a solution string, as the data holds it
+    answers = [EASYDISTILL_ANSWER, dumps(json_truth), "<answer>{'2': [(619, 410, 700, 470)]}</answer>",
+               "<answer>{2: [[0, 0, 10, 10]]}</answer>", "<answer>{2: [[619, 410, 700]]}</answer>"]
+    for truth in (json_truth, literal_truth, {2: [[619, 410, 700, 470]]}):
+        scores = REWARDS[name](answers, **columns(len(answers), truth, (1000, 500)))
+        assert scores[:3] == pytest.approx([1.0, 1.0, 1.0]) and scores[3] < 0.01 and scores[4] == 0.0
+
+
+def test_multi_box_format_reads_literals_and_stays_safe():
+    assert multi_box_format([EASYDISTILL_ANSWER, "<answer>{0: [[1, 2, 3, 4]], 1: []}</answer>"]) == [1.0, 1.0]
+    unsafe = ["<answer>{0: [__import__('os').getpid()]}</answer>", "<answer>{0: [[1, 2, 3, 4]] + [[5]]}</answer>",
+              "<answer>{0: [[1, 2, 3, " + "9" * 5000 + "]]}</answer>",  # an int Python will not read
+              "<answer>" + "{0: [" * 5000 + "]}" * 5000 + "</answer>",  # deeper than the parser goes
+              "<answer>{0: [[1, 2, 3, 4]], " + "1: [], " * 4000 + "}</answer>"]  # longer than MAX_LITERAL_CHARS
+    assert multi_box_format(unsafe) == [0.0] * len(unsafe)
 
 
 @pytest.mark.parametrize("name", MULTI)
@@ -93,7 +144,9 @@ def test_multi_maps_coordinates(name):
     rel = REWARDS[name]([dumps({"2": [[200, 0, 300, 200], [400, 0, 500, 200]]})],
                         **columns(1, json.dumps(only_2), (1000, 500), None, "rel_1000"))  # a JSON string solution
     unmapped = REWARDS[name]([dumps(only_2)], **columns(1, only_2, (1000, 500), (500, 250), "abs_resized"))
-    assert resized == pytest.approx([1.0]) and rel == pytest.approx([1.0]) and unmapped == [0.0]
+    assert resized == pytest.approx([1.0]) and rel == pytest.approx([1.0])
+    # read unmapped, each box lands 2x off: no IoU credit; the Gaussian rewards keep a little (0.18 / 0.36)
+    assert unmapped == [0.0] if name == "multi_iou" else unmapped[0] < 0.4
 
 
 @pytest.mark.parametrize("name", ["multi_box_format"] + MULTI + ["map", "map50"])
@@ -210,3 +263,58 @@ def test_mask_iou_empty_and_unreadable():
         dumps([[10, 10, 50, 10, 50, 50], "x"]),
     ] + GARBAGE + WRONG_TYPES
     assert mask_iou(bad, **columns(len(bad), [SQUARE], (200, 100))) == [0.0] * len(bad)
+
+
+# ---- VLM-R1's accuracy methods (issue 21 item 4) -----------------------------------------------------------
+CAT, DOG = [0, 0, 100, 100], [200, 0, 300, 100]
+TWO = [det(CAT, "cat"), det(DOG, "dog")]
+
+
+@pytest.mark.parametrize("pred, expected", [
+    # greedy: DOG (IoU 1) then CAT (IoU 0.8); position 1.8 / 2, completeness 1 - (0 / 2 + 1 / 3) / 2
+    ([det([0, 0, 100, 80], "Cat"), det(DOG, "dog"), det([500, 0, 600, 100], "cat")],
+     0.7 * 0.9 + 0.3 * (1 - 1 / 6)),
+    ([det(CAT, "dog"), det(DOG, "dog")], 0.7 * 0.5 + 0.3 * 1.0),  # a matched pair with the wrong label: IoU 0
+    ([det([50, 0, 150, 100], "cat")], 0.0),  # IoU 1/3 < 0.5: nothing matched, completeness 1 - (1 + 1) / 2
+    (TWO, 1.0),
+])
+def test_weighted_sum_hand_values(pred, expected):
+    assert REWARDS["weighted_sum"]([dumps(pred)], **columns(1, TWO, (1000, 500))) == pytest.approx([expected])
+
+
+def test_weighted_sum_weights_and_none():
+    weighted = REWARDS["weighted_sum"]
+    cols = columns(1, TWO, (1000, 500))
+    assert weighted([dumps([det(CAT, "dog"), det(DOG, "dog")])], beta=1.0, **cols) == pytest.approx(
+        [(0.7 * 0.5 + 1.0 * 0.5 + 0.3 * 1.0) / 2.0])
+    nothing = columns(3, "<answer>None</answer>", (1000, 500))
+    assert weighted(["<answer>None</answer>", "none.", dumps(TWO)], **nothing) == [1.0, 1.0, 0.0]
+    assert weighted(["<answer>None</answer>"], **cols) == [0.0]
+    from paddle_r1.config import ConfigError
+    from paddle_r1.rewards.manager import bind_reward
+
+    for bad in ({"alpha": -1}, {"iou_threshold": 2}, {"alpha": 0, "beta": 0, "gamma": 0}, {"gamma": "0.3"}):
+        with pytest.raises(ConfigError, match="reward_kwargs.weighted_sum"):
+            bind_reward("weighted_sum", bad)
+
+
+def test_od_length_pays_for_extra_boxes():
+    extra = dumps(TWO + [det([500, 0, 600, 100], "cat")])  # last: least confident, AP stays 1
+    scores = REWARDS["odLength"]([dumps(TWO), extra, "<answer>None</answer>"], **columns(3, TWO, (1000, 500)))
+    assert scores == pytest.approx([1.0, 2 / 3, 0.0])
+    assert REWARDS["odLength"](["None"], **columns(1, "None", (1000, 500))) == [1.0]
+
+
+def test_accuracy_routes_vlm_r1_methods():
+    from paddle_r1.rewards.manager import RewardManager
+
+    methods = ["od_ap", "od_ap50", "odLength", "weighted_sum", "all_match", "all_match", "od_ap"]
+    solutions = [json.dumps(TWO)] * 4 + ["<answer> A red car. </answer>", "a red car", "None"]
+    completions = [dumps(TWO)] * 4 + ["<answer>a red  car</answer>", "<answer>a red car!</answer>",
+                                      "<think>nothing there</think><answer>None</answer>"]
+    cols = columns(len(methods), None, (1000, 500))
+    cols.update(solution=solutions, reward_method=methods)
+    scores = RewardManager(["accuracy"]).score(completions, cols)
+    assert scores.per_function[:, 0].tolist() == [1.0] * 7 and scores.counters == {}  # none unknown
+    wrong = ["<answer>a blue car</answer>"]
+    assert REWARDS["all_match"](wrong, solution=["a red car"]) == [0.0]

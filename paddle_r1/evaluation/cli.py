@@ -6,7 +6,7 @@ import os
 import sys
 
 from .runner import (EvalOptions, Evaluator, accuracy_table, checkpoint_label, expand_model_paths, write_results)
-from .tasks import TASKS, task_for_dataset
+from .tasks import PROTOCOLS, TASKS, task_for_dataset
 
 
 def build_parser(kind: str) -> argparse.ArgumentParser:
@@ -32,6 +32,10 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     else:
         parser.add_argument("--task", choices=sorted(set(TASKS) - {"rec"}), default=None,
                             help="default: from the dataset name (counting / geoqa)")
+        parser.add_argument("--protocol", choices=PROTOCOLS, default="paddle_r1",
+                            help="paddle_r1: score with the training reward (counting reads 'There are 6 cubes.' and "
+                                 "number words); published: the peers' eval scripts' rule (counting credits only "
+                                 "<answer>\\s*(\\d+)\\s*</answer>)")
     return parser
 
 
@@ -54,7 +58,7 @@ def main(kind: str, argv: list[str] | None = None) -> int:
                 (args.model_name + "_" if args.model_name else "") + checkpoint_label(model_path)
             label = checkpoint_label(model_path) if len(model_paths) > 1 else model_name
             for dataset in args.test_datasets:
-                task = TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task)
+                task = TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task).under(args.protocol)
                 summary = evaluator.evaluate(dataset, task)
                 path = write_results(summary, options.output_dir, model_name, args.steps)
                 print(f"{dataset}: accuracy {summary['accuracy'] * 100:.2f}% "

@@ -1,6 +1,7 @@
 """Reading answers out of model text. Every function returns None on text it cannot read."""
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -38,19 +39,55 @@ def parse_number(text: str) -> Optional[float]:
     return None
 
 
-def extract_json(text: str, max_starts: int = 64):
+MAX_LITERAL_CHARS = 20_000  # a Python literal longer than this is not read (ast parsing cost and memory)
+BRACKET_RE = re.compile(r"[\[\]{}]")
+
+
+def bracket_ends(text: str) -> dict[int, int]:
+    """For each ``{`` / ``[`` of ``text`` that a bracket closes, the index after that closing bracket: one pass with
+    a stack, quotes not considered (a span that is not a literal simply fails to parse)."""
+    ends, stack = {}, []
+    for match in BRACKET_RE.finditer(text):
+        if match.group() in "[{":
+            stack.append(match.start())
+        elif stack:
+            ends[stack.pop()] = match.end()
+    return ends
+
+
+def read_literal(text: str, start: int, ends: dict[int, int]):
+    """The Python literal (``ast.literal_eval``: numbers, strings, lists, tuples, dicts, sets; nothing is run) that
+    spans from ``start`` to its closing bracket, at most MAX_LITERAL_CHARS long; None when it is not one."""
+    end = ends.get(start)
+    if end is None or end - start > MAX_LITERAL_CHARS:
+        return None
+    try:
+        return ast.literal_eval(text[start:end])
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # ValueError: ints over 4300 digits
+        return None
+
+
+def extract_json(text: str, max_starts: int = 64, literals: bool = False):
     """The first JSON object or array that parses inside ``text`` (fenced ```json blocks included), or None.
 
     Tries each ``{`` / ``[`` as a start with ``json.JSONDecoder.raw_decode``, so prose around the JSON
-    and trailing text are fine; at most ``max_starts`` starts, so adversarial text stays cheap.
+    and trailing text are fine; at most ``max_starts`` starts, so adversarial text stays cheap. ``literals``: a
+    start where JSON fails is also read as a Python literal (``{0: [[1, 2, 3, 4]]}``, single quotes, tuples), as
+    EasyDistill writes them, by ``read_literal``.
     """
     decoder = json.JSONDecoder()
     starts = (i for i, char in enumerate(text) if char in "{[")
+    ends = None
     for _, start in zip(range(max_starts), starts):
         try:
             return decoder.raw_decode(text, start)[0]
         except (ValueError, RecursionError):  # JSONDecodeError, and ints over Python's 4300-digit limit
-            continue
+            pass
+        if literals:
+            ends = bracket_ends(text) if ends is None else ends
+            value = read_literal(text, start, ends)
+            if isinstance(value, (dict, list)):
+                return value
     return None
 
 
@@ -58,6 +95,12 @@ def normalize_answer(text: str) -> str:
     """``text`` compared loosely: lower case, runs of whitespace as one space, and surrounding spaces,
     quotes and sentence punctuation (``.,;:!?"'`` and backquotes) removed. "  The Cat. " -> "the cat"."""
     return " ".join(str(text).lower().split()).strip(" .,;:!?\"'`")
+
+
+def exact_match(answer: str, references: list[str]) -> float:
+    """1.0 if the normalized answer equals a normalized reference, else 0.0."""
+    target = normalize_answer(answer)
+    return float(any(target == normalize_answer(ref) for ref in references))
 
 
 def reference_texts(solution) -> list[str]:
@@ -78,15 +121,16 @@ def answer_content(completion: str) -> Optional[str]:
     return None if "<answer>" in text or "</answer>" in text else text
 
 
-def answer_json(completion: str):
-    """The first JSON object or array in the answer (``answer_content`` + ``extract_json``), or None.
+def answer_json(completion: str, literals: bool = False):
+    """The first JSON object or array in the answer (``answer_content`` + ``extract_json``; ``literals``: Python
+    literals too), or None.
 
     Never raises: ``json`` raises ValueError (not JSONDecodeError) on integers longer than 4300 digits."""
     text = answer_content(completion)
     if text is None:
         return None
     try:
-        return extract_json(text)
+        return extract_json(text, literals=literals)
     except ValueError:
         return None
 

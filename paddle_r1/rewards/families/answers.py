@@ -23,7 +23,7 @@ import threading
 from typing import Callable, Optional
 
 from .. import REWARDS, BadSolution, CountedReward, register
-from ..parsing import NUMBER, answer_content, normalize_answer, parse_number, reference_texts
+from ..parsing import NUMBER, answer_content, exact_match, normalize_answer, reference_texts
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ NUMBER_WORDS = {word: i for i, word in enumerate(
     "seventeen eighteen nineteen twenty".split())}
 COUNT_RE = re.compile(rf"({NUMBER})|\b({'|'.join(NUMBER_WORDS)})\b", re.IGNORECASE)
 YES_NO_RE = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+STRICT_COUNT_RE = re.compile(r"<answer>\s*(\d+)\s*</answer>")  # R1-V's and VLM-R1's counting evaluation
 
 # Choice letters, tried in this order (see parse_choice).
 CHOICE_ALONE_RE = re.compile(r"\s*[(\[]?([A-Za-z])[)\]]?\s*[.:)]?\s*")  # fullmatch: "B", "(B)", "b.", "[C]"
@@ -54,6 +55,13 @@ def parse_count(text: str) -> Optional[int]:
         if math.isfinite(value):
             return int(value) if value.is_integer() else None
     return None
+
+
+def parse_strict_count(completion: str) -> Optional[int]:
+    """The integer of the first ``<answer> 3 </answer>`` holding only digits (and spaces) in the completion, as the
+    peers' published counting evaluations read it; None when there is none ("<answer>three</answer>" is None)."""
+    match = STRICT_COUNT_RE.search(completion)
+    return int(match.group(1)) if match else None
 
 
 def parse_yes_no(text: str) -> Optional[str]:
@@ -126,15 +134,23 @@ def orphan_watch(parent=os.getppid()):
         time.sleep(1.0)
     os._exit(0)
 
+EXPRESSION = re.compile(r"(?:[\d\s.+\-*/^()=<>]|(?<![A-Za-z])[A-Za-z](?![A-Za-z]))+")  # "1+x^2", "2x": no words
+
 def read(text):
-    """math-verify's parse. A short answer in bare LaTeX ("\\sqrt{2}", "2\\pi") is tried inside $...$ first, and
-    a short one holding a digit is retried inside $...$ when the plain parse finds nothing; long texts are parsed
-    as they are (LaTeX parsing of a long wrapped text can take very long)."""
+    """math-verify's parse, whitespace runs read as one space. A short answer in bare LaTeX ("\\sqrt{2}", "2\\pi")
+    or a bare expression with a digit and a variable ("1+x^2") is tried inside $...$ first (the plain parse reads
+    "2\\sqrt{3}" as 2 and "1+x^2" as 1), and a short one holding a digit is retried inside $...$ when the plain
+    parse finds nothing. A long text in bare LaTeX is not read at all (parsing it wrapped can take very long and
+    the plain parse reads a fragment of it: "\\frac{1}{2}+1" as 1/2); other long texts are parsed as they are."""
+    text = " ".join(text.split())
     wrapped = "$" + text + "$"
-    short = len(text) <= 300
-    bare_latex = short and "\\" in text and not re.search(r"\$|\\\(|\\\[|\\boxed", text)
-    retry = short and "$" not in text and re.search(r"\d", text)
-    tries = [wrapped, text] if bare_latex else [text] + ([wrapped] if retry else [])
+    delimited = re.search(r"\$|\\\(|\\\[|\\boxed", text)
+    if len(text) > 300:
+        return [] if "\\" in text and not delimited else parse(text, parsing_timeout=None)
+    expression = EXPRESSION.fullmatch(text) and re.search(r"\d", text) and re.search(r"[A-Za-z^]", text)
+    wrap_first = not delimited and ("\\" in text or expression)
+    retry = "$" not in text and re.search(r"\d", text)
+    tries = [wrapped, text] if wrap_first else [text] + ([wrapped] if retry else [])
     for attempt in tries:
         found = parse(attempt, parsing_timeout=None)  # no signal.alarm: the parent enforces the deadline
         if found:
@@ -309,6 +325,20 @@ def counting_reward(completions, solution=None, **_) -> list[Optional[float]]:
     return per_answer(count_score, completions, solution)
 
 
+@register("counting_strict")
+def counting_strict_reward(completions, solution=None, **_) -> list[Optional[float]]:
+    """The published counting protocol (R1-V's and VLM-R1's eval scripts): R = 1 if the completion's first
+    ``<answer>\\s*(\\d+)\\s*</answer>`` holds the solution's integer, else 0 ("<answer>There are 6 cubes.</answer>",
+    number words and "6.0" score 0, which ``counting`` credits)."""
+    solutions = solution if solution is not None else [None] * len(completions)
+    out: list[Optional[float]] = []
+    for text, sol in zip(completions, solutions):
+        references = solution_references(sol)
+        counts = read_references(references, parse_count, "counting") if references else None
+        out.append(None if counts is None else float(isinstance(text, str) and parse_strict_count(text) in counts))
+    return out
+
+
 @register("mcq")
 def mcq_reward(completions, solution=None, **_) -> list[Optional[float]]:
     """R = 1 if the chosen letter ("B", "(B) dog", "B. dog", "Answer: B.", "the answer is b") equals the solution's
@@ -323,24 +353,45 @@ def yes_no_reward(completions, solution=None, **_) -> list[Optional[float]]:
     return per_answer(yes_no_score, completions, solution)
 
 
-def math_score(answer: str, reference: str, timeout: float) -> Optional[float]:
-    """1.0 if math-verify accepts ``answer`` for the gold ``reference`` (gold first), 0.0 if not; when either side
-    parses to nothing, 1.0 if the normalized strings are equal; None when no verdict came within ``timeout``."""
-    verdict = MATH_VERIFIER.check(reference, answer, timeout)
-    if verdict == "no_verdict":
-        return None
-    if verdict == "unparsed":
-        return float(bool(normalize_answer(answer)) and normalize_answer(answer) == normalize_answer(reference))
-    return float(verdict == "equal")
+SQRT_RE = re.compile(r"√\s*(?:\{([^{}]*)\}|(\d+(?:\.\d+)?|[A-Za-z]))")  # √{3}, √3, √x
+DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|度")  # 140°, 140^{\circ}, 140度
+UNIT_RE = re.compile(r"(?:平方厘米|平方米|平方千米|厘米|毫米|千米|米|海里|小时|分钟|秒|cm|mm|dm|km|m)"
+                     r"(?:\^\{?[23]\}?\^?|[²³])?$")  # at the end: 2√{3}cm, 4πcm^{2}, 6cm², 3米
+
+
+def normalize_math(text: str) -> str:
+    """An answer as math-verify reads it, GeoQA's way of writing answers (R1-V's geoqa_test_prompts) turned into
+    LaTeX: degree signs dropped (140° -> 140), a unit at the end after a number, brace, bracket or π dropped
+    (2√{3}cm -> 2√{3}, 4πcm^{2} -> 4π, 12米 -> 12), √{x} / √x -> \\sqrt{x}, π -> \\pi. Applied to both sides."""
+    text = DEGREE_RE.sub("", text).rstrip()
+    unit = UNIT_RE.search(text)
+    if unit and re.search(r"[\d})\]π]$|\\pi$", text[:unit.start()].rstrip()):
+        text = text[:unit.start()].rstrip()
+    text = SQRT_RE.sub(lambda m: "\\sqrt{" + (m.group(1) if m.group(1) is not None else m.group(2)) + "}", text)
+    return text.replace("π", "\\pi ").strip()
+
+
+@register("all_match")
+def all_match_reward(completions, solution=None, **_) -> list[Optional[float]]:
+    """VLM-R1's all_match: R = 1 if the answer equals the solution as text after normalizing both (lower case, runs
+    of whitespace as one space, surrounding spaces, quotes and sentence punctuation removed), else 0."""
+    return per_answer(exact_match, completions, solution)
+
+
+def math_verdict(answer: str, reference: str, timeout: float) -> str:
+    """``MATH_VERIFIER.check`` of the gold ``reference`` and the ``answer``, both through ``normalize_math``:
+    "equal", "different", "unparsed" (either side parsed to nothing) or "no_verdict" (deadline passed)."""
+    return MATH_VERIFIER.check(normalize_math(reference), normalize_math(answer), timeout)
 
 
 @register("math")
 class MathReward(CountedReward):
     """R = 1 if math-verify accepts the answer: ``verify(parse(solution), parse(answer))``, the gold first (VLM-R1
-    passed the prediction in the gold slot); the answer is the ``<answer>`` content, parsed on its own (so
-    ``<answer>4</answer>`` reads as 4). When either side parses to nothing: 1 if the normalized strings are equal.
-    0 when no verdict comes within ``timeout_seconds`` (setting, default 5, per comparison; counted as
-    ``timeouts``). Safe in threads and worker processes (see ``MathVerifier``)."""
+    passed the prediction in the gold slot), both sides through ``normalize_math`` (GeoQA's 2√{3}, π, units and
+    degree signs); the answer is the ``<answer>`` content, parsed on its own (so ``<answer>4</answer>`` reads as 4).
+    When either side parses to nothing: 1 if the normalized strings are equal. 0 when no verdict comes within
+    ``timeout_seconds`` (setting, default 5, per comparison; counted as ``timeouts``). Safe in threads and worker
+    processes (see ``MathVerifier``)."""
 
     def __init__(self, timeout_seconds=5.0):
         self.timeout = check_timeout(timeout_seconds)
@@ -349,26 +400,39 @@ class MathReward(CountedReward):
         return per_answer(lambda answer, refs: max(self.score(answer, ref) for ref in refs), completions, solution)
 
     def score(self, answer: str, reference: str) -> float:
-        value = math_score(answer, reference, self.timeout)
-        if value is None:
+        verdict = math_verdict(answer, reference, self.timeout)
+        if verdict == "no_verdict":
             self.count("timeouts")
-        return value or 0.0
+        if verdict == "unparsed":
+            return float(bool(normalize_answer(answer)) and normalize_answer(answer) == normalize_answer(reference))
+        return float(verdict == "equal")
 
 # ---- accuracy: route by reward_method ----------------------------------------------------------------------
 
 METHOD_ALIASES = {
     "llm": "llm_judge", "judge": "llm_judge", "yesno": "yes_no", "yes/no": "yes_no", "choice": "mcq",
     "multiple_choice": "mcq", "count": "counting", "default": None, "accuracy": None, "": None,
+    "od_ap": "map", "od_ap50": "map50", "odlength": "odLength",  # VLM-R1's detection methods (methods are lower-cased)
 }
 
 
+def whole_number(text: str) -> Optional[float]:
+    """The number the whole text is ("3", " 3.0. ", "-2e3"), finite; None when it is anything more ("3 apples")."""
+    text = normalize_answer(text)
+    if not re.fullmatch(NUMBER, text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
 def fallback_accuracy(answer: str, reference: str) -> float:
-    """VLM-R1's default accuracy after math-verify: when the solution holds a number, 1 / 0 by numeric equality of
-    the first finite number of each (0 when the answer has none: VLM-R1 fell back to text similarity, which pays
-    "1e400" 0.33 against "4"); else, when the solution is a choice letter, 1 / 0 by letter; else the text
-    similarity, difflib's ratio 2 * matches / (len(a) + len(b)) of the normalized strings."""
-    gold_number, number = parse_number(reference), parse_number(answer)
+    """VLM-R1's default accuracy when math-verify could not read a side: when the whole solution is a number, 1 if
+    the whole answer is that number, else 0 (VLM-R1's float(answer) == float(solution); "3 apples" is not 3 here);
+    else, when the solution is a choice letter, 1 / 0 by letter; else the text similarity, difflib's ratio
+    2 * matches / (len(a) + len(b)) of the normalized strings (1 only when they are equal)."""
+    gold_number = whole_number(reference)
     if gold_number is not None:
+        number = whole_number(answer)
         return float(number is not None and math.isclose(number, gold_number, rel_tol=1e-9, abs_tol=1e-9))
     gold_letter = parse_choice(reference)
     if gold_letter is not None:
@@ -392,13 +456,14 @@ def accepted_kwargs(fn: Callable, kwargs: dict) -> dict:
 @register("accuracy")
 class AccuracyReward(CountedReward):
     """Routes each completion by its row's ``reward_method`` (VLM-R1's accu_reward_method) to the reward of that
-    name in ``REWARDS`` (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice -> mcq, count -> counting;
-    "default" / "accuracy" / empty -> the default below). Rows sharing a method go to it in one call with their
-    own columns (those it names, or all when it takes ``**kwargs``); a routed reward class is made once, with its
+    name in ``REWARDS`` (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice -> mcq, count -> counting,
+    od_ap -> map, od_ap50 -> map50, odLength -> odLength; "default" / "accuracy" / empty -> the default below;
+    VLM-R1's all_match and weighted_sum are rewards of those names). Rows sharing a method go to it in one call
+    with their own columns (those it names, or all when it takes ``**kwargs``); a routed reward class is made once, with its
     default settings, and its counters are reported as ``<method>/<key>``.
-    Without a method: R = 1 if ``math_score`` (math-verify, gold first) accepts the answer, else
-    ``fallback_accuracy`` (numeric equality, choice letter, difflib text similarity); the best over the
-    solution's references. An unknown method scores 0.0, is warned about once and is counted as
+    Without a method: R = math-verify's verdict (gold first, ``normalize_math`` on both sides), 1 or 0, when it
+    reads both sides; else (a side it cannot read, or no verdict in time) ``fallback_accuracy`` (whole-number
+    equality, choice letter, difflib text similarity); the best over the solution's references. An unknown method scores 0.0, is warned about once and is counted as
     ``unknown_method``; default-path math-verify timeouts as ``timeouts`` (setting ``timeout_seconds``)."""
 
     def __init__(self, timeout_seconds=5.0):
@@ -452,12 +517,14 @@ class AccuracyReward(CountedReward):
         return name
 
     def default(self, completions, solution=None, **_) -> list[Optional[float]]:
-        """R = 1 if ``math_score`` accepts the answer, else ``fallback_accuracy``; best over the references."""
+        """R = 1 / 0 by math-verify when it reads both sides, else ``fallback_accuracy``; best over the references."""
 
         def one(answer: str, reference: str) -> float:
-            verdict = math_score(answer, reference, self.timeout)
-            if verdict is None:
+            verdict = math_verdict(answer, reference, self.timeout)
+            if verdict == "no_verdict":
                 self.count("timeouts")
-            return 1.0 if verdict == 1.0 else fallback_accuracy(answer, reference)
+            if verdict in ("equal", "different"):
+                return float(verdict == "equal")
+            return fallback_accuracy(answer, reference)
 
         return per_answer(lambda answer, refs: max(one(answer, ref) for ref in refs), completions, solution)

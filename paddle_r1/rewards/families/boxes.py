@@ -73,10 +73,10 @@ def predicted_box_in_pixels(completion: str, coord_system: str, image_sizes, inp
     return None if box is None else to_pixels(box, coord_system, image_sizes, input_sizes)
 
 
-def solution_json(solution):
+def solution_json(solution, literals: bool = False):
     """A structured solution as it is, or a string one parsed as JSON (``<answer>`` tags, ```json fences and
-    text around it allowed)."""
-    return extract_json(answer_text(solution)) if isinstance(solution, str) else solution
+    text around it allowed; ``literals``: Python literals too, see ``extract_json``)."""
+    return extract_json(answer_text(solution), literals=literals) if isinstance(solution, str) else solution
 
 
 def truth_box(solution, image_sizes=None) -> Optional[list[float]]:

@@ -2,8 +2,8 @@
 
 Boxes: the answer is a JSON list of ``{"bbox_2d": [x1, y1, x2, y2], "label": str}`` (a single such object
 reads as a list of one) in the model's coordinate system; the solution has the same shape (a list, or a JSON
-string of one, ```json fences and <answer> tags allowed) in original pixels. An answer with any malformed entry
-scores 0.0.
+string of one, ```json fences and <answer> tags allowed) in original pixels. The text ``None`` (any case) is the
+empty list on either side, as in VLM-R1's od_* methods. An answer with any malformed entry scores 0.0.
 
 Masks: a COCO RLE ``{"size": [h, w], "counts": ...}`` or polygons (a flat list [x1, y1, x2, y2, ...] of at
 least three points, or a list of such lists). True polygons are in original pixels; predicted polygons are in
@@ -27,8 +27,8 @@ from pycocotools.cocoeval import COCOeval
 
 from ...models.coords import box_to_original
 from .. import BadSolution, register
-from .boxes import as_box, as_floats, score_completions, solution_json, to_pixels
-from ..parsing import answer_json
+from .boxes import as_box, as_floats, box_iou, is_number, score_completions, solution_json, to_pixels
+from ..parsing import answer_content, answer_json, answer_text, normalize_answer
 
 Detections = list  # [(label, [x1, y1, x2, y2]), ...]
 
@@ -54,8 +54,15 @@ def read_detections(value) -> Optional[Detections]:
     return detections
 
 
+def says_none(text) -> bool:
+    """VLM-R1's "no objects" answer and solution: the text None."""
+    return isinstance(text, str) and normalize_answer(answer_text(text)) == "none"
+
+
 def predicted_detections(completion: str, coord_system: str, image_sizes, input_sizes) -> Optional[Detections]:
-    """The answer's labelled boxes in original pixels of the first image, or None when unreadable."""
+    """The answer's labelled boxes in original pixels of the first image ([] for None), or None when unreadable."""
+    if says_none(answer_content(completion)):
+        return []
     detections = read_detections(answer_json(completion))
     if detections is None:
         return None
@@ -64,9 +71,12 @@ def predicted_detections(completion: str, coord_system: str, image_sizes, input_
 
 
 def truth_detections(solution, image_sizes=None) -> Optional[Detections]:
-    """The solution's labelled boxes; None without a solution, BadSolution when malformed. ``image_sizes``: unused."""
+    """The solution's labelled boxes ([] for None); None without a solution, BadSolution when malformed.
+    ``image_sizes``: unused."""
     if solution is None:
         return None
+    if says_none(solution):
+        return []
     detections = read_detections(solution_json(solution))
     if detections is None:
         raise _bad_solution(solution, 'a JSON list of {"bbox_2d": [x1, y1, x2, y2], "label": ...}')
@@ -123,6 +133,72 @@ def map_reward(completions, solution, image_sizes, input_sizes, coord_system, **
 def map50_reward(completions, solution, image_sizes, input_sizes, coord_system, **_) -> list[float]:
     """R = COCO AP at IoU 0.5 (pycocotools, bbox), otherwise as ``map``."""
     return _ap_rewards(1, completions, solution, image_sizes, input_sizes, coord_system)
+
+
+def length_factor(pred: Detections, truth: Detections) -> float:
+    """1 when the answer has no more boxes than the solution, else n_true / n_pred."""
+    return 1.0 if len(pred) <= len(truth) else len(truth) / len(pred)
+
+
+@register("odLength")
+def od_length_reward(completions, solution, image_sizes, input_sizes, coord_system, **_) -> list[float]:
+    """VLM-R1's odLength: R = AP@[.5:.95] (as ``map``) * (1 if n_pred <= n_true else n_true / n_pred): extra boxes
+    are paid for even when AP does not see them; 1 when both are empty (None / None)."""
+    return score_completions(truth_detections, predicted_detections,
+                             lambda pred, truth: average_precision(pred, truth) * length_factor(pred, truth),
+                             completions, solution, image_sizes, input_sizes, coord_system)
+
+
+def greedy_matches(pred: Detections, truth: Detections, iou_threshold: float) -> list[tuple[int, int, float]]:
+    """VLM-R1's matching: repeatedly the unmatched (pred, true) pair of highest IoU (ties: lowest indices), until
+    the best left is below ``iou_threshold``; (pred index, true index, IoU) per pair."""
+    pairs = sorted(((-box_iou(p, t), i, j) for i, (_, p) in enumerate(pred) for j, (_, t) in enumerate(truth)))
+    used_pred, used_truth, matches = set(), set(), []
+    for negative_iou, i, j in pairs:
+        if -negative_iou < iou_threshold:
+            break
+        if i not in used_pred and j not in used_truth:
+            used_pred.add(i)
+            used_truth.add(j)
+            matches.append((i, j, -negative_iou))
+    return matches
+
+
+def weighted_detection_score(pred: Detections, truth: Detections, iou_threshold: float, alpha: float,
+                             beta: float, gamma: float) -> float:
+    """R = (alpha * position + beta * label + gamma * completeness) / (alpha + beta + gamma) over ``greedy_matches``:
+    position = sum of matched IoUs whose labels agree (case-insensitive) / n_true, label = matched pairs whose
+    labels agree / n_true, completeness = 1 - (unmatched true / n_true + unmatched pred / n_pred) / 2.
+    n_true = 0: 1 if n_pred = 0 else 0; n_pred = 0: 0."""
+    if not truth or not pred:
+        return float(not truth and not pred)
+    matches = greedy_matches(pred, truth, iou_threshold)
+    agree = [iou for i, j, iou in matches if pred[i][0].lower() == truth[j][0].lower()]
+    position, label = sum(agree) / len(truth), len(agree) / len(truth)
+    completeness = 1.0 - ((len(truth) - len(matches)) / len(truth) + (len(pred) - len(matches)) / len(pred)) / 2.0
+    return (alpha * position + beta * label + gamma * completeness) / (alpha + beta + gamma)
+
+
+def check_weights(iou_threshold, alpha, beta, gamma) -> dict:
+    """The weighted_sum settings as floats; ValueError naming the setting that is out of range."""
+    for name, value in (("iou_threshold", iou_threshold), ("alpha", alpha), ("beta", beta), ("gamma", gamma)):
+        if not (is_number(value) and 0.0 <= value and (value <= 1.0 or name != "iou_threshold")):
+            raise ValueError(f"reward keyword {name}={value!r}: expected a number >= 0"
+                             + (" and <= 1" if name == "iou_threshold" else ""))
+    if alpha + beta + gamma <= 0:
+        raise ValueError("reward keywords alpha, beta, gamma: their sum must be positive")
+    return dict(iou_threshold=float(iou_threshold), alpha=float(alpha), beta=float(beta), gamma=float(gamma))
+
+
+@register("weighted_sum")
+def weighted_sum_reward(completions, solution, image_sizes, input_sizes, coord_system, iou_threshold=0.5,
+                        alpha=0.7, beta=0.0, gamma=0.3, **_) -> list[float]:
+    """VLM-R1's weighted_sum detection score: R = (alpha * position + beta * label + gamma * completeness) /
+    (alpha + beta + gamma), see ``weighted_detection_score``; settings iou_threshold 0.5, alpha 0.7, beta 0.0,
+    gamma 0.3 (VLM-R1's). IoU is the continuous one (VLM-R1 counted inclusive pixels); None / None scores 1."""
+    score = partial(weighted_detection_score, **check_weights(iou_threshold, alpha, beta, gamma))
+    return score_completions(truth_detections, predicted_detections, score, completions, solution, image_sizes,
+                             input_sizes, coord_system)
 
 
 # ---- masks --------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from http.client import HTTPException
 from typing import Optional
 
 from .. import CountedReward, register
-from ..parsing import answer_text, normalize_answer, reference_texts
+from ..parsing import answer_text, exact_match, normalize_answer, reference_texts
 
 logger = logging.getLogger(__name__)
 
@@ -112,12 +112,6 @@ def parse_verdict(reply: str) -> Optional[float]:
         if 0.0 <= value <= 1.0:
             return value
     return None
-
-
-def exact_match(answer: str, references: list[str]) -> float:
-    """1.0 if the normalized answer equals a normalized reference, else 0.0."""
-    target = normalize_answer(answer)
-    return float(any(target == normalize_answer(ref) for ref in references))
 
 
 class JudgeError(Exception):
