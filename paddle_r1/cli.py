@@ -1,4 +1,4 @@
-"""``paddle-r1``: train | sft | check-data | demo | plot | make-tiny-model."""
+"""``paddle-r1``: train | sft | check-data | demo | plot | estimate-memory | make-tiny-model."""
 from __future__ import annotations
 
 import argparse
@@ -60,6 +60,15 @@ def _demo(args, extra: list[str]) -> int:
     return 0
 
 
+def _estimate_memory(args, extra: list[str]) -> int:
+    from .config import GRPOConfig, load_config
+    from .memory import estimate
+
+    result = estimate(load_config(GRPOConfig, args.config, extra), args.gpus, args.gpu_memory)
+    print(result.table())
+    return 0 if result.fits else 1
+
+
 def _make_tiny_model(args, extra: list[str]) -> int:
     from .models.tiny import make_tiny_model
 
@@ -90,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-dir", default="demo_output")
     demo.add_argument("--family", default="qwen2_5_vl", help="tiny model family: qwen2_5_vl or qwen2_vl")
     demo.set_defaults(run=_demo)
+    memory = sub.add_parser("estimate-memory", help="per-GPU memory of a GRPO config, from config.json alone; "
+                            "exit 1 when it does not fit; --key value overrides any config key")
+    memory.add_argument("--config", help="yaml or json GRPO config file")
+    memory.add_argument("--gpus", type=int, default=8, help="GPUs the run uses (sharding divides by this)")
+    memory.add_argument("--gpu_memory", type=float, default=80.0, help="GiB per GPU")
+    memory.set_defaults(run=_estimate_memory)
     tiny = sub.add_parser("make-tiny-model", help="write a seeded tiny checkpoint folder")
     tiny.add_argument("dir")
     tiny.add_argument("--family", default="qwen2_5_vl")

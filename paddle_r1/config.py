@@ -117,6 +117,7 @@ class ModelKeys:
     device: Optional[str] = None  # default: gpu when Paddle was built with CUDA, else cpu
     freeze_vision: bool = False
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (memory for time)
+    attn_implementation: Optional[str] = None  # eager | sdpa; None: sdpa on GPU (flash / memory-efficient), eager on CPU
     lora: bool = False  # train LoRA adapters on the language model instead of all weights
     lora_rank: int = 8
     lora_alpha: float = 16.0

@@ -18,6 +18,7 @@ import paddle
 
 from ..config import ConfigError
 from .coords import FAMILY_COORD_SYSTEM
+from .precision import precision_for_this_device
 from .qwen3_vl import QWEN3_VL_NOT_SUPPORTED
 
 # family (config.json model_type) -> its Paddle model class, imported on first use
@@ -95,14 +96,19 @@ def check_model_path(path: str) -> None:
 
 
 def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False,
-               gradient_checkpointing: bool = False) -> paddle.nn.Layer:
+               gradient_checkpointing: bool = False, attn_implementation: Optional[str] = None) -> paddle.nn.Layer:
     """One model from a folder or hub id. ``gradient_checkpointing`` recomputes each decoder and vision block
-    in the backward pass instead of keeping its activations (paddleformers' full, uniform recompute)."""
+    in the backward pass instead of keeping its activations (paddleformers' full, uniform recompute).
+    ``attn_implementation`` ("eager" | "sdpa"; None: the device's choice, see ``precision.py``) is set on the
+    text and vision configs alike: paddleformers reads ``config._attn_implementation`` in each attention layer
+    (its ``from_pretrained`` takes no such argument), and the config's own default is "eager"."""
     cls = model_class(model_family(path))
     config = cls.config_class.from_pretrained(path)
+    attention = precision_for_this_device(dtype, attn_implementation).attention
     for sub in (config, getattr(config, "text_config", None), getattr(config, "vision_config", None)):
         if sub is None:
             continue
+        sub._attn_implementation = attention
         if paddle.get_device() == "cpu":
             sub.fuse_rms_norm = False
         if gradient_checkpointing:
@@ -140,16 +146,18 @@ def load_processor(path: str, min_pixels: Optional[int] = None, max_pixels: Opti
 
 def load_models(path: str, beta: float, dtype: str = "float32", freeze_vision: bool = False,
                 min_pixels: Optional[int] = None, max_pixels: Optional[int] = None,
-                reference_path: Optional[str] = None, gradient_checkpointing: bool = False) -> LoadedModels:
+                reference_path: Optional[str] = None, gradient_checkpointing: bool = False,
+                attn_implementation: Optional[str] = None) -> LoadedModels:
     """Policy + processor from ``path``, and a frozen reference only when the KL term is on (beta > 0).
 
     ``reference_path`` (default ``path``) lets a resumed run take its policy from a checkpoint while the
     reference stays the original model (or the synced copy the checkpoint saved).
     """
-    policy = load_model(path, dtype=dtype, freeze_vision=freeze_vision, gradient_checkpointing=gradient_checkpointing)
+    policy = load_model(path, dtype=dtype, freeze_vision=freeze_vision, gradient_checkpointing=gradient_checkpointing,
+                        attn_implementation=attn_implementation)
     reference = None
     if beta > 0:
-        reference = load_model(reference_path or path, dtype=dtype)
+        reference = load_model(reference_path or path, dtype=dtype, attn_implementation=attn_implementation)
         reference.eval()
         for param in reference.parameters():
             param.stop_gradient = True

@@ -64,16 +64,22 @@ def adapter_state(model) -> dict:
 
 @paddle.no_grad()
 def merged_state_dict(model) -> dict:
-    """The base model's state with each adapted weight replaced by W + A B * scaling (copies, model untouched)."""
+    """The base model's state on the host, in the model's own dtype, with each adapted weight replaced by
+    W + A B * scaling (computed in float32 on the host, rounded once; the model is untouched).
+
+    Host, because a merged copy beside the policy on the GPU is a second full model; float32 arithmetic,
+    because Paddle's CPU has no bfloat16 matmul."""
     layers = lora_layers(model)
     merged = {}
     for name, tensor in model.state_dict().items():
         owner, _, leaf = name.rpartition(".")
         if leaf.startswith("lora_"):
             continue
+        tensor = tensor.cpu()
         if leaf == "weight" and owner in layers:
             layer = layers[owner]
-            tensor = tensor + (layer.lora_A @ layer.lora_B) * layer.scaling
+            delta = (layer.lora_A.cpu().astype("float32") @ layer.lora_B.cpu().astype("float32")) * layer.scaling
+            tensor = (tensor.astype("float32") + delta).astype(tensor.dtype)
         merged[name] = tensor
     return merged
 
@@ -113,9 +119,16 @@ def write_model_folder(model, folder: str, config) -> None:
 
 
 def save_merged(model, folder: str) -> None:
-    """A plain model folder (published layout) holding the merged weights."""
+    """A plain model folder (published layout) holding the merged weights, written from a host copy of the base
+    model in the policy's dtype (built without random initialisation): the GPU holds no second model."""
+    from paddleformers.transformers.model_utils import dtype_guard, no_init_weights
+    from paddleformers.utils import device_guard
+
     from .loading import model_class
 
-    base = model_class(model.config.model_type)(model.config)
-    base.set_state_dict(merged_state_dict(model))
-    base.save_pretrained(folder)
+    state = merged_state_dict(model)
+    dtype = str(model.parameters()[0].dtype).split(".")[-1]
+    with device_guard("cpu"), dtype_guard(dtype), no_init_weights():
+        base = model_class(model.config.model_type)(model.config)
+        base.set_state_dict(state)
+        base.save_pretrained(folder)

@@ -1,0 +1,72 @@
+"""Attention kernel and precision choice (issue 20): fused attention equals eager on CPU, and the decision
+table that picks dtype / attention / loss scaling from a GPU's compute capability."""
+import numpy as np
+import paddle
+import pytest
+
+from paddle_r1.config import ConfigError
+from paddle_r1.generation.prompts import build_prompt_batch
+from paddle_r1.generation.rollout import SamplingParams, sample_completions
+from paddle_r1.models.loading import load_model, load_processor
+from paddle_r1.models.precision import choose_precision
+from paddle_r1.models.tiny import make_tiny_model
+from paddle_r1.trainer.logprobs import completion_logprobs
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl"])
+def test_sdpa_and_eager_attention_give_the_same_logprobs_and_gradients(family, rec_samples, tmp_path, monkeypatch):
+    folder = make_tiny_model(str(tmp_path / family), family=family)
+    processor = load_processor(folder)
+    prompt, _ = build_prompt_batch(rec_samples[:2], processor, "{Question}")
+    assert bool((prompt.attention_mask == 0).any())  # left padding: the masked path, not only the causal one
+    eager, sdpa = load_model(folder, attn_implementation="eager"), load_model(folder, attn_implementation="sdpa")
+    for config in (sdpa.config, sdpa.config.text_config, sdpa.config.vision_config):
+        assert config._attn_implementation == "sdpa"
+    paddle.seed(3)
+    with paddle.no_grad():
+        rollout = sample_completions(eager, prompt, 3, SamplingParams(8, temperature=1.0),
+                                     [processor.tokenizer.eos_token_id], processor.tokenizer.pad_token_id)
+
+    calls = []
+    fused = paddle.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(paddle.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(a[0].shape) or fused(*a, **k))
+    results = {}
+    for name, model in (("eager", eager), ("sdpa", sdpa)):
+        calls.clear()
+        logp = completion_logprobs(model, rollout, chunk_size=7)
+        (logp * rollout.completion_mask.astype(logp.dtype)).sum().backward()
+        grads = {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None}
+        results[name] = (logp.numpy(), grads, len(calls))
+    assert results["eager"][2] == 0
+    # every decoder layer, and every vision block once per image
+    assert results["sdpa"][2] == sdpa.config.text_config.num_hidden_layers + 2 * sdpa.config.vision_config.depth
+    np.testing.assert_allclose(results["sdpa"][0], results["eager"][0], rtol=1e-5, atol=1e-5)
+    assert results["sdpa"][1].keys() == results["eager"][1].keys()
+    for name, grad in results["eager"][1].items():
+        np.testing.assert_allclose(results["sdpa"][1][name], grad, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("requested, capability, expected", [
+    ("float32", None, ("float32", "eager", False)),           # CPU: no fused kernel, eager is exact and faster
+    ("bfloat16", None, ("bfloat16", "eager", False)),
+    ("bfloat16", (9, 0), ("bfloat16", "sdpa", False)),        # H100
+    ("bfloat16", (8, 0), ("bfloat16", "sdpa", False)),        # A100
+    ("bfloat16", (7, 0), ("float16", "sdpa", True)),          # V100 (AI Studio): no native bf16
+    ("bfloat16", (7, 5), ("float16", "sdpa", True)),          # T4
+    ("bfloat16", (6, 0), ("float32", "sdpa", False)),         # P100: no fp16 tensor cores either
+    ("float16", (8, 6), ("float16", "sdpa", True)),           # float16 asked for: always scaled
+    ("float32", (7, 0), ("float32", "sdpa", False)),
+])
+def test_precision_decision_table(requested, capability, expected):
+    choice = choose_precision(requested, capability)
+    assert (choice.dtype, choice.attention, choice.grad_scaler) == expected
+    assert choice.reason  # said at start-up
+    assert (choice.make_grad_scaler() is not None) == choice.grad_scaler
+
+
+def test_attention_from_the_config_wins_and_is_checked():
+    assert choose_precision("bfloat16", (8, 0), "eager").attention == "eager"
+    assert choose_precision("float32", None, "sdpa").attention == "sdpa"
+    with pytest.raises(ConfigError, match="attn_implementation"):
+        choose_precision("float32", None, "flash")
