@@ -18,7 +18,8 @@ BLOCK_RE = re.compile(r"<(reference|candidate)>\n(.*?)\n</\1>", re.DOTALL)
 class JudgeServer:
     """/v1/chat/completions: "1" when the candidate block contains a reference line, else "0". Checks the key
     and the model; ``mode`` "ok" | "500" | "garbage" (a reply without a verdict) | "notjson" | "trickle" (the
-    body one byte at a time) | "trickle_headers" (a header one byte every 0.5 s, for 20 s); ``fail_first`` 500s before answering; ``delay`` seconds of sleep per request.
+    body one byte at a time) | "trickle_headers" (a header one byte every 0.5 s, for 20 s); ``fail_first`` 500s
+    before answering; ``delay`` seconds of sleep per request.
     Records bodies and the most requests in flight at once."""
 
     def __init__(self):

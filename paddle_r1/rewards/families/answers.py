@@ -468,12 +468,13 @@ class AccuracyReward(CountedReward):
     name in ``REWARDS`` (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice -> mcq, count -> counting,
     od_ap -> map, od_ap50 -> map50, odLength -> odLength; "default" / "accuracy" / empty -> the default below;
     VLM-R1's all_match and weighted_sum are rewards of those names). Rows sharing a method go to it in one call
-    with their own columns (those it names, or all when it takes ``**kwargs``); a routed reward class is made once, with its
-    default settings, and its counters are reported as ``<method>/<key>``.
+    with their own columns (those it names, or all when it takes ``**kwargs``); a routed reward class is made
+    once, with its default settings, and its counters are reported as ``<method>/<key>``.
     Without a method: R = math-verify's verdict (gold first, ``normalize_math`` on both sides), 1 or 0, when it
     reads both sides; else (a side it cannot read, or no verdict in time) ``fallback_accuracy`` (whole-number
-    equality, choice letter, difflib text similarity); the best over the solution's references. An unknown method scores 0.0, is warned about once and is counted as
-    ``unknown_method``; default-path math-verify timeouts as ``timeouts`` (setting ``timeout_seconds``)."""
+    equality, choice letter, difflib text similarity); the best over the solution's references. An unknown
+    method scores 0.0, is warned about once and is counted as ``unknown_method``; default-path math-verify
+    timeouts as ``timeouts`` (setting ``timeout_seconds``)."""
 
     def __init__(self, timeout_seconds=5.0):
         self.timeout = check_timeout(timeout_seconds)
