@@ -18,7 +18,8 @@ BLOCK_RE = re.compile(r"<(reference|candidate)>\n(.*?)\n</\1>", re.DOTALL)
 class JudgeServer:
     """/v1/chat/completions: "1" when the candidate block contains a reference line, else "0". Checks the key
     and the model; ``mode`` "ok" | "500" | "garbage" (a reply without a verdict) | "notjson" | "trickle" (the
-    body one byte at a time); ``fail_first`` 500s before answering; ``delay`` seconds of sleep per request.
+    body one byte at a time) | "trickle_headers" (a header one byte every 0.5 s, for 20 s); ``fail_first`` 500s
+    before answering; ``delay`` seconds of sleep per request.
     Records bodies and the most requests in flight at once."""
 
     def __init__(self):
@@ -69,6 +70,14 @@ class JudgeServer:
                         status, payload = server.answer(body)
                     if self.path != "/v1/chat/completions" or self.headers.get("Authorization") != f"Bearer {KEY}":
                         status, payload = 401, {"error": "bad key or path"}
+                    if server.mode == "trickle_headers":
+                        self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                        for _ in range(40):
+                            self.wfile.write(b"z")
+                            self.wfile.flush()
+                            if server.stop.wait(0.5):
+                                break
+                        return
                     data = b"not json {" if server.mode == "notjson" else json.dumps(payload).encode()
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -222,6 +231,17 @@ def test_a_trickling_body_meets_the_deadline(judge_server):
     start = time.monotonic()
     assert judge(["a cat"], solution=["cat"]) == [0.0]
     assert time.monotonic() - start < 0.3 + 0.5
+    assert judge.pop() == metrics(1, 1, 1)
+
+
+def test_trickling_headers_meet_the_deadline(judge_server):
+    # issue 19 item 3: the socket timeout restarts with every byte, so a header trickled one byte every 0.5 s
+    # stalled the request for as long as the server kept trickling; the request's deadline covers the headers too
+    judge_server.mode = "trickle_headers"
+    judge = counted_judge(**judge_server.kwargs(timeout=1, max_retries=0))
+    start = time.monotonic()
+    assert judge(["a cat", "cat"], solution=["cat"] * 2) == [0.0, 1.0]  # exact match when the judge gives nothing
+    assert time.monotonic() - start < 1 + 0.5
     assert judge.pop() == metrics(1, 1, 1)
 
 

@@ -7,15 +7,31 @@ import math
 import re
 from typing import Optional
 
-ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"  # no nested quantifiers: linear time
 BOX_RE = re.compile(rf"\[\s*({NUMBER})\s*,\s*({NUMBER})\s*,\s*({NUMBER})\s*,\s*({NUMBER})\s*\]")
 
 
+def tagged(text: str, tag: str, last: bool = True) -> Optional[str]:
+    """The content of the last (or first) ``<tag>...</tag>`` pair, pairs read left to right with each ``<tag>``
+    closed by the next ``</tag>`` (as ``re.findall(r"<tag>(.*?)</tag>", text, re.DOTALL)`` reads them); None when
+    there is none. ``str.find`` in one pass: the lazy regex rescans the rest of the text from every unclosed
+    opening tag, quadratic on "<answer>" * 10_000."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    found, position = None, 0
+    while True:
+        start = text.find(opening, position)
+        end = text.find(closing, start + len(opening)) if start >= 0 else -1
+        if end < 0:
+            return found
+        found, position = text[start + len(opening):end], end + len(closing)
+        if not last:
+            return found
+
+
 def answer_text(completion: str) -> str:
     """The content of the last ``<answer>...</answer>``, or the whole text when there is none."""
-    found = ANSWER_RE.findall(completion)
-    return found[-1] if found else completion
+    found = tagged(completion, "answer")
+    return completion if found is None else found
 
 
 def parse_box(text: str) -> Optional[list[float]]:

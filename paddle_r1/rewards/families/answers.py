@@ -37,10 +37,11 @@ YES_NO_RE = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 STRICT_COUNT_RE = re.compile(r"<answer>\s*(\d+)\s*</answer>")  # R1-V's and VLM-R1's counting evaluation
 
 # Choice letters, tried in this order (see parse_choice).
-CHOICE_ALONE_RE = re.compile(r"\s*[(\[]?([A-Za-z])[)\]]?\s*[.:)]?\s*")  # fullmatch: "B", "(B)", "b.", "[C]"
+# No two whitespace runs meet with only optional tokens between them (quadratic backtracking on long runs).
+CHOICE_ALONE_RE = re.compile(r"\s*[(\[]?([A-Za-z])[)\]]?\s*(?:[.:)]\s*)?")  # fullmatch: "B", "(B)", "b.", "[C]"
 CHOICE_LEAD_RE = re.compile(r"\s*(?:[(\[]([A-Za-z])[)\]]|([A-Z])\s*[.:)）、])")  # "(B) dog", "B. dog", "B) dog"
 CHOICE_PHRASE_RE = re.compile(  # "Answer: B.", "the answer is b", "option (C)", "答案是B"
-    r"(?i:\banswer|\boption|\bchoice|答案|选项)(?i:\s*(?:is|是|为))?\s*[:：]?\s*[(\[]?"
+    r"(?i:\banswer|\boption|\bchoice|答案|选项)\s*(?i:(?:is|是|为)\s*)?(?:[:：]\s*)?[(\[]?"
     r"(?:([A-Z])(?!\w)|([a-z])(?=\s*(?:[.,;:!?)\]]|$)))")
 CHOICE_PAREN_RE = re.compile(r"[(\[]([A-Z])[)\]]")  # "... (B) ..." anywhere
 
@@ -355,18 +356,19 @@ def yes_no_reward(completions, solution=None, **_) -> list[Optional[float]]:
 
 SQRT_RE = re.compile(r"√\s*(?:\{([^{}]*)\}|(\d+(?:\.\d+)?|[A-Za-z]))")  # √{3}, √3, √x
 DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|度")  # 140°, 140^{\circ}, 140度
-UNIT_RE = re.compile(r"(?:平方厘米|平方米|平方千米|厘米|毫米|千米|米|海里|小时|分钟|秒|cm|mm|dm|km|m)"
-                     r"(?:\^\{?[23]\}?\^?|[²³])?$")  # at the end: 2√{3}cm, 4πcm^{2}, 6cm², 3米
+AFTER_QUANTITY = r"(?:(?<=[\d})\]π])|(?<=\\pi))\s*"  # a unit follows a number, a brace or bracket, or π
+POWER = r"(?:\^\{?[23]\}?\^?|[²³])?"  # cm^{2}, cm^2^, cm²
+UNIT_RE = re.compile(AFTER_QUANTITY + r"(?:平方厘米|平方米|平方千米|厘米|毫米|千米|米|海里|小时|分钟|秒|cm|mm|dm|km)"
+                     + POWER + r"(?![A-Za-z])")
+METRE_RE = re.compile(AFTER_QUANTITY + "m" + POWER + "$")  # only at the end: 2m+1 is an expression in m
 
 
 def normalize_math(text: str) -> str:
     """An answer as math-verify reads it, GeoQA's way of writing answers (R1-V's geoqa_test_prompts) turned into
-    LaTeX: degree signs dropped (140° -> 140), a unit at the end after a number, brace, bracket or π dropped
-    (2√{3}cm -> 2√{3}, 4πcm^{2} -> 4π, 12米 -> 12), √{x} / √x -> \\sqrt{x}, π -> \\pi. Applied to both sides."""
-    text = DEGREE_RE.sub("", text).rstrip()
-    unit = UNIT_RE.search(text)
-    if unit and re.search(r"[\d})\]π]$|\\pi$", text[:unit.start()].rstrip()):
-        text = text[:unit.start()].rstrip()
+    LaTeX: degree signs dropped (140° -> 140), units after a number, brace, bracket or π dropped (2√{3}cm -> 2√{3},
+    4πcm^{2} -> 4π, 12米 -> 12, 9cm-9cm -> 9-9; a bare m only at the end), √{x} / √x -> \\sqrt{x}, π -> \\pi.
+    Applied to both sides."""
+    text = METRE_RE.sub("", UNIT_RE.sub("", DEGREE_RE.sub("", text)).rstrip())
     text = SQRT_RE.sub(lambda m: "\\sqrt{" + (m.group(1) if m.group(1) is not None else m.group(2)) + "}", text)
     return text.replace("π", "\\pi ").strip()
 
@@ -378,10 +380,17 @@ def all_match_reward(completions, solution=None, **_) -> list[Optional[float]]:
     return per_answer(exact_match, completions, solution)
 
 
+MAX_MATH_CHARS = 2000  # longer (whitespace runs counted as one) is no math answer; parsing 100k chars takes seconds
+
+
 def math_verdict(answer: str, reference: str, timeout: float) -> str:
     """``MATH_VERIFIER.check`` of the gold ``reference`` and the ``answer``, both through ``normalize_math``:
-    "equal", "different", "unparsed" (either side parsed to nothing) or "no_verdict" (deadline passed)."""
-    return MATH_VERIFIER.check(normalize_math(reference), normalize_math(answer), timeout)
+    "equal", "different", "unparsed" (either side parsed to nothing, or longer than MAX_MATH_CHARS: not sent) or
+    "no_verdict" (deadline passed)."""
+    answer, reference = normalize_math(answer), normalize_math(reference)
+    if max(len(" ".join(answer.split())), len(" ".join(reference.split()))) > MAX_MATH_CHARS:
+        return "unparsed"
+    return MATH_VERIFIER.check(reference, answer, timeout)
 
 
 @register("math")
@@ -459,12 +468,13 @@ class AccuracyReward(CountedReward):
     name in ``REWARDS`` (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice -> mcq, count -> counting,
     od_ap -> map, od_ap50 -> map50, odLength -> odLength; "default" / "accuracy" / empty -> the default below;
     VLM-R1's all_match and weighted_sum are rewards of those names). Rows sharing a method go to it in one call
-    with their own columns (those it names, or all when it takes ``**kwargs``); a routed reward class is made once, with its
-    default settings, and its counters are reported as ``<method>/<key>``.
+    with their own columns (those it names, or all when it takes ``**kwargs``); a routed reward class is made
+    once, with its default settings, and its counters are reported as ``<method>/<key>``.
     Without a method: R = math-verify's verdict (gold first, ``normalize_math`` on both sides), 1 or 0, when it
     reads both sides; else (a side it cannot read, or no verdict in time) ``fallback_accuracy`` (whole-number
-    equality, choice letter, difflib text similarity); the best over the solution's references. An unknown method scores 0.0, is warned about once and is counted as
-    ``unknown_method``; default-path math-verify timeouts as ``timeouts`` (setting ``timeout_seconds``)."""
+    equality, choice letter, difflib text similarity); the best over the solution's references. An unknown
+    method scores 0.0, is warned about once and is counted as ``unknown_method``; default-path math-verify
+    timeouts as ``timeouts`` (setting ``timeout_seconds``)."""
 
     def __init__(self, timeout_seconds=5.0):
         self.timeout = check_timeout(timeout_seconds)

@@ -5,7 +5,7 @@ import json
 import re
 
 from .. import register
-from ..parsing import ANSWER_RE
+from ..parsing import tagged
 
 # the contents may not hold their own tags: "<answer>[1]</answer>8]</answer>" is not well formed
 THINK_ANSWER_RE = re.compile(r"\s*<think>(?:(?!</?think>).)*</think>\s*<answer>(?:(?!</?answer>).)*</answer>\s*",
@@ -19,7 +19,6 @@ def format_reward(completions: list[str], **_) -> list[float]:
     return [1.0 if THINK_ANSWER_RE.fullmatch(text) else 0.0 for text in completions]
 
 
-THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 # The fields seed 004's GUI-agent format reward asks of the <think> JSON.
 GUI_THINK_FIELDS = ("task_interpretation", "current_page_audit", "path_alignment_check", "action_validation")
 
@@ -60,10 +59,10 @@ def json_format_reward(completions: list[str], required_fields=GUI_THINK_FIELDS,
     fields = field_list(required_fields)
     scores = []
     for text in completions:
-        think, answers = THINK_RE.search(text), ANSWER_RE.findall(text)
-        think_ok, think_json = strict_json(think.group(1)) if think else (False, None)
-        answer_ok, _ = strict_json(answers[-1]) if answers else (False, None)
+        think, answer = tagged(text, "think", last=False), tagged(text, "answer")
+        think_ok, think_json = strict_json(think) if think is not None else (False, None)
+        answer_ok, _ = strict_json(answer) if answer is not None else (False, None)
         has_fields = think_ok and isinstance(think_json, dict) and all(name in think_json for name in fields)
-        passed = bool(think) + bool(answers) + think_ok + answer_ok + has_fields
+        passed = (think is not None) + (answer is not None) + think_ok + answer_ok + has_fields
         scores.append(0.5 * passed / 2.5)
     return scores

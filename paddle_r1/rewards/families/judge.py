@@ -9,23 +9,27 @@ kwarg              environment                                      default
 ``base_url``       ``OPENAI_API_BASE``, else ``OPENAI_BASE_URL``    none: every item falls back
 ``api_key``        ``OPENAI_API_KEY``                               none: no Authorization header
 ``model``          ``JUDGE_MODEL``, else ``OPENAI_MODEL``           none: every item falls back
-``timeout``        seconds per HTTP request                         10
+``timeout``        seconds per HTTP request, wall clock             10
 ``max_retries``    extra attempts after a failed one                2
 ``max_concurrency``  requests in flight at once                     4
 ``backoff``        seconds before the first retry, doubled after    0.5
 ``max_answer_chars``  longer answers are cut before being sent      4000
 =================  ===============================================  ===========
 
-One item never takes longer than ``timeout * (max_retries + 1)`` (backoff sleeps included). Once an item
+Each request has one wall-clock deadline covering connect, headers and body (a server that trickles its headers
+a byte at a time is cut off at it), and one item never takes longer than ``timeout * (max_retries + 1)``
+(backoff sleeps included). Once an item
 has used all its attempts on endpoint errors (unreachable, timeout, HTTP 5xx / 429), the rest of that call
 is not sent: a dead endpoint costs one item's time budget per step, not one per completion.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
 import re
+import socket
 import threading
 import time
 import urllib.error
@@ -136,34 +140,97 @@ def reply_content(raw: bytes) -> str:
     return content
 
 
+class Watchdog:
+    """One wall-clock deadline for a request: at ``deadline`` every socket handed to ``watch`` is shut down, which
+    wakes a read blocked on a server that trickles its headers or body (a socket timeout restarts with every byte)."""
+
+    def __init__(self, deadline: float):
+        self._sockets, self._lock, self._fired = [], threading.Lock(), False
+        self._timer = threading.Timer(max(deadline - time.monotonic(), 0.0), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            fired = self._fired
+        if fired:
+            _shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self._fired, sockets = True, list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _shut(sock) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed
+        pass
+
+
+def watched_opener(watchdog: Watchdog) -> urllib.request.OpenerDirector:
+    """urllib's opener (proxies from the environment, redirects) whose HTTP and HTTPS connections hand their
+    sockets to ``watchdog`` as soon as they connect."""
+
+    def watched(base: type) -> type:
+        def connect(self):
+            base.connect(self)
+            watchdog.watch(self.sock)
+
+        return type(f"Watched{base.__name__}", (base,), {"connect": connect})
+
+    http_class, https_class = watched(http.client.HTTPConnection), watched(http.client.HTTPSConnection)
+
+    class Handler(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(http_class, req)
+
+    class SecureHandler(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(https_class, req)
+
+    return urllib.request.build_opener(Handler, SecureHandler)
+
+
 def post_chat(settings: JudgeSettings, messages: list, deadline: float) -> str:
-    """One POST to the chat-completions endpoint; its reply text. Raises JudgeError, nothing else."""
+    """One POST to the chat-completions endpoint within one wall-clock deadline, ``min(deadline, now + timeout)``,
+    that covers connecting, the headers and the body; its reply text. Raises JudgeError, nothing else."""
     body = json.dumps({"model": settings.model, "messages": messages, "temperature": 0}).encode("utf-8")
     headers = {"Content-Type": "application/json"}
     if settings.api_key:
         headers["Authorization"] = f"Bearer {settings.api_key}"
     request = urllib.request.Request(settings.url, data=body, headers=headers, method="POST")
-    timeout = min(settings.timeout, max(deadline - time.monotonic(), 0.01))
+    deadline = min(deadline, time.monotonic() + settings.timeout)
+    watchdog = Watchdog(deadline)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with watched_opener(watchdog).open(request, timeout=max(deadline - time.monotonic(), 0.01)) as response:
             return reply_content(read_until(response, deadline))
     except urllib.error.HTTPError as e:
         e.close()
         raise JudgeError(f"HTTP {e.code}", str(e.reason), retry=e.code in RETRY_STATUS) from None
     except (urllib.error.URLError, OSError, HTTPException) as e:
-        kind = "timeout" if isinstance(getattr(e, "reason", e), TimeoutError) else "connection error"
-        raise JudgeError(kind, f"{type(e).__name__}: {e}", retry=True) from None
+        late = isinstance(getattr(e, "reason", e), TimeoutError) or time.monotonic() >= deadline
+        raise JudgeError("timeout" if late else "connection error", f"{type(e).__name__}: {e}", retry=True) from None
     except ValueError as e:  # a malformed URL
         raise JudgeError("bad base_url", str(e), retry=False) from None
+    finally:
+        watchdog.cancel()
 
 
 def read_until(response, deadline: float) -> bytes:
-    """The response body, at most MAX_REPLY_BYTES, read in pieces so a trickling server meets the deadline."""
+    """The response body, at most MAX_REPLY_BYTES, read in pieces; TimeoutError once ``deadline`` has passed (the
+    watchdog ends a read that blocks past it)."""
     chunks, size = [], 0
     while size < MAX_REPLY_BYTES:
-        if time.monotonic() > deadline:
-            raise TimeoutError("response body still arriving at the deadline")
         chunk = response.read1(65536)
+        if time.monotonic() >= deadline:
+            raise TimeoutError("response body still arriving at the deadline")
         if not chunk:
             break
         chunks.append(chunk)

@@ -1,0 +1,54 @@
+"""Every reward in the registry is linear-time in the completion's length (issue 19 item 4): 100k-character
+adversarial completions (whitespace runs, nested tags, digit runs, brackets) are scored well under a second each.
+A guard against quadratic regexes and parsers, not a benchmark: the bound is generous (2 s for the whole set)."""
+import json
+import time
+
+import pytest
+
+from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards.manager import bind_reward
+
+N = 100_000
+ADVERSARIAL = [
+    "The answer is" + "\n" * N,  # issue 19: 64 s in parse_choice's phrase regex
+    "answer:" + " " * N + "x", " " * N + "B" + " " * N + "x", "\t \n" * (N // 3),
+    "<answer>" + " " * N + "</answer>", "<answer>" * (N // 8), "<answer><think>" * (N // 15),
+    "</answer>" * (N // 9), "<think>" * (N // 7) + "</think>",
+    "1" * N, "<answer>" + "1" * N, "<answer>" + "1 " * (N // 2) + "</answer>", "1." * (N // 2), "1e" * (N // 2),
+    "[" * N, "{" * N, "(" * N, "[1, 2, 3, 4" * (N // 11), "{0: [" * (N // 5), '{"a": [' * (N // 7),
+    "[[" + "1, " * (N // 3), "\\frac{" * (N // 6), "$" * N, "√{" * (N // 2), "°" * N, "1cm" * (N // 3),
+    "(B) " * (N // 4), "option (" * (N // 8), "答案是" * (N // 3), "yes no " * (N // 7),
+]
+BOX = [10, 20, 110, 220]
+SOLUTIONS = {  # a valid solution per reward; the rest take the default
+    "box_format": None, "iou": BOX, "iou_accuracy": BOX, "gaussian_point": BOX, "gaussian_plane": BOX,
+    "multi_iou": {"0": [BOX]}, "multi_gaussian_point": {"0": [BOX]}, "multi_gaussian_plane": {"0": [BOX]},
+    "map": [{"bbox_2d": BOX, "label": "cat"}], "map50": [{"bbox_2d": BOX, "label": "cat"}],
+    "odLength": [{"bbox_2d": BOX, "label": "cat"}], "weighted_sum": [{"bbox_2d": BOX, "label": "cat"}],
+    "mask_iou": [[10, 10, 200, 10, 200, 200, 10, 200]], "counting": "3", "counting_strict": "3", "mcq": "B",
+    "yes_no": "yes", "dimensions": "12 8 15", "meteor": "a red car", "caption": "a red car",
+    "llm_judge": "a red car", "all_match": "a red car",
+    "gui_action": json.dumps({"action_type": "click", "action_parameter": {"click": "100,200,300,400"}}),
+}
+SETTINGS = {"caption": {"judge_weight": 0.0}}  # no network: the judge is unset (env cleared) or weighted 0
+
+
+@pytest.fixture(autouse=True)
+def no_judge_endpoint(monkeypatch):
+    for name in ("OPENAI_API_BASE", "OPENAI_BASE_URL", "JUDGE_MODEL", "OPENAI_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("name", sorted(REWARDS))
+def test_reward_is_linear_in_completion_length(name):
+    reward = bind_reward(name, SETTINGS.get(name, {}))
+    n = len(ADVERSARIAL)
+    columns = dict(solution=[SOLUTIONS.get(name, "1/2")] * n, problem=["How many?"] * n, reward_method=[None] * n,
+                   image_sizes=[[(640, 480)]] * n, input_sizes=[[(644, 476)]] * n, coord_system=["abs_resized"] * n)
+    reward(["<answer>1</answer>"], **{k: v[:1] for k, v in columns.items()})  # warm up (a worker process starts)
+    start = time.perf_counter()
+    scores = reward(ADVERSARIAL, **columns)
+    seconds = time.perf_counter() - start
+    assert len(scores) == n and all(s is None or 0.0 <= s <= 1.0 for s in scores)
+    assert seconds < 2.0, f"{name}: {seconds:.2f} s for {n} adversarial completions of ~{N} characters"
