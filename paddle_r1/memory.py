@@ -22,6 +22,7 @@ peak also depends on the allocator.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -163,6 +164,31 @@ def _activation_elements(width: int, kv: int, intermediate: int) -> int:
     return 9 * width + 4 * kv + 4 * intermediate
 
 
+def scores_kept_bytes(w: int) -> int:
+    """Bytes per eager attention score kept for backward: the float32 softmax and its cast to the weights' dtype."""
+    return 4 + w
+
+
+def scores_transient_bytes(w: int) -> int:
+    """Bytes per eager attention score while it is computed: scores, scores + mask, float32 softmax, cast."""
+    return 3 * w + 4
+
+
+def decoder_training_bytes(shape: ModelShape, sequences: int, length: int, w: int, eager: bool,
+                           recompute: bool) -> tuple[int, int]:
+    """(activations, attention scores) the decoder holds at the peak of a training forward + backward over
+    ``sequences`` x ``length`` tokens. Without recompute the peak is the end of the forward: every layer's kept
+    tensors. With ``recompute`` each layer keeps only its input, and during backward one layer is rebuilt and
+    differentiated: its kept tensors, their gradients and the backward's temporaries (3x), its scores and their
+    gradients (2x). Measured on CPU (``benchmarks/memory_estimate.py``): within 10% both ways."""
+    tokens = sequences * length
+    per_token_layer = _activation_elements(shape.hidden, shape.kv_dim, shape.intermediate) * w
+    scores = sequences * shape.heads * length**2 * scores_kept_bytes(w) if eager else 0
+    if recompute:
+        return tokens * (shape.layers * shape.hidden * w + 3 * per_token_layer), 2 * scores
+    return tokens * shape.layers * per_token_layer, shape.layers * scores
+
+
 def _attention(config) -> str:
     """The estimate is for GPU, where ``attn_implementation: null`` means sdpa."""
     return config.attn_implementation or "sdpa"
@@ -195,15 +221,8 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
     sequences = prompts * config.num_generations
     prompt_len = PROMPT_TEXT_TOKENS + IMAGES_PER_PROMPT * image_tokens
     length = prompt_len + config.max_completion_length
-    tokens = sequences * length
-    per_token_layer = _activation_elements(shape.hidden, shape.kv_dim, shape.intermediate) * w
-    scores_kept, scores_transient = 4 + w, 3 * w + 4  # fp32 softmax kept (+ probs in w); scores, mask, cast
-    if config.gradient_checkpointing:
-        activations = tokens * (shape.layers * shape.hidden * w + per_token_layer)
-        train_scores = sequences * shape.heads * length**2 * scores_transient if eager else 0
-    else:
-        activations = tokens * shape.layers * per_token_layer
-        train_scores = shape.layers * sequences * shape.heads * length**2 * scores_kept if eager else 0
+    activations, train_scores = decoder_training_bytes(shape, sequences, length, w, eager,
+                                                       config.gradient_checkpointing)
     logprob_chunk = min(config.logprob_chunk_size, sequences * config.max_completion_length) * shape.vocab * (w + 12)
 
     vision_trains = not (config.freeze_vision or config.lora)
@@ -213,12 +232,12 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
     image_scores = shape.vision_heads * patches**2 if eager else 0
     if vision_trains and not config.gradient_checkpointing:
         vision = shape.vision_depth * vision_layer + (shape.vision_full_attention_blocks * prompts
-                                                      * IMAGES_PER_PROMPT * image_scores * scores_kept)
+                                                      * IMAGES_PER_PROMPT * image_scores * scores_kept_bytes(w))
     else:
-        vision = vision_layer * (2 if vision_trains else 1) + image_scores * scores_transient
+        vision = vision_layer * (2 if vision_trains else 1) + image_scores * scores_transient_bytes(w)
 
     kv_cache = 2 * shape.layers * sequences * length * shape.kv_dim * w
-    prefill_scores = sequences * shape.heads * prompt_len**2 * scores_transient if eager else 0
+    prefill_scores = sequences * shape.heads * prompt_len**2 * scores_transient_bytes(w) if eager else 0
     rollout = kv_cache + prefill_scores + vision
     training = activations + train_scores + logprob_chunk + vision
     attention = "eager [H, L, L] scores" if eager else "sdpa: no score matrix"
@@ -244,41 +263,54 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
     ]
 
 
-# What to try, in order, when a run does not fit: memory-only options first, then LoRA.
+# What a run that does not fit can change, each choice with a cost: options that only trade memory for time or
+# communication are cheap, options that change what trains are dear.
 _REMEDIES = [
-    ("sharding", "stage1"), ("sharding", "stage2"), ("gradient_checkpointing", True),
-    ("attn_implementation", "sdpa"), ("freeze_vision", True), ("lora", True),
+    ("sharding", {"stage1": 1, "stage2": 2}),
+    ("attn_implementation", {"sdpa": 1}),
+    ("gradient_checkpointing", {True: 2}),  # ~30% more compute
+    ("freeze_vision", {True: 10}),  # the vision tower stops learning
+    ("lora", {True: 20}),  # only adapters learn
 ]
+_LOWER_SIZES = "per_device_train_batch_size / num_generations / max_completion_length / max_pixels"
+
+
+def _current(config, key):
+    return _attention(config) if key == "attn_implementation" else getattr(config, key)
+
+
+def _cheapest_fix(config, gpus: int, fits) -> Optional[dict]:
+    """The cheapest set of ``_REMEDIES`` changes under which ``fits(config)`` holds (fewest keys on a tie),
+    None when even all of them together are not enough."""
+    options = [[(key, None, 0)] + [(key, value, cost) for value, cost in choices.items()
+                                   if value != _current(config, key) and not (key == "sharding" and gpus == 1)]
+               for key, choices in _REMEDIES]
+    best = None
+    for combination in itertools.product(*options):
+        changes = {key: value for key, value, _ in combination if value is not None}
+        rank = (sum(cost for *_, cost in combination), len(changes))
+        if changes and (best is None or rank < best[0]) and fits(replace(config, **changes)):
+            best = (rank, changes)
+    return best and best[1]
 
 
 def estimate(config, gpus: int, gpu_memory_gib: float, model_config: Optional[dict] = None) -> Estimate:
     """Per-GPU table for ``config`` (a GRPOConfig) on ``gpus`` GPUs of ``gpu_memory_gib`` each. When it does not
-    fit, ``suggestions`` holds config keys that make it fit: the first single change of ``_REMEDIES`` that does,
-    else all of them in order up to the one that does, else all of them and a note to lower the sizes."""
+    fit, ``suggestions`` holds the cheapest config changes that make it fit, or all of them and a note to lower
+    the sizes when none do."""
     shape = ModelShape.from_config(model_config or read_model_config(config.model_name_or_path))
 
     def fits(cfg) -> bool:
         return Estimate(_rows(cfg, shape, gpus), gpus, gpu_memory_gib).fits
 
     result = Estimate(_rows(config, shape, gpus), gpus, gpu_memory_gib)
-    if result.fits:
-        return result
-    remedies = [(key, value) for key, value in _REMEDIES if not (key == "sharding" and gpus == 1)
-                and (_attention(config) if key == "attn_implementation" else getattr(config, key)) != value]
-    single = next(((key, value) for key, value in remedies if fits(replace(config, **{key: value}))), None)
-    if single:
-        result.suggestions = [single]
-    else:
-        changed, keys = config, {}
-        for key, value in remedies:
-            changed = replace(changed, **{key: value})
-            keys[key] = value  # a later sharding stage replaces an earlier one
-            if fits(changed):
-                break
-        else:
-            keys["per_device_train_batch_size / num_generations / max_completion_length / max_pixels"] = "lower"
-        result.suggestions = list(keys.items())
-    result.suggestions = [(key, "true" if value is True else value) for key, value in result.suggestions]
+    if not result.fits:
+        changes = _cheapest_fix(config, gpus, fits)
+        if changes is None:
+            changes = {key: max(choices, key=choices.get) for key, choices in _REMEDIES
+                       if not (key == "sharding" and gpus == 1)}
+            changes[_LOWER_SIZES] = "lower"
+        result.suggestions = [(key, "true" if value is True else value) for key, value in changes.items()]
     return result
 
 
