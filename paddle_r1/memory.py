@@ -334,15 +334,27 @@ def allocate_optimizer_state(optimizer) -> int:
     """Create AdamW's moments (and float32 master weights) now instead of at the first ``step()``, so that a run
     whose optimizer state does not fit fails in its first minute rather than after the first rollout. Returns the
     bytes allocated. The values are what the first step would create (zeros, beta powers, a cast of the current
-    weights), and the step does not create them again: training is unchanged. Under fleet's sharding optimizer
-    the inner optimizer holds only this rank's share, and only that is created."""
+    weights), and the step does not create them again: training is unchanged. Under sharding only this rank's
+    share is created. Paddle creates these lazily in ``step()`` through ``_create_accumulators``; this calls
+    the same method early."""
     import paddle
 
-    inner = getattr(optimizer, "_inner_opt", optimizer)
-    params = [p for p in inner._parameter_list if not p.stop_gradient]
+    inner, params = _stepping_optimizer_and_owned_weights(optimizer)
     before = _accumulator_bytes(inner)
-    inner._create_accumulators(paddle.static.default_main_program().global_block(), params)
+    inner._create_accumulators(paddle.static.default_main_program().global_block(),
+                               [p for p in params if not p.stop_gradient])
     return _accumulator_bytes(inner) - before
+
+
+def _stepping_optimizer_and_owned_weights(optimizer):
+    """The optimizer whose ``step`` creates the state, and the weights whose state this rank keeps: stage 2's
+    ``GroupShardedOptimizerStage2`` steps its ``_optim`` on the weights ``param2rank`` gives this rank; stage 1's
+    ``DygraphShardingOptimizer`` has already narrowed its ``_inner_opt`` to this rank's weights."""
+    if hasattr(optimizer, "param2rank"):
+        owned = [p for p in optimizer.local_params if optimizer.param2rank[p.name] == optimizer._rank]
+        return optimizer._optim, owned
+    inner = getattr(optimizer, "_inner_opt", optimizer)
+    return inner, inner._parameter_list
 
 
 def _accumulator_bytes(optimizer) -> int:
