@@ -120,17 +120,20 @@ def lora_parameters(shape: ModelShape, rank: int) -> int:
 
 
 def read_model_config(model_name_or_path: str) -> dict:
-    """config.json of a local folder, else the published fields of a known hub id (offline)."""
+    """config.json of a local folder; for a hub id the published fields when known (offline), else the hub's
+    config.json through paddleformers (the config alone, no weights)."""
+    from .models.loading import check_model_path
     from .models.published import PUBLISHED_CONFIGS
 
-    path = os.path.join(model_name_or_path, "config.json")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
+    check_model_path(model_name_or_path)
+    if os.path.isdir(model_name_or_path):
+        with open(os.path.join(model_name_or_path, "config.json"), encoding="utf-8") as f:
             return json.load(f)
     if model_name_or_path in PUBLISHED_CONFIGS:
         return PUBLISHED_CONFIGS[model_name_or_path]
-    raise FileNotFoundError(f"config key 'model_name_or_path': no config.json in {model_name_or_path!r} and not one "
-                            f"of the published models known offline ({', '.join(PUBLISHED_CONFIGS)})")
+    from paddleformers.transformers.configuration_utils import PretrainedConfig
+
+    return PretrainedConfig.get_config_dict(model_name_or_path)[0]
 
 
 @dataclass

@@ -95,7 +95,7 @@ def test_cli_prints_the_table_and_exits_1_when_it_does_not_fit(capsys, tmp_path)
     assert main(argv + ["--sharding", "stage1"]) == 0
     assert "fits in 80 GiB x 8 GPU(s)" in capsys.readouterr().out
     assert main(argv + ["--model_name_or_path", str(tmp_path / "missing")]) == 2
-    assert "model_name_or_path" in capsys.readouterr().err
+    assert "model folder not found" in capsys.readouterr().err
 
 
 def test_no_preflight_on_cpu():
