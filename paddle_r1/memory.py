@@ -22,6 +22,7 @@ peak also depends on the allocator.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -119,17 +120,20 @@ def lora_parameters(shape: ModelShape, rank: int) -> int:
 
 
 def read_model_config(model_name_or_path: str) -> dict:
-    """config.json of a local folder, else the published fields of a known hub id (offline)."""
+    """config.json of a local folder; for a hub id the published fields when known (offline), else the hub's
+    config.json through paddleformers (the config alone, no weights)."""
+    from .models.loading import check_model_path
     from .models.published import PUBLISHED_CONFIGS
 
-    path = os.path.join(model_name_or_path, "config.json")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
+    check_model_path(model_name_or_path)
+    if os.path.isdir(model_name_or_path):
+        with open(os.path.join(model_name_or_path, "config.json"), encoding="utf-8") as f:
             return json.load(f)
     if model_name_or_path in PUBLISHED_CONFIGS:
         return PUBLISHED_CONFIGS[model_name_or_path]
-    raise FileNotFoundError(f"config key 'model_name_or_path': no config.json in {model_name_or_path!r} and not one "
-                            f"of the published models known offline ({', '.join(PUBLISHED_CONFIGS)})")
+    from paddleformers.transformers.configuration_utils import PretrainedConfig
+
+    return PretrainedConfig.get_config_dict(model_name_or_path)[0]
 
 
 @dataclass
@@ -161,6 +165,31 @@ class Estimate:
 def _activation_elements(width: int, kv: int, intermediate: int) -> int:
     """Elements autograd keeps per token of one block (see the module docstring)."""
     return 9 * width + 4 * kv + 4 * intermediate
+
+
+def scores_kept_bytes(w: int) -> int:
+    """Bytes per eager attention score kept for backward: the float32 softmax and its cast to the weights' dtype."""
+    return 4 + w
+
+
+def scores_transient_bytes(w: int) -> int:
+    """Bytes per eager attention score while it is computed: scores, scores + mask, float32 softmax, cast."""
+    return 3 * w + 4
+
+
+def decoder_training_bytes(shape: ModelShape, sequences: int, length: int, w: int, eager: bool,
+                           recompute: bool) -> tuple[int, int]:
+    """(activations, attention scores) the decoder holds at the peak of a training forward + backward over
+    ``sequences`` x ``length`` tokens. Without recompute the peak is the end of the forward: every layer's kept
+    tensors. With ``recompute`` each layer keeps only its input, and during backward one layer is rebuilt and
+    differentiated: its kept tensors, their gradients and the backward's temporaries (3x), its scores and their
+    gradients (2x). Measured on CPU (``benchmarks/memory_estimate.py``): within 10% both ways."""
+    tokens = sequences * length
+    per_token_layer = _activation_elements(shape.hidden, shape.kv_dim, shape.intermediate) * w
+    scores = sequences * shape.heads * length**2 * scores_kept_bytes(w) if eager else 0
+    if recompute:
+        return tokens * (shape.layers * shape.hidden * w + 3 * per_token_layer), 2 * scores
+    return tokens * shape.layers * per_token_layer, shape.layers * scores
 
 
 def _attention(config) -> str:
@@ -195,15 +224,8 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
     sequences = prompts * config.num_generations
     prompt_len = PROMPT_TEXT_TOKENS + IMAGES_PER_PROMPT * image_tokens
     length = prompt_len + config.max_completion_length
-    tokens = sequences * length
-    per_token_layer = _activation_elements(shape.hidden, shape.kv_dim, shape.intermediate) * w
-    scores_kept, scores_transient = 4 + w, 3 * w + 4  # fp32 softmax kept (+ probs in w); scores, mask, cast
-    if config.gradient_checkpointing:
-        activations = tokens * (shape.layers * shape.hidden * w + per_token_layer)
-        train_scores = sequences * shape.heads * length**2 * scores_transient if eager else 0
-    else:
-        activations = tokens * shape.layers * per_token_layer
-        train_scores = shape.layers * sequences * shape.heads * length**2 * scores_kept if eager else 0
+    activations, train_scores = decoder_training_bytes(shape, sequences, length, w, eager,
+                                                       config.gradient_checkpointing)
     logprob_chunk = min(config.logprob_chunk_size, sequences * config.max_completion_length) * shape.vocab * (w + 12)
 
     vision_trains = not (config.freeze_vision or config.lora)
@@ -213,12 +235,12 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
     image_scores = shape.vision_heads * patches**2 if eager else 0
     if vision_trains and not config.gradient_checkpointing:
         vision = shape.vision_depth * vision_layer + (shape.vision_full_attention_blocks * prompts
-                                                      * IMAGES_PER_PROMPT * image_scores * scores_kept)
+                                                      * IMAGES_PER_PROMPT * image_scores * scores_kept_bytes(w))
     else:
-        vision = vision_layer * (2 if vision_trains else 1) + image_scores * scores_transient
+        vision = vision_layer * (2 if vision_trains else 1) + image_scores * scores_transient_bytes(w)
 
     kv_cache = 2 * shape.layers * sequences * length * shape.kv_dim * w
-    prefill_scores = sequences * shape.heads * prompt_len**2 * scores_transient if eager else 0
+    prefill_scores = sequences * shape.heads * prompt_len**2 * scores_transient_bytes(w) if eager else 0
     rollout = kv_cache + prefill_scores + vision
     training = activations + train_scores + logprob_chunk + vision
     attention = "eager [H, L, L] scores" if eager else "sdpa: no score matrix"
@@ -244,41 +266,54 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
     ]
 
 
-# What to try, in order, when a run does not fit: memory-only options first, then LoRA.
+# What a run that does not fit can change, each choice with a cost: options that only trade memory for time or
+# communication are cheap, options that change what trains are dear.
 _REMEDIES = [
-    ("sharding", "stage1"), ("sharding", "stage2"), ("gradient_checkpointing", True),
-    ("attn_implementation", "sdpa"), ("freeze_vision", True), ("lora", True),
+    ("sharding", {"stage1": 1, "stage2": 2}),
+    ("attn_implementation", {"sdpa": 1}),
+    ("gradient_checkpointing", {True: 2}),  # ~30% more compute
+    ("freeze_vision", {True: 10}),  # the vision tower stops learning
+    ("lora", {True: 20}),  # only adapters learn
 ]
+_LOWER_SIZES = "per_device_train_batch_size / num_generations / max_completion_length / max_pixels"
+
+
+def _current(config, key):
+    return _attention(config) if key == "attn_implementation" else getattr(config, key)
+
+
+def _cheapest_fix(config, gpus: int, fits) -> Optional[dict]:
+    """The cheapest set of ``_REMEDIES`` changes under which ``fits(config)`` holds (fewest keys on a tie),
+    None when even all of them together are not enough."""
+    options = [[(key, None, 0)] + [(key, value, cost) for value, cost in choices.items()
+                                   if value != _current(config, key) and not (key == "sharding" and gpus == 1)]
+               for key, choices in _REMEDIES]
+    best = None
+    for combination in itertools.product(*options):
+        changes = {key: value for key, value, _ in combination if value is not None}
+        rank = (sum(cost for *_, cost in combination), len(changes))
+        if changes and (best is None or rank < best[0]) and fits(replace(config, **changes)):
+            best = (rank, changes)
+    return best and best[1]
 
 
 def estimate(config, gpus: int, gpu_memory_gib: float, model_config: Optional[dict] = None) -> Estimate:
     """Per-GPU table for ``config`` (a GRPOConfig) on ``gpus`` GPUs of ``gpu_memory_gib`` each. When it does not
-    fit, ``suggestions`` holds config keys that make it fit: the first single change of ``_REMEDIES`` that does,
-    else all of them in order up to the one that does, else all of them and a note to lower the sizes."""
+    fit, ``suggestions`` holds the cheapest config changes that make it fit, or all of them and a note to lower
+    the sizes when none do."""
     shape = ModelShape.from_config(model_config or read_model_config(config.model_name_or_path))
 
     def fits(cfg) -> bool:
         return Estimate(_rows(cfg, shape, gpus), gpus, gpu_memory_gib).fits
 
     result = Estimate(_rows(config, shape, gpus), gpus, gpu_memory_gib)
-    if result.fits:
-        return result
-    remedies = [(key, value) for key, value in _REMEDIES if not (key == "sharding" and gpus == 1)
-                and (_attention(config) if key == "attn_implementation" else getattr(config, key)) != value]
-    single = next(((key, value) for key, value in remedies if fits(replace(config, **{key: value}))), None)
-    if single:
-        result.suggestions = [single]
-    else:
-        changed, keys = config, {}
-        for key, value in remedies:
-            changed = replace(changed, **{key: value})
-            keys[key] = value  # a later sharding stage replaces an earlier one
-            if fits(changed):
-                break
-        else:
-            keys["per_device_train_batch_size / num_generations / max_completion_length / max_pixels"] = "lower"
-        result.suggestions = list(keys.items())
-    result.suggestions = [(key, "true" if value is True else value) for key, value in result.suggestions]
+    if not result.fits:
+        changes = _cheapest_fix(config, gpus, fits)
+        if changes is None:
+            changes = {key: max(choices, key=choices.get) for key, choices in _REMEDIES
+                       if not (key == "sharding" and gpus == 1)}
+            changes[_LOWER_SIZES] = "lower"
+        result.suggestions = [(key, "true" if value is True else value) for key, value in changes.items()]
     return result
 
 
@@ -302,15 +337,27 @@ def allocate_optimizer_state(optimizer) -> int:
     """Create AdamW's moments (and float32 master weights) now instead of at the first ``step()``, so that a run
     whose optimizer state does not fit fails in its first minute rather than after the first rollout. Returns the
     bytes allocated. The values are what the first step would create (zeros, beta powers, a cast of the current
-    weights), and the step does not create them again: training is unchanged. Under fleet's sharding optimizer
-    the inner optimizer holds only this rank's share, and only that is created."""
+    weights), and the step does not create them again: training is unchanged. Under sharding only this rank's
+    share is created. Paddle creates these lazily in ``step()`` through ``_create_accumulators``; this calls
+    the same method early."""
     import paddle
 
-    inner = getattr(optimizer, "_inner_opt", optimizer)
-    params = [p for p in inner._parameter_list if not p.stop_gradient]
+    inner, params = _stepping_optimizer_and_owned_weights(optimizer)
     before = _accumulator_bytes(inner)
-    inner._create_accumulators(paddle.static.default_main_program().global_block(), params)
+    inner._create_accumulators(paddle.static.default_main_program().global_block(),
+                               [p for p in params if not p.stop_gradient])
     return _accumulator_bytes(inner) - before
+
+
+def _stepping_optimizer_and_owned_weights(optimizer):
+    """The optimizer whose ``step`` creates the state, and the weights whose state this rank keeps: stage 2's
+    ``GroupShardedOptimizerStage2`` steps its ``_optim`` on the weights ``param2rank`` gives this rank; stage 1's
+    ``DygraphShardingOptimizer`` has already narrowed its ``_inner_opt`` to this rank's weights."""
+    if hasattr(optimizer, "param2rank"):
+        owned = [p for p in optimizer.local_params if optimizer.param2rank[p.name] == optimizer._rank]
+        return optimizer._optim, owned
+    inner = getattr(optimizer, "_inner_opt", optimizer)
+    return inner, inner._parameter_list
 
 
 def _accumulator_bytes(optimizer) -> int:

@@ -95,7 +95,7 @@ def test_cli_prints_the_table_and_exits_1_when_it_does_not_fit(capsys, tmp_path)
     assert main(argv + ["--sharding", "stage1"]) == 0
     assert "fits in 80 GiB x 8 GPU(s)" in capsys.readouterr().out
     assert main(argv + ["--model_name_or_path", str(tmp_path / "missing")]) == 2
-    assert "model_name_or_path" in capsys.readouterr().err
+    assert "model folder not found" in capsys.readouterr().err
 
 
 def test_no_preflight_on_cpu():
@@ -130,3 +130,15 @@ def test_bfloat16_weights_get_float32_master_weights_early():
     optimizer = paddle.optimizer.AdamW(learning_rate=0.1, parameters=net.parameters(), multi_precision=True)
     assert allocate_optimizer_state(optimizer) == (8 * 16 + 16) * 12 + 2 * 2 * 4
     assert allocate_optimizer_state(optimizer) == 0  # the first step will not create them again
+
+
+def test_stage1_ranks_create_only_their_share(tmp_path):
+    import paddle.distributed as dist
+    from optimizer_state_worker import allocate_and_report
+
+    dist.spawn(allocate_and_report, args=(str(tmp_path / "report"),), nprocs=2, backend="gloo")
+    reports = [json.load(open(tmp_path / f"report.{rank}")) for rank in (0, 1)]
+    assert sum(r["owned"] for r in reports) == 4 * (16 * 16 + 16)  # the two shares make the whole model
+    for report in reports:
+        assert 0 < report["owned"] < 4 * (16 * 16 + 16)
+        assert report["allocated"] == report["owned"] * 8 + report["tensors"] * 2 * 4  # fp32 m, v; two beta powers
