@@ -23,7 +23,9 @@ from ..data.samples import DataError
 from ..generation.generator import Generator
 from ..generation.generator import load_sample_images
 from ..models.loading import default_coord_system, load_models
+from ..memory import allocate_optimizer_state, check_fits
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
+from ..models.precision import precision_for_this_device
 from . import checkpoint as ckpt
 from .distributed import barrier, in_rank_order, init_distributed, replica_io, sum_across_ranks
 from .job import prepare_job
@@ -48,6 +50,12 @@ class Trainer:
         sharding = self.sharding_stage
         self.rank, self.world_size = init_distributed(fleet_strategy if sharding else None)
         self.is_main = self.rank == 0
+        # what this device runs (bf16 before sm80 becomes fp16 with a loss scaler), and whether the run fits it
+        self.precision = precision_for_this_device(cfg.dtype, cfg.attn_implementation)
+        if self.is_main:
+            print(f"precision: {self.precision.reason}")
+        cfg.dtype = self.precision.dtype  # the optimizer's master weights and the saved config follow it
+        check_fits(cfg, self.world_size)  # GPU only: refuses, with the table and the keys to change
         self.resume_path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir) \
             if cfg.resume_from_checkpoint else None
         paddle.seed(cfg.seed)
@@ -65,6 +73,7 @@ class Trainer:
         # the training forward (wrapped when sharding needs to see it) and the step over ranks
         self.forward, self.update = build_update(sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size)
         self.optimizer = self.update.optimizer
+        self.scaler = self.precision.make_grad_scaler()  # float16 only
         # one global sequence of prompt batches; each rank takes its own slice of every batch
         self.sampler = PromptSampler(len(self.samples), cfg.per_device_train_batch_size * self.world_size, cfg.seed)
         self.step = 0
@@ -73,6 +82,7 @@ class Trainer:
         self.step_counters: dict[str, float] = {}
         if self.resume_path:
             self.restore(self.resume_path)
+        allocate_optimizer_state(self.optimizer)  # an optimizer that cannot fit fails now, not after a rollout
         # after a resume the logs keep only the rows of the steps the run now continues from
         self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl,
                                     resume_step=self.step if self.resume_path else None) if self.is_main else None
@@ -116,7 +126,8 @@ class Trainer:
             loaded = in_rank_order(lambda: load_models(
                 policy_path, beta=cfg.beta if self.loads_reference_model else 0.0, dtype=cfg.dtype, freeze_vision=cfg.freeze_vision,
                 min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels, reference_path=self.reference_path(),
-                gradient_checkpointing=cfg.gradient_checkpointing), self.rank, self.world_size)
+                gradient_checkpointing=cfg.gradient_checkpointing, attn_implementation=self.precision.attention),
+                self.rank, self.world_size)
         self.policy, self.reference, self.processor = loaded.policy, loaded.reference, loaded.processor
         if cfg.lora:
             apply_lora(self.policy, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
@@ -164,17 +175,24 @@ class Trainer:
     def count(self, key: str, n: float = 1) -> None:
         self.step_counters[key] = self.step_counters.get(key, 0) + n
 
+    def backward(self, loss: paddle.Tensor) -> None:
+        """``loss.backward()``, through the float16 loss scaler when there is one."""
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
     def apply_update(self, losses: list[float]) -> dict:
         """Gradients synced and clipped, then the optimizer step, unless the loss (on any rank) or the gradient
         norm is not finite: then the step is skipped (weights and optimizer state untouched). The schedule and
-        the step count move on either way. Returns the step's update metrics."""
+        the step count move on either way. Under float16 loss scaling, infinite gradients with a finite loss are
+        the scaler's business (it lowers the scale): skipped, but not counted toward ``max_skipped_steps``.
+        Returns the step's update metrics."""
         learning_rate = self.optimizer.get_lr()
         finite_loss = sum_across_ranks(float(not all(math.isfinite(x) for x in losses)), self.world_size) == 0
-        grad_norm, applied = self.update.step(finite_loss)
+        grad_norm, applied = self.update.step(finite_loss, self.scaler)
         self.update.clear_grad()
         self.scheduler.step()
         self.step += 1
-        self.skipped_in_row = 0 if applied else self.skipped_in_row + 1
+        overflow_only = self.scaler is not None and finite_loss
+        self.skipped_in_row = 0 if applied or overflow_only else self.skipped_in_row + 1
         self.skipped_steps += not applied
         if not applied:
             print(f"step {self.step}: loss {sum(losses):.4g}, gradient norm {grad_norm:.4g}: not finite, update "

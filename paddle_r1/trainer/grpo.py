@@ -153,7 +153,7 @@ class GRPOTrainer(Trainer):
                 max_completion_length=cfg.max_completion_length, num_items_in_batch=tokens_in_step)
             if cfg.loss_type != "dapo":  # dapo already divides by the whole step's token count
                 loss = loss / cfg.gradient_accumulation_steps
-            loss.backward()
+            self.backward(loss)
             losses.append(float(loss))
             stats.append(loss_stats)
         update = self.apply_update(losses)

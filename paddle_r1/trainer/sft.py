@@ -91,7 +91,7 @@ class SFTTrainer(Trainer):
         batch, _ = build_sft_batch(samples, self.processor, self.config, self.coord_system, images=images)
         self.policy.train()
         loss = sft_loss(self.forward(batch, self.config.logprob_chunk_size, 1.0), batch.completion_mask)
-        loss.backward()
+        self.backward(loss)
         update = self.apply_update([float(loss)])
         return {"loss": float(loss), **update, "target_tokens": int(batch.completion_mask.sum()),
                 "step_seconds": time.perf_counter() - start, "epoch": self.sampler.progress}

@@ -72,14 +72,23 @@ class ReplicatedUpdate:
         """The training forward as the trainer calls it (only stage 2 wraps it)."""
         return forward
 
-    def step(self, finite_loss: bool = True) -> tuple[float, bool]:
+    def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
         """Sync gradients, clip, update, unless the loss or the gradient norm is not finite; (the gradient norm
         before clipping, whether the update was applied). The norm is the same on every rank, so all skip
-        together."""
+        together. ``scaler``: float16's ``paddle.amp.GradScaler``; gradients are unscaled before the norm."""
         average_gradients(self.parameters, self.world_size)
-        norm = clip_by_global_norm(self.parameters, self.max_grad_norm)
+        return self._clip_and_step(self.parameters, 1, finite_loss, scaler)
+
+    def _clip_and_step(self, parameters, world_size: int, finite_loss: bool, scaler) -> tuple[float, bool]:
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)
+        norm = clip_by_global_norm(parameters, self.max_grad_norm, world_size)
         applied = finite_loss and math.isfinite(norm)
-        if applied:
+        if scaler is not None:
+            if applied:
+                scaler.step(self.optimizer)
+            scaler.update()  # an overflow lowers the scale
+        elif applied:
             self.optimizer.step()
         return norm, applied
 
@@ -101,14 +110,11 @@ class ShardedStateUpdate(ReplicatedUpdate):
         self.hcg = fleet.get_hybrid_communicate_group()
         self.optimizer = DygraphShardingOptimizer(optimizer, self.hcg)
 
-    def step(self, finite_loss: bool = True) -> tuple[float, bool]:
+    def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
         self.optimizer.reduce_gradients(self.parameters, self.hcg)  # each gradient, averaged, to its owner
         owned = self.optimizer.filter_parameters(self.parameters, self.hcg)
-        norm = clip_by_global_norm(owned, self.max_grad_norm, self.world_size)  # summed over ranks: all agree
-        applied = finite_loss and math.isfinite(norm)
-        if applied:
-            self.optimizer.step()  # updates the owned weights, then broadcasts every weight from its owner
-        return norm, applied
+        # the norm is summed over ranks, so all agree; the step updates the owned weights, then broadcasts them
+        return self._clip_and_step(owned, self.world_size, finite_loss, scaler)
 
 
 class ShardedGradientsUpdate(ReplicatedUpdate):
@@ -125,8 +131,12 @@ class ShardedGradientsUpdate(ReplicatedUpdate):
         forward, self.optimizer, _ = group_sharded_parallel(forward, self.optimizer, level="os_g")
         return forward
 
-    def step(self, finite_loss: bool = True) -> tuple[float, bool]:
-        if finite_loss:
+    def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
+        if scaler is not None:
+            if finite_loss:
+                scaler.step(self.optimizer)
+            scaler.update()
+        elif finite_loss:
             self.optimizer.step()
         return float("nan"), finite_loss
 
