@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
+
+from ..models.coords import as_box, as_floats, is_number
 
 ANSWER_TAGS = re.compile(r"^\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
 
@@ -87,19 +88,18 @@ def _box(value, what: str) -> list:
             value = json.loads(value)
         except json.JSONDecodeError:
             raise SampleError(f"{what} is not a box: {value!r}") from None
+    if as_box(value) is not None:
+        return list(value)
     if not _looks_like_box(value):
         raise SampleError(f"{what} must be [x1, y1, x2, y2], got {value!r}")
-    if not all(math.isfinite(v) for v in value):
+    if as_floats(value) is None:
         raise SampleError(f"{what} has a coordinate that is not a finite number: {value!r}")
-    if value[0] > value[2] or value[1] > value[3]:
-        raise SampleError(f"{what} has x1 > x2 or y1 > y2: {value!r}")
-    return list(value)
+    raise SampleError(f"{what} has x1 > x2 or y1 > y2: {value!r}")
 
 
 def _looks_like_box(value) -> bool:
-    """Four numbers (finite or not: the adapter says which coordinate is bad)."""
-    return isinstance(value, list) and len(value) == 4 and \
-        all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    """Four numbers (finite or not: the adapter says which coordinate is bad; ``as_box`` decides)."""
+    return isinstance(value, list) and len(value) == 4 and all(is_number(v) for v in value)
 
 
 def _extras(record: dict, used: set) -> dict:

@@ -9,6 +9,10 @@ Solutions are always in original-image pixels. Models answer in their own system
 """
 from __future__ import annotations
 
+import math
+import numbers
+from typing import Optional
+
 COORD_SYSTEMS = ("abs_resized", "rel_1000", "abs_original")
 
 FAMILY_COORD_SYSTEM = {
@@ -43,3 +47,30 @@ def box_from_original(box, coord_system: str, image_size, input_size=None) -> li
     sx, sy = _scales(coord_system, image_size, input_size)
     x1, y1, x2, y2 = box
     return [x1 / sx, y1 / sy, x2 / sx, y2 / sy]
+
+
+# ---- what a box is: the one check, for data, rewards and SFT targets --------------------------------------
+
+def is_number(value) -> bool:
+    """A JSON number: a real number that is not a bool (strings such as "12" are not numbers)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def as_floats(values) -> Optional[list[float]]:
+    """A list of JSON numbers as finite floats, or None (non-numbers, NaN, infinities, integers too large)."""
+    if not isinstance(values, (list, tuple)) or not all(is_number(v) for v in values):
+        return None
+    try:
+        floats = [float(v) for v in values]
+    except OverflowError:
+        return None
+    return floats if all(math.isfinite(v) for v in floats) else None
+
+
+def as_box(value) -> Optional[list[float]]:
+    """A JSON value read as [x1, y1, x2, y2]: four finite numbers (not bools, not strings) with x1 <= x2 and
+    y1 <= y2; else None."""
+    box = as_floats(value)
+    if box is not None and len(box) == 4 and box[0] <= box[2] and box[1] <= box[3]:
+        return box
+    return None

@@ -21,8 +21,7 @@ import paddle
 from ..config import SFTConfig
 from ..generation.generator import PromptFacts, build_prompt_batch
 from ..generation.rollout import Rollout
-from ..models.coords import box_from_original
-from ..rewards.families.boxes import as_box
+from ..models.coords import as_box, box_from_original
 from ..rewards.families.multibox import read_groups
 from .base import Trainer
 

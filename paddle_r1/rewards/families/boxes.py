@@ -13,7 +13,7 @@ import numbers
 from functools import partial
 from typing import Callable, Optional
 
-from ...models.coords import box_to_original
+from ...models.coords import as_box, box_to_original
 from .. import BadSolution, register
 from ..parsing import answer_content, answer_text, extract_json, parse_box
 
@@ -27,31 +27,6 @@ def box_iou(a, b) -> float:
     inter = iw * ih
     union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
     return inter / union if union > 0 else 0.0
-
-
-def is_number(value) -> bool:
-    """A JSON number: a real number that is not a bool (strings such as "12" are not numbers)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def as_floats(values) -> Optional[list[float]]:
-    """A list of JSON numbers as finite floats, or None (non-numbers, NaN, infinities, integers too large)."""
-    if not isinstance(values, (list, tuple)) or not all(is_number(v) for v in values):
-        return None
-    try:
-        floats = [float(v) for v in values]
-    except OverflowError:
-        return None
-    return floats if all(math.isfinite(v) for v in floats) else None
-
-
-def as_box(value) -> Optional[list[float]]:
-    """A JSON value read as [x1, y1, x2, y2]: four finite numbers (not bools, not strings) with x1 <= x2 and
-    y1 <= y2; else None."""
-    box = as_floats(value)
-    if box is not None and len(box) == 4 and box[0] <= box[2] and box[1] <= box[3]:
-        return box
-    return None
 
 
 def to_pixels(box, coord_system: str, image_sizes, input_sizes) -> Optional[list[float]]:

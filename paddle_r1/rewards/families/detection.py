@@ -25,9 +25,9 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from ...models.coords import box_to_original
+from ...models.coords import as_box, as_floats, box_to_original, is_number
 from .. import BadSolution, register
-from .boxes import as_box, as_floats, box_iou, is_number, score_completions, solution_json, to_pixels
+from .boxes import box_iou, score_completions, solution_json, to_pixels
 from ..parsing import answer_content, answer_json, answer_text, normalize_answer
 
 Detections = list  # [(label, [x1, y1, x2, y2]), ...]

@@ -20,8 +20,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from .. import BadSolution, register
-from .boxes import (as_box, box_iou, check_alpha, is_number, plane_score, point_score, score_completions,
-                    solution_json, to_pixels)
+from ...models.coords import as_box, is_number
+from .boxes import box_iou, check_alpha, plane_score, point_score, score_completions, solution_json, to_pixels
 from ..parsing import answer_json
 
 Groups = dict  # label (str) -> list of [x1, y1, x2, y2]
