@@ -14,7 +14,8 @@ def _settings(model_dir, data, out, per_device, **extra):
                    reward_funcs=["reward_helpers:short_reward", "iou"], num_generations=3,
                    per_device_train_batch_size=per_device, max_completion_length=6, learning_rate=5e-3, max_steps=2,
                    save_steps=100, use_visualdl=False, disable_tqdm=True, seed=11, beta=0.02, loss_type="grpo",
-                   max_grad_norm=0.5), **extra}
+                   max_grad_norm=0.5, eval_steps=2, eval_data_path=data, eval_sample_num=5,
+                   eval_reward="reward_helpers:short_reward"), **extra}
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +45,9 @@ def _assert_same_training(double, single, tiny_model_dir):
         # float tolerance: summation order differs (padding, all-reduce); Adam's 1/sqrt(v) magnifies it for
         # near-zero gradients, so a few elements differ by ~1e-5 on a 5e-3 step
         np.testing.assert_allclose(rank0[key], one[key], rtol=1e-4, atol=5e-5, err_msg=key)
-    # the rewards and gradient norms logged by rank 0 cover both ranks: they equal the single process's
-    for name in ("rewards", "grad_norms"):
+    # the rewards, gradient norms and held-out scores (each rank answering its own slice of the held-out set)
+    # logged by rank 0 cover both ranks: they equal the single process's
+    for name in ("rewards", "grad_norms", "eval_scores"):
         np.testing.assert_allclose(np.load(double / f"rank0_{name}.npy"), np.load(single / f"rank0_{name}.npy"),
                                    rtol=1e-4, err_msg=name)
     assert (np.load(single / "rank0_grad_norms.npy") > 0.5).any()  # clipping (max_grad_norm 0.5) was exercised

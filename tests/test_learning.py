@@ -70,7 +70,8 @@ def test_heldout_score_is_the_mean_accuracy_reward(tiny, tmp_path):
     truths = [s["solution"] for s in heldout.samples]
     answers = [f"<think> </think><answer>{truths[0]}</answer>", "<answer>9</answer>", "no number",
                f"<answer>{truths[3]}</answer>"]
-    assert heldout.score_completions(answers, [[(112, 112)]] * 4, [[(112, 112)]] * 4, "abs_resized") == 0.5
+    scores = heldout.score_completions(heldout.samples, answers, [[(112, 112)]] * 4, [[(112, 112)]] * 4, "abs_resized")
+    assert scores.tolist() == [1.0, 0.0, 0.0, 1.0]
     score = heldout.evaluate(Generator(model, processor, "abs_resized"), 3, echo=lambda _: None)["eval/score"]
     assert 0.0 <= score <= 1.0  # the tiny random model's own greedy answers
     assert [step for step in range(12) if heldout.due(step, 11)] == [0, 5, 10, 11]

@@ -42,23 +42,28 @@ class HeldoutEval:
         return step == 0 or step % self.config.eval_steps == 0 or step == total_steps
 
     @paddle.no_grad()
-    def score(self, generator: Generator) -> float:
+    def scores(self, generator: Generator, samples: list[dict]) -> np.ndarray:
+        """The eval reward of each of ``samples`` answered greedily (NaN where it does not apply)."""
         config = self.config
         completions, image_sizes, input_sizes = answer_greedily(
-            generator, self.samples, config.question_template, EvalOptions.batch_size, config.max_completion_length,
+            generator, samples, config.question_template, EvalOptions.batch_size, config.max_completion_length,
             "held-out eval")
-        return self.score_completions(completions, image_sizes, input_sizes, generator.coord_system)
+        return self.score_completions(samples, completions, image_sizes, input_sizes, generator.coord_system)
 
-    def score_completions(self, completions: list[str], image_sizes, input_sizes, coord_system: str) -> float:
-        """Mean of the eval reward over the held-out samples that it scores."""
-        columns = reward_columns(self.samples, image_sizes, input_sizes, coord_system)
-        values = self.rewards.score(completions, columns).per_function[:, 0]
+    def score_completions(self, samples: list[dict], completions: list[str], image_sizes, input_sizes,
+                          coord_system: str) -> np.ndarray:
+        columns = reward_columns(samples, image_sizes, input_sizes, coord_system)
+        return self.rewards.score(completions, columns).per_function[:, 0]
+
+    def evaluate(self, generator: Generator, step: int, echo: Callable[[str], None] = print, rank: int = 0,
+                 world_size: int = 1, sum_over_ranks: Callable[[list], list] = lambda values: values) -> dict:
+        """``{"eval/score": mean eval reward over the held-out samples it scores}`` for the metrics of ``step``.
+        With several ranks each answers its own slice (``samples[rank::world_size]``) and ``sum_over_ranks``
+        adds the slices' sums and counts, so no rank waits idle in a collective while rank 0 evaluates alone."""
+        values = self.scores(generator, self.samples[rank::world_size])
         values = values[~np.isnan(values)]
-        return float(values.mean()) if values.size else float("nan")
-
-    def evaluate(self, generator: Generator, step: int, echo: Callable[[str], None] = print) -> dict:
-        """``{"eval/score": ...}`` for the metrics of ``step``."""
-        value = self.score(generator)
+        total, count = sum_over_ranks([float(values.sum()), float(values.size)])
+        value = total / count if count else float("nan")
         echo(f"step {step}: eval/score={value:.4f} ({len(self.samples)} held-out samples)")
         return {"eval/score": value}
 

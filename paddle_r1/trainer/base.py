@@ -43,8 +43,8 @@ class Trainer:
     name = "train"  # the progress bar's label
 
     def __init__(self, config, samples: Optional[list[dict]] = None, heldout=None):
-        """``heldout``: an object with ``due(step, total_steps)`` and ``evaluate(generator, step, echo)`` (the
-        held-out evaluation), run on rank 0; None: no held-out evaluation."""
+        """``heldout``: an object with ``due(step, total_steps)`` and ``evaluate(generator, step, echo, rank,
+        world_size, sum_over_ranks)`` (the held-out evaluation), run on every rank; None: no held-out evaluation."""
         self.config = cfg = config
         self.samples = prepare_job(cfg, samples)
         sharding = self.sharding_stage
@@ -86,7 +86,7 @@ class Trainer:
         # after a resume the logs keep only the rows of the steps the run now continues from
         self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl,
                                     resume_step=self.step if self.resume_path else None) if self.is_main else None
-        self.heldout = heldout if self.is_main else None
+        self.heldout = heldout
 
     # ---- what a job defines ------------------------------------------------------------------
     sharding_stage = ""  # GRPO reads its config key
@@ -236,7 +236,11 @@ class Trainer:
 
     # ---- the run -----------------------------------------------------------------------------
     def evaluate(self, echo) -> dict:
-        return self.heldout.evaluate(self.generator, self.step, echo=echo)
+        """The held-out score, every rank answering its own slice."""
+        return self.heldout.evaluate(self.generator, self.step, echo=echo if self.is_main else lambda _: None,
+                                     rank=self.rank, world_size=self.world_size,
+                                     sum_over_ranks=lambda values: [sum_across_ranks(v, self.world_size)
+                                                                    for v in values])
 
     def train(self) -> dict:
         cfg = self.config
@@ -246,7 +250,9 @@ class Trainer:
         last_saved = None
         try:
             if self.heldout is not None and self.step == 0:  # the score training starts from
-                self.logger.log(0, self.evaluate(bar.write), echo=lambda _: None)
+                start = self.evaluate(bar.write)
+                if self.is_main:
+                    self.logger.log(0, start, echo=lambda _: None)
             while self.step < self.total_steps:
                 metrics = self.training_step()
                 if self.heldout is not None and self.heldout.due(self.step, self.total_steps):
