@@ -40,3 +40,15 @@ def test_stage2_on_cpu_is_refused_before_loading(rec_jsonl):
     config = GRPOConfig(model_name_or_path="/nonexistent/model", data_path=rec_jsonl, device="cpu", sharding="stage2")
     with pytest.raises(ConfigError, match="stage2.*GPU/XPU only; on CPU use stage1"):
         GRPOTrainer(config)
+
+
+def test_gradients_are_reduced_in_bounded_buckets_of_one_dtype():
+    import paddle
+
+    from paddle_r1.trainer.distributed import gradient_buckets
+
+    grads = [paddle.zeros([256], dtype="float32"), paddle.zeros([256], dtype="float32"),
+             paddle.zeros([1024], dtype="float32"), paddle.zeros([8], dtype="bfloat16"), paddle.zeros([8])]
+    buckets = gradient_buckets(grads, bucket_bytes=2048)
+    assert [[g.shape[0] for g in b] for b in buckets] == [[256, 256], [1024], [8], [8]]
+    assert [b[0].dtype for b in buckets][2:] == [paddle.bfloat16, paddle.float32]

@@ -58,13 +58,41 @@ def in_rank_order(fn, rank: int, world_size: int):
     return result
 
 
-def average_gradients(parameters, world_size: int) -> None:
+GRADIENT_BUCKET_BYTES = 32 << 20
+
+
+def gradient_buckets(grads: list, bucket_bytes: int = GRADIENT_BUCKET_BYTES) -> list[list]:
+    """``grads`` in order, split into runs of one dtype of at most ``bucket_bytes`` each (a larger tensor alone)."""
+    buckets, current, size = [], [], 0
+    for grad in grads:
+        nbytes = grad.numel().item() * grad.element_size()
+        if current and (size + nbytes > bucket_bytes or grad.dtype != current[0].dtype):
+            buckets.append(current)
+            current, size = [], 0
+        current.append(grad)
+        size += nbytes
+    return buckets + ([current] if current else [])
+
+
+@paddle.no_grad()
+def average_gradients(parameters, world_size: int, bucket_bytes: int = GRADIENT_BUCKET_BYTES) -> None:
+    """Each gradient replaced by its mean over ranks, one bucket at a time: a bucket's gradients are packed into
+    one buffer, all-reduced and unpacked before the next bucket is packed, so the extra memory is one bucket
+    (32 MB), not a second copy of every gradient (Paddle's ``fused_allreduce_gradients`` packs all buckets
+    first). The reduction runs after the backward pass: ``paddle.DataParallel``'s overlapping reducer does not
+    support the PyLayer that recompute (chunked log-probs, gradient checkpointing) is built on."""
     if world_size == 1:
         return
-    from paddle.distributed.fleet.utils.hybrid_parallel_util import fused_allreduce_gradients_with_group
-
-    with_grad = [p for p in parameters if p.grad is not None]
-    fused_allreduce_gradients_with_group(with_grad, None, scale=1.0 / world_size)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    for bucket in gradient_buckets(grads, bucket_bytes):
+        flat = paddle.concat([g.reshape([-1]) for g in bucket])
+        flat.scale_(1.0 / world_size)
+        dist.all_reduce(flat)
+        offset = 0
+        for grad in bucket:
+            size = grad.numel().item()
+            grad.set_value(flat[offset:offset + size].reshape(grad.shape))
+            offset += size
 
 
 def sum_across_ranks(value: float, world_size: int) -> float:
