@@ -244,6 +244,18 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     sync_ref_model: bool = False
     ref_model_sync_steps: int = 64
     ref_model_mixup_alpha: float = 0.6
+    ref_model_update: str = ""  # "" (sync when sync_ref_model, else none) | none | sync | ema
+    ref_ema_decay: float = 0.99  # ema: ref <- decay * ref + (1 - decay) * policy after every step
+
+    # algorithm variants (formulas in paddle_r1/trainer/loss.py and dynamic_sampling.py)
+    adv_estimator: str = "grpo"  # grpo (scaled as scale_rewards says) | rloo | reinforce_plus_plus | dr_grpo
+    kl_estimator: str = "k3"  # k1 | k2 | k3
+    use_kl_loss: bool = True  # false: beta * sum_t KL is subtracted from each completion's reward instead
+    importance_sampling_level: str = "token"  # token | sequence (GSPO)
+    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards all tie, refill from further prompt batches
+    max_num_gen_batches: int = 4  # dynamic sampling: prompt batches drawn at most per micro-batch
+    overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_completion_length; 0: off
+    overlong_penalty_factor: float = 1.0  # the penalty at max_completion_length
 
     # optimisation and output beyond the shared keys
     gradient_accumulation_steps: int = 1
@@ -258,6 +270,19 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     def check_own_keys(self) -> None:
         _check_choice(self, "loss_type", ("grpo", "bnpo", "dr_grpo", "dapo"))
         _check_choice(self, "scale_rewards", ("group", "batch", "none"))
+        _check_choice(self, "ref_model_update", ("", "none", "sync", "ema"))
+        _check_choice(self, "adv_estimator", ("grpo", "rloo", "reinforce_plus_plus", "dr_grpo"))
+        _check_choice(self, "kl_estimator", ("k1", "k2", "k3"))
+        _check_choice(self, "importance_sampling_level", ("token", "sequence"))
+        _check_at_least(self, 1, "max_num_gen_batches")
+        _check_at_least(self, 0, "overlong_buffer", "overlong_penalty_factor")
+        if self.overlong_buffer >= self.max_completion_length:
+            raise ConfigError(f"config key 'overlong_buffer': {self.overlong_buffer} must be below "
+                              f"max_completion_length {self.max_completion_length}",
+                              keys=("overlong_buffer", "max_completion_length"))
+        if not 0 < self.ref_ema_decay < 1:
+            raise ConfigError(f"config key 'ref_ema_decay': must be in (0, 1), got {self.ref_ema_decay}",
+                              keys=("ref_ema_decay",))
         _check_choice(self, "sharding", SHARDING_STAGES)
         _check_at_least(self, 1, "gradient_accumulation_steps", "num_iterations", "max_completion_length",
                         "ref_model_sync_steps", "eval_sample_num")
@@ -288,10 +313,16 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
                               keys=("reward_kwargs", "reward_funcs"))
 
     def _check_reference(self) -> None:
-        if self.lora and self.sync_ref_model:
-            raise ConfigError("config keys 'lora' and 'sync_ref_model': with LoRA the reference is the base model "
-                              "(the policy with its adapters off), which is never synced",
-                              keys=("lora", "sync_ref_model"))
+        if self.sync_ref_model and self.ref_model_update not in ("", "sync"):
+            raise ConfigError(f"config keys 'sync_ref_model' and 'ref_model_update': sync_ref_model is "
+                              f"ref_model_update sync, not {self.ref_model_update!r}",
+                              keys=("sync_ref_model", "ref_model_update"))
+
+    @property
+    def reference_update(self) -> str:
+        """How the reference follows the policy: none, sync (TR-DPO's periodic mix, TRL's sync_ref_model) or ema;
+        with LoRA it is the reference's own adapter values that are updated."""
+        return self.ref_model_update or ("sync" if self.sync_ref_model else "none")
 
     def check_machine(self, device: str) -> None:
         if self.sharding == "stage2" and device.split(":")[0] == "cpu":

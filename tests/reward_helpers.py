@@ -25,3 +25,9 @@ def with_setting(completions, scale=1.0, **columns):
     if scale <= 0:
         raise ValueError(f"scale must be positive, got {scale}")
     return [scale * (1.0 - len(text) / 200.0) for text in completions]
+
+
+def short_reward_unless_tied(completions, tied=None, **columns):
+    """``short_reward``, except a constant 1.0 for samples marked ``tied`` (a group with no learning signal)."""
+    tied = tied or [False] * len(completions)
+    return [1.0 if t else 1.0 - len(text) / 200.0 for text, t in zip(completions, tied)]

@@ -7,7 +7,7 @@ import pytest
 
 from paddle_r1.config import ConfigError, GRPOConfig
 from paddle_r1.models.loading import load_model
-from paddle_r1.models.lora import adapters_disabled, apply_lora, lora_layers, merged_state_dict
+from paddle_r1.models.lora import adapter_state, adapters_disabled, apply_lora, lora_layers, merged_state_dict
 from paddle_r1.trainer.grpo import GRPOTrainer
 from paddle_r1.generation.generator import build_prompt_batch
 
@@ -78,9 +78,25 @@ def test_merged_state_is_w_plus_ab_scaled(tiny_model_dir):
     assert not any("lora_" in k for k in merged)
 
 
-def test_lora_with_sync_ref_model_is_refused(tiny_model_dir, rec_samples, tmp_path):
-    with pytest.raises(ConfigError, match="'lora' and 'sync_ref_model'"):
-        GRPOTrainer(_config(tiny_model_dir, tmp_path, sync_ref_model=True), samples=rec_samples)
+@pytest.mark.parametrize("update", ["sync", "ema"])
+def test_with_lora_a_following_reference_updates_its_own_adapters(tiny_model_dir, rec_samples, tmp_path, update):
+    """sync_ref_model (TR-DPO) and ref_model_update: ema with LoRA: the reference is the base model plus its own
+    adapter values, mixed toward the policy's; no second model. Resumed from a checkpoint, it continues."""
+    settings = dict(sync_ref_model=update == "sync", ref_model_update=update, ref_model_sync_steps=1,
+                    ref_model_mixup_alpha=0.25, ref_ema_decay=0.75, max_steps=2, save_steps=1)
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path / "run", **settings), samples=rec_samples)
+    assert trainer.reference is None
+    start = {k: v.numpy().copy() for k, v in trainer.reference_adapters.items()}
+    trainer.train()
+    policy = {k: v.numpy() for k, v in adapter_state(trainer.policy).items()}
+    moved = [k for k in start if not np.allclose(policy[k], start[k])]
+    assert moved
+    resumed = GRPOTrainer(_config(tiny_model_dir, tmp_path / "run", **settings,
+                                  resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2")), samples=rec_samples)
+    for key in moved:
+        now = trainer.reference_adapters[key].numpy()
+        assert not np.allclose(now, start[key]) and not np.allclose(now, policy[key]), key  # between the two
+        np.testing.assert_array_equal(resumed.reference_adapters[key].numpy(), now, err_msg=key)
 
 
 def test_gradient_checkpointing_gives_the_same_step(tiny_model_dir, rec_samples, tmp_path):

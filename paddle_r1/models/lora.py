@@ -62,6 +62,22 @@ def adapter_state(model) -> dict:
     return {name: param for name, param in model.named_parameters() if "lora_" in name.rsplit(".", 1)[-1]}
 
 
+@contextlib.contextmanager
+@paddle.no_grad()
+def adapter_values(model, values: dict):
+    """The model with its adapters set to ``values`` (name -> tensor, as ``adapter_state`` names them) for the
+    duration: a reference that is the base model plus its own (synced or EMA) adapters, without a second model."""
+    params = adapter_state(model)
+    saved = {name: params[name].clone() for name in values}
+    for name, value in values.items():
+        params[name].set_value(value)
+    try:
+        yield model
+    finally:
+        for name, value in saved.items():
+            params[name].set_value(value)
+
+
 @paddle.no_grad()
 def merged_state_dict(model) -> dict:
     """The base model's state on the host, in the model's own dtype, with each adapted weight replaced by

@@ -75,7 +75,7 @@ class Trainer:
         self.optimizer = self.update.optimizer
         self.scaler = self.precision.make_grad_scaler()  # float16 only
         # one global sequence of prompt batches; each rank takes its own slice of every batch
-        self.sampler = PromptSampler(len(self.samples), cfg.per_device_train_batch_size * self.world_size, cfg.seed)
+        self.sampler = PromptSampler(len(self.samples), self.prompts_per_device * self.world_size, cfg.seed)
         self.step = 0
         self.skipped_steps = 0  # in all, and in a row
         self.skipped_in_row = 0
@@ -91,6 +91,12 @@ class Trainer:
     # ---- what a job defines ------------------------------------------------------------------
     sharding_stage = ""  # GRPO reads its config key
     loads_reference_model = False  # a frozen reference model is loaded beside the policy
+    saves_reference = False  # the reference is part of the run's state (it follows the policy)
+
+    @property
+    def prompts_per_device(self) -> int:
+        """Samples each rank takes from every global batch."""
+        return self.config.per_device_train_batch_size
 
     @property
     def prompts_per_step(self) -> int:
@@ -155,7 +161,7 @@ class Trainer:
         """This rank's slice of the next global batch, images opened, with each sample's place in the global
         batch. A sample whose image fails now is skipped and counted; a batch left empty on any rank is
         replaced on every rank, so the ranks' samplers stay in step."""
-        per_device = self.config.per_device_train_batch_size
+        per_device = self.prompts_per_device
         while True:
             batch = self.sampler.next_batch()
             samples, images, places = [], [], []
@@ -229,7 +235,7 @@ class Trainer:
                 ckpt.finish_checkpoint(tmp, final, write_model=lambda folder: write_model_folder(self.policy, folder, cfg),
                                        policy=self.policy, processor=self.processor,
                                        optimizer=None if sharded else self.optimizer, trainer_state=state,
-                                       reference=self.reference if getattr(cfg, "sync_ref_model", False) else None,
+                                       reference=self.reference if self.saves_reference else None,
                                        save_total_limit=cfg.save_total_limit)
         barrier(self.world_size)
         return final

@@ -19,12 +19,12 @@ import paddle
 
 from ..config import GRPOConfig
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
-from ..models.lora import adapters_disabled
+from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, reward_columns
 from .base import Trainer
 from .distributed import reduce_metrics, sum_across_ranks
-from .loss import completion_logprobs
-from .loss import grpo_loss, group_advantages
+from .dynamic_sampling import concat_rollouts, informative_groups, select_groups
+from .loss import advantages_for, completion_logprobs, grpo_loss, kl_divergence, overlong_penalty
 
 
 @dataclass
@@ -52,6 +52,37 @@ class Experience:
         return cls(**{**state, "rollout": Rollout(**rollout)})
 
 
+@dataclass
+class _Candidates:
+    """Completions and their scores before advantages: one rollout's, or the kept groups of several."""
+
+    rollout: Rollout
+    texts: list
+    samples: list
+    images_per_prompt: list
+    scores: np.ndarray
+    rewards: np.ndarray
+    seconds: float
+
+    def group(self, i: int) -> "_Candidates":
+        g = self.rollout.num_generations
+        rows = slice(i * g, (i + 1) * g)
+        return _Candidates(select_groups(self.rollout, [i], self.images_per_prompt), self.texts[rows],
+                           [self.samples[i]], [self.images_per_prompt[i]], self.scores[rows], self.rewards[rows],
+                           self.seconds)
+
+    @staticmethod
+    def join(groups: list["_Candidates"], pad_token_id: int, seconds: float) -> "_Candidates":
+        return _Candidates(concat_rollouts([c.rollout for c in groups], pad_token_id),
+                           [t for c in groups for t in c.texts], [s for c in groups for s in c.samples],
+                           [n for c in groups for n in c.images_per_prompt],
+                           np.concatenate([c.scores for c in groups]), np.concatenate([c.rewards for c in groups]),
+                           seconds)
+
+
+REFERENCE_ADAPTER_FILE = "reference_adapter.pdparams"
+
+
 class GRPOTrainer(Trainer):
     name = "GRPO"
 
@@ -60,7 +91,10 @@ class GRPOTrainer(Trainer):
         self.sampling = SamplingParams(max_new_tokens=config.max_completion_length, temperature=config.temperature,
                                        top_p=config.top_p, top_k=config.top_k)
         self.buffer: list[Experience] = []
+        self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
         super().__init__(config, samples, heldout)
+        if config.lora and config.reference_update != "none" and self.reference_adapters is None:
+            self.reference_adapters = {n: p.detach().clone() for n, p in adapter_state(self.policy).items()}
 
     # ---- what the skeleton asks ----------------------------------------------------------------
     @property
@@ -81,59 +115,122 @@ class GRPOTrainer(Trainer):
     def steps_per_batch(self) -> int:
         return self.config.num_iterations
 
+    @property
+    def saves_reference(self) -> bool:
+        """A reference that follows the policy is part of the run's state (a frozen one is the original model)."""
+        return self.reference is not None and self.config.reference_update != "none"
+
     def save_rank_files(self, folder: str) -> None:
-        """Mid-way through num_iterations a resume needs each rank's rollout buffer."""
+        """Mid-way through num_iterations a resume needs each rank's rollout buffer; with LoRA, a reference that
+        follows the policy keeps its own adapter values."""
         if self.step % self.config.num_iterations != 0:
             paddle.save({"buffer": [e.state() for e in self.buffer]},
                         os.path.join(folder, f"extra_state_rank{self.rank}.pdparams"))
+        if self.reference_adapters is not None and self.is_main:
+            paddle.save(self.reference_adapters, os.path.join(folder, REFERENCE_ADAPTER_FILE))
 
     def restore_job(self, path: str, state: dict) -> None:
         extra_path = os.path.join(path, f"extra_state_rank{self.rank}.pdparams")
         if os.path.isfile(extra_path):
             self.buffer = [Experience.from_state(e) for e in paddle.load(extra_path)["buffer"]]
+        adapters_path = os.path.join(path, REFERENCE_ADAPTER_FILE)
+        if os.path.isfile(adapters_path):
+            self.reference_adapters = paddle.load(adapters_path)
 
     # ---- one step ----------------------------------------------------------------------------
     def _reference_logprobs(self, rollout: Rollout) -> paddle.Tensor:
-        """Under the reference policy: the frozen copy, or with LoRA the policy with its adapters off."""
+        """Under the reference policy: the frozen copy; with LoRA the policy with its adapters off, or with the
+        reference's own (synced / EMA) adapter values when the reference is updated."""
         cfg = self.config
+        if cfg.lora and self.reference_adapters is not None:
+            with adapter_values(self.policy, self.reference_adapters):
+                return completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature)
         if cfg.lora:
             with adapters_disabled(self.policy):
                 return completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature)
         return completion_logprobs(self.reference, rollout, cfg.logprob_chunk_size, cfg.temperature)
 
-    def _uniforms(self, micro_batch: int, places: list[int]) -> paddle.Tensor:
+    def _uniforms(self, micro_batch: int, places: list[int], gen_batch: int = 0) -> paddle.Tensor:
         """The random numbers each completion samples with, from (seed, step, micro-batch, place in the global
-        batch, generation): the same completions on any number of ranks, and after a resume."""
+        batch, generation[, refill batch of dynamic sampling]): the same completions on any number of ranks,
+        and after a resume."""
         cfg = self.config
-        rows = [np.random.default_rng([cfg.seed, self.step, micro_batch, place, g]).random(cfg.max_completion_length)
-                for place in places for g in range(cfg.num_generations)]
+        refill = [gen_batch] if gen_batch else []
+        rows = [np.random.default_rng([cfg.seed, self.step, micro_batch, place, g] + refill)
+                .random(cfg.max_completion_length) for place in places for g in range(cfg.num_generations)]
         return paddle.to_tensor(np.stack(rows).astype("float32"))
 
-    def make_experience(self, micro_batch: int = 0) -> Experience:
+    def _rollout(self, micro_batch: int, gen_batch: int = 0) -> _Candidates:
+        """This rank's next prompts, their G completions each, and every reward's score."""
         cfg = self.config
         samples, images, places = self.next_samples()
         start = time.perf_counter()
         generation = self.generator.generate(samples, cfg.num_generations, self.sampling, cfg.question_template,
                                              cfg.system_prompt, images=images,
-                                             uniforms=self._uniforms(micro_batch, places))
-        generation_seconds = time.perf_counter() - start
-        rollout, texts, facts = generation.rollout, generation.texts, generation.facts
+                                             uniforms=self._uniforms(micro_batch, places, gen_batch))
+        seconds = time.perf_counter() - start
+        facts = generation.facts
         columns = reward_columns(samples, facts.image_sizes, facts.input_sizes, self.coord_system,
                                  repeat=cfg.num_generations)
-        scores = self.rewards.score(texts, columns)
+        scores = self.rewards.score(generation.texts, columns)
         for key, value in scores.counters.items():
             self.count(key, value)
-        advantages = group_advantages(paddle.to_tensor(scores.rewards), cfg.num_generations, cfg.scale_rewards)
+        rewards = scores.rewards
+        if cfg.overlong_buffer:
+            lengths = generation.rollout.completion_mask.sum(axis=1).tolist()
+            rewards = rewards + np.asarray(overlong_penalty(lengths, cfg.max_completion_length, cfg.overlong_buffer,
+                                                            cfg.overlong_penalty_factor), dtype="float32")
+        return _Candidates(generation.rollout, generation.texts, samples, [len(s["images"]) for s in samples],
+                           scores.per_function, rewards, seconds)
+
+    def _dynamic_rollout(self, micro_batch: int) -> _Candidates:
+        """DAPO's dynamic sampling: groups whose rewards all tie are dropped and further prompt batches are drawn
+        until this rank has its ``per_device`` informative groups or ``max_num_gen_batches`` were drawn (then the
+        last tied groups fill the batch: they get advantage 0). Every rank draws as many batches as the rank that
+        needs most, so the samplers stay in step; a rank already full draws without generating."""
+        cfg = self.config
+        wanted, kept, tied = self.prompts_per_device, [], []
+        drawn, zero_std, seconds = 0, 0, 0.0
+        while drawn < cfg.max_num_gen_batches:
+            if sum_across_ranks(float(len(kept) < wanted), self.world_size) == 0:
+                break
+            if len(kept) >= wanted:
+                self.next_samples()
+            else:
+                candidates = self._rollout(micro_batch, drawn)
+                seconds += candidates.seconds
+                informative = informative_groups(candidates.rewards, cfg.num_generations)
+                zero_std += candidates.rollout.prompt.size - len(informative)
+                kept += [candidates.group(i) for i in informative][:wanted - len(kept)]
+                tied = [candidates.group(i) for i in range(candidates.rollout.prompt.size) if i not in informative]
+            drawn += 1
+        chosen = kept + tied[:wanted - len(kept)]
+        self.count("num_gen_batches", drawn)
+        self.count("frac_reward_zero_std", zero_std / max(drawn * wanted, 1))
+        return _Candidates.join(chosen, self.generator.tokenizer.pad_token_id, seconds)
+
+    def make_experience(self, micro_batch: int = 0) -> Experience:
+        cfg = self.config
+        candidates = self._dynamic_rollout(micro_batch) if cfg.dynamic_sampling else self._rollout(micro_batch)
+        rollout, rewards = candidates.rollout, candidates.rewards
         mask = rollout.completion_mask
         if cfg.mask_truncated_completions:
             mask = mask * (~rollout.truncated).astype(mask.dtype).unsqueeze(1)
         with paddle.no_grad():
+            needs_old = cfg.num_iterations > 1 or (cfg.uses_reference and not cfg.use_kl_loss)
             old_logp = completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature) \
-                if cfg.num_iterations > 1 else None
+                if needs_old else None
             ref_logp = self._reference_logprobs(rollout) if cfg.uses_reference else None
-        return Experience(rollout=rollout, mask=mask, advantages=advantages, old_logp=old_logp, ref_logp=ref_logp,
-                          scores=scores.per_function, rewards=scores.rewards, texts=texts, samples=samples,
-                          generation_seconds=generation_seconds)
+        if cfg.uses_reference and not cfg.use_kl_loss:  # KL in the reward: r_i - beta * sum_t kl_t
+            kl = (kl_divergence(old_logp, ref_logp, cfg.kl_estimator) * mask.astype("float32")).sum(axis=1)
+            rewards = rewards - cfg.beta * kl.numpy()
+            ref_logp = None
+        advantages = advantages_for(cfg.adv_estimator, paddle.to_tensor(rewards), cfg.num_generations, mask,
+                                    cfg.scale_rewards)
+        return Experience(rollout=rollout, mask=mask, advantages=advantages,
+                          old_logp=old_logp if cfg.num_iterations > 1 else None, ref_logp=ref_logp,
+                          scores=candidates.scores, rewards=rewards, texts=candidates.texts,
+                          samples=candidates.samples, generation_seconds=candidates.seconds)
 
     def training_step(self) -> dict:
         cfg = self.config
@@ -148,27 +245,40 @@ class GRPOTrainer(Trainer):
             logp = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
             old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
             loss, loss_stats = grpo_loss(
-                logp, old_logp, exp.ref_logp, exp.advantages, exp.mask, beta=cfg.beta,
+                logp, old_logp, exp.ref_logp, exp.advantages, exp.mask,
+                beta=cfg.beta if cfg.use_kl_loss else 0.0,  # else the KL is already in the reward
                 epsilon_low=cfg.epsilon, epsilon_high=cfg.clip_high, loss_type=cfg.loss_type,
-                max_completion_length=cfg.max_completion_length, num_items_in_batch=tokens_in_step)
+                max_completion_length=cfg.max_completion_length, num_items_in_batch=tokens_in_step,
+                kl_estimator=cfg.kl_estimator, importance_sampling_level=cfg.importance_sampling_level)
             if cfg.loss_type != "dapo":  # dapo already divides by the whole step's token count
                 loss = loss / cfg.gradient_accumulation_steps
             self.backward(loss)
             losses.append(float(loss))
             stats.append(loss_stats)
         update = self.apply_update(losses)
-        if self.reference is not None and cfg.sync_ref_model and self.step % cfg.ref_model_sync_steps == 0:
-            self._sync_reference()
+        self._update_reference()
         metrics = self._step_metrics(losses, stats, update, time.perf_counter() - start)
         return reduce_metrics(metrics, self.world_size)
 
     @paddle.no_grad()
-    def _sync_reference(self) -> None:
-        """ref <- alpha * policy + (1 - alpha) * ref (TRL's sync_ref_model)."""
-        alpha = self.config.ref_model_mixup_alpha
-        policy_params = dict(self.policy.named_parameters())
-        for name, ref_param in self.reference.named_parameters():
-            ref_param.set_value(alpha * policy_params[name] + (1 - alpha) * ref_param)
+    def _update_reference(self) -> None:
+        """ref <- a * policy + (1 - a) * ref: sync (TR-DPO, TRL's sync_ref_model) every ref_model_sync_steps
+        steps with a = ref_model_mixup_alpha; ema after every step with a = 1 - ref_ema_decay. On the reference
+        model's weights, or with LoRA on the reference's own adapter values."""
+        cfg = self.config
+        if cfg.reference_update == "sync" and self.step % cfg.ref_model_sync_steps == 0:
+            alpha = cfg.ref_model_mixup_alpha
+        elif cfg.reference_update == "ema":
+            alpha = 1.0 - cfg.ref_ema_decay
+        else:
+            return
+        if self.reference_adapters is not None:
+            for name, param in adapter_state(self.policy).items():
+                self.reference_adapters[name] = alpha * param.detach() + (1 - alpha) * self.reference_adapters[name]
+        elif self.reference is not None:
+            policy_params = dict(self.policy.named_parameters())
+            for name, ref_param in self.reference.named_parameters():
+                ref_param.set_value(alpha * policy_params[name] + (1 - alpha) * ref_param)
 
     def _step_metrics(self, losses, stats, update: dict, seconds) -> dict:
         """The step's numbers; completions no reward scored (reward NaN) are left out of the reward statistics."""

@@ -95,7 +95,78 @@ def group_advantages(rewards: paddle.Tensor, num_generations: int, scale_rewards
                                                             num_generations) + 1e-4)
     elif scale_rewards == "batch":
         advantages = advantages / (_nan_std(rewards, valid) + 1e-4)
-    return paddle.where(paddle.isnan(advantages), paddle.zeros_like(advantages), advantages)
+    return _zero_nan(advantages)
+
+
+def _zero_nan(x: paddle.Tensor) -> paddle.Tensor:
+    return paddle.where(paddle.isnan(x), paddle.zeros_like(x), x)
+
+
+def rloo_advantages(rewards: paddle.Tensor, num_generations: int, **_) -> paddle.Tensor:
+    """RLOO (arXiv 2402.14740): A_i = r_i - mean_{j != i} r_j over the scored completions of i's group, which is
+    k / (k - 1) * (r_i - mean(group)) for k scored completions; 0 for a group with fewer than two."""
+    valid = ~paddle.isnan(rewards)
+    grouped, grouped_valid = rewards.reshape([-1, num_generations]), valid.reshape([-1, num_generations])
+    count = grouped_valid.astype(rewards.dtype).sum(axis=1, keepdim=True)
+    centered = grouped - _nan_mean(grouped, grouped_valid, axis=1)
+    scale = paddle.where(count > 1, count / (count - 1), paddle.full_like(count, float("nan")))
+    return _zero_nan((centered * scale).reshape([-1]))
+
+
+def reinforce_plus_plus_advantages(rewards: paddle.Tensor, num_generations: int, mask: paddle.Tensor,
+                                   **_) -> paddle.Tensor:
+    """REINFORCE++ (arXiv 2501.03262) with an outcome reward, as EasyR1 computes it: every completion token's
+    return is the completion's reward (gamma 1), whitened over all completion tokens of the batch:
+    A_i = (r_i - mu) / sqrt(var + 1e-8), mu and the unbiased var over tokens (a completion weighs by its length);
+    no group baseline."""
+    valid = ~paddle.isnan(rewards)
+    lengths = mask.astype(rewards.dtype).sum(axis=1) * valid.astype(rewards.dtype)
+    filled = paddle.where(valid, rewards, paddle.zeros_like(rewards))
+    tokens = lengths.sum()
+    mean = (filled * lengths).sum() / tokens
+    variance = (((filled - mean) ** 2) * lengths).sum() / (tokens - 1).clip(min=1.0)
+    return _zero_nan(paddle.where(valid, (filled - mean) / (variance + 1e-8).sqrt(), paddle.zeros_like(rewards)))
+
+
+def dr_grpo_advantages(rewards: paddle.Tensor, num_generations: int, **_) -> paddle.Tensor:
+    """Dr. GRPO (arXiv 2503.20783): A_i = r_i - mean(group), not divided by any std."""
+    return group_advantages(rewards, num_generations, "none")
+
+
+ADVANTAGE_ESTIMATORS = {
+    # EasyR1's adv_estimator names; "grpo" divides as scale_rewards says (TRL's key)
+    "grpo": lambda rewards, num_generations, scale_rewards="group", **_: group_advantages(
+        rewards, num_generations, scale_rewards),
+    "rloo": rloo_advantages,
+    "reinforce_plus_plus": reinforce_plus_plus_advantages,
+    "dr_grpo": dr_grpo_advantages,
+}
+
+
+def advantages_for(estimator: str, rewards: paddle.Tensor, num_generations: int, mask: paddle.Tensor,
+                   scale_rewards: str = "group") -> paddle.Tensor:
+    """The advantage of each completion by the named estimator (config key ``adv_estimator``)."""
+    return ADVANTAGE_ESTIMATORS[estimator](rewards, num_generations, mask=mask, scale_rewards=scale_rewards)
+
+
+def kl_divergence(logp: paddle.Tensor, ref_logp: paddle.Tensor, estimator: str = "k3") -> paddle.Tensor:
+    """Per-token estimate of KL(policy || reference) from sampled tokens (Schulman, "Approximating KL
+    divergence"), d = ref_t - logp_t:  k1 = -d;  k2 = d^2 / 2;  k3 = exp(d) - d - 1 (>= 0, low variance)."""
+    delta = ref_logp - logp
+    if estimator == "k1":
+        return -delta
+    if estimator == "k2":
+        return 0.5 * delta * delta
+    if estimator == "k3":
+        return paddle.exp(delta) - delta - 1
+    raise ValueError(f"unknown kl_estimator {estimator!r}")
+
+
+def overlong_penalty(lengths, max_completion_length: int, buffer: int, factor: float):
+    """DAPO's soft overlong punishment (arXiv 2503.14476), added to the reward: 0 up to L_max - buffer, then
+    -factor * (L - (L_max - buffer)) / buffer in the last ``buffer`` tokens, -factor at L_max."""
+    start = max_completion_length - buffer
+    return [-factor * min(max(length - start, 0), buffer) / buffer for length in lengths]
 
 
 @dataclass
@@ -108,12 +179,15 @@ class LossStats:
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, epsilon_low: float,
               epsilon_high: float, loss_type: str, max_completion_length: int,
-              num_items_in_batch: float | None = None) -> tuple[paddle.Tensor, LossStats]:
-    """Clipped policy-gradient loss with a k3 KL penalty.
+              num_items_in_batch: float | None = None, kl_estimator: str = "k3",
+              importance_sampling_level: str = "token") -> tuple[paddle.Tensor, LossStats]:
+    """Clipped policy-gradient loss with a KL penalty.
 
-    ratio_t = exp(logp_t - old_logp_t)
-    l_t = -min(ratio_t * A, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A) + beta * kl_t
-    kl_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1          (k3 estimator, >= 0)
+    ratio_t = exp(logp_t - old_logp_t)  (importance_sampling_level "token"), or for every token of sequence i
+    ratio_i = exp(sum_t m_t (logp_t - old_logp_t) / sum_t m_t)  ("sequence": GSPO, arXiv 2507.18071, as TRL)
+    l_t = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A) + beta * kl_t
+    kl_t = ``kl_divergence(logp, ref, kl_estimator)``, k3 by default: exp(ref_t - logp_t) - (ref_t - logp_t) - 1
+    (beta 0: no KL term in the loss; with use_kl_loss off the trainer puts it in the reward instead).
 
     Normalisation over the mask m (N rows, T tokens):
     grpo: mean_i( sum_t l m / sum_t m );  bnpo: sum l m / sum m;
@@ -121,14 +195,18 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, epsilo
     (completion tokens in the whole optimizer step, across accumulation micro-batches).
     """
     mask = mask.astype(logp.dtype)
-    ratio = paddle.exp(logp - old_logp)
+    log_ratio = logp - old_logp
+    if importance_sampling_level == "sequence":
+        log_ratio = ((log_ratio * mask).sum(axis=1, keepdim=True) / mask.sum(axis=1, keepdim=True).clip(min=1.0))
+    elif importance_sampling_level != "token":
+        raise ValueError(f"unknown importance_sampling_level {importance_sampling_level!r}")
+    ratio = paddle.exp(log_ratio)
     adv = advantages.unsqueeze(1)
     clipped = paddle.clip(ratio, 1 - epsilon_low, 1 + epsilon_high)
     per_token = -paddle.minimum(ratio * adv, clipped * adv)
     kl = None
     if beta != 0.0:
-        delta = ref_logp - logp
-        kl = paddle.exp(delta) - delta - 1
+        kl = kl_divergence(logp, ref_logp, kl_estimator)
         per_token = per_token + beta * kl
     tokens = mask.sum().clip(min=1.0)
     if loss_type == "grpo":
@@ -144,8 +222,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, epsilo
         raise ValueError(f"unknown loss_type {loss_type!r}")
 
     with paddle.no_grad():
-        low = ((ratio < 1 - epsilon_low) & (adv < 0)).astype(mask.dtype)
-        high = ((ratio > 1 + epsilon_high) & (adv > 0)).astype(mask.dtype)
+        low = ((ratio < 1 - epsilon_low) & (adv < 0)).astype(mask.dtype) * paddle.ones_like(mask)
+        high = ((ratio > 1 + epsilon_high) & (adv > 0)).astype(mask.dtype) * paddle.ones_like(mask)
         stats = LossStats(
             kl=float((kl * mask).sum() / tokens) if kl is not None else 0.0,
             clip_low=float((low * mask).sum() / tokens),

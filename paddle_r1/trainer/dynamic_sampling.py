@@ -1,0 +1,79 @@
+"""DAPO's dynamic sampling (arXiv 2503.14476): groups whose G rewards all tie carry no learning signal (their
+advantages are all 0), so they are dropped and the batch is refilled from further prompt batches.
+
+Here: picking the groups of a rollout that keep a signal, and joining the kept groups of several rollouts into
+one (prompts re-padded on the left, completions on the right, images concatenated in order).
+"""
+from __future__ import annotations
+
+import numpy as np
+import paddle
+
+from ..generation.rollout import PromptBatch, Rollout
+
+
+def informative_groups(rewards: np.ndarray, num_generations: int) -> list[int]:
+    """Indices of the groups whose scored rewards (NaN: unscored) are not all equal: std > 0 over at least two."""
+    kept = []
+    for group, values in enumerate(rewards.reshape(-1, num_generations)):
+        scored = values[~np.isnan(values)]
+        if scored.size > 1 and scored.max() > scored.min():
+            kept.append(group)
+    return kept
+
+
+def _image_rows(grid: paddle.Tensor, images_per_prompt: list[int]) -> list[tuple[int, int]]:
+    """For each prompt, the [start, end) rows of ``pixel_values`` its images occupy (t * h * w patches each)."""
+    patches = (grid[:, 0] * grid[:, 1] * grid[:, 2]).tolist()
+    spans, image, row = [], 0, 0
+    for count in images_per_prompt:
+        size = int(sum(patches[image:image + count]))
+        spans.append((row, row + size))
+        image, row = image + count, row + size
+    return spans
+
+
+def select_groups(rollout: Rollout, groups: list[int], images_per_prompt: list[int]) -> Rollout:
+    """The rollout restricted to ``groups`` (prompt indices), with their completions and images."""
+    g = rollout.num_generations
+    prompt = rollout.prompt
+    rows = paddle.to_tensor(groups, dtype="int64")
+    completion_rows = paddle.to_tensor([i * g + k for i in groups for k in range(g)], dtype="int64")
+    pixel_values = grid = None
+    if prompt.image_grid_thw is not None:
+        spans = _image_rows(prompt.image_grid_thw, images_per_prompt)
+        first_image = np.cumsum([0] + images_per_prompt)
+        pixel_values = paddle.concat([prompt.pixel_values[spans[i][0]:spans[i][1]] for i in groups])
+        grid = paddle.concat([prompt.image_grid_thw[first_image[i]:first_image[i + 1]] for i in groups])
+    selected = PromptBatch(input_ids=prompt.input_ids[rows], attention_mask=prompt.attention_mask[rows],
+                           pixel_values=pixel_values, image_grid_thw=grid)
+    return Rollout(prompt=selected, num_generations=g, completion_ids=rollout.completion_ids[completion_rows],
+                   completion_mask=rollout.completion_mask[completion_rows],
+                   truncated=rollout.truncated[completion_rows])
+
+
+def _pad(x: paddle.Tensor, width: int, value, left: bool) -> paddle.Tensor:
+    missing = width - x.shape[1]
+    if missing == 0:
+        return x
+    filler = paddle.full([x.shape[0], missing], value, dtype=x.dtype)
+    return paddle.concat([filler, x] if left else [x, filler], axis=1)
+
+
+def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
+    """One rollout holding the groups of ``rollouts`` in order."""
+    if len(rollouts) == 1:
+        return rollouts[0]
+    prompt_width = max(r.prompt.input_ids.shape[1] for r in rollouts)
+    completion_width = max(r.completion_ids.shape[1] for r in rollouts)
+    with_images = [r.prompt for r in rollouts if r.prompt.image_grid_thw is not None]
+    prompt = PromptBatch(
+        input_ids=paddle.concat([_pad(r.prompt.input_ids, prompt_width, pad_token_id, True) for r in rollouts]),
+        attention_mask=paddle.concat([_pad(r.prompt.attention_mask, prompt_width, 0, True) for r in rollouts]),
+        pixel_values=paddle.concat([p.pixel_values for p in with_images]) if with_images else None,
+        image_grid_thw=paddle.concat([p.image_grid_thw for p in with_images]) if with_images else None)
+    return Rollout(
+        prompt=prompt, num_generations=rollouts[0].num_generations,
+        completion_ids=paddle.concat([_pad(r.completion_ids, completion_width, pad_token_id, False) for r in rollouts]),
+        completion_mask=paddle.concat([_pad(r.completion_mask, completion_width, 0, False) for r in rollouts]),
+        truncated=paddle.concat([r.truncated for r in rollouts]))
