@@ -28,8 +28,7 @@ class Resizer:
     factor: int
     min_pixels: int
     max_pixels: int
-    coord_system: Optional[str]
-    source: str  # the folder these came from, for the report's note
+    coord_system: Optional[str]  # the family's default, from config.json's model_type
 
     def input_size(self, size) -> tuple[int, int]:
         # the very function the processor paddleformers loads (its fast image processor) resizes with
@@ -52,7 +51,7 @@ def resizer_for(model_dir: str) -> Resizer:
     return Resizer(factor=int(pre.get("patch_size", 14)) * int(pre.get("merge_size", 2)),
                    min_pixels=int(pre.get("min_pixels") or size.get("shortest_edge") or 56 * 56),
                    max_pixels=int(pre.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280),
-                   coord_system=coord_system, source=model_dir)
+                   coord_system=coord_system)
 
 
 def find_model_dir(run_dir: str) -> Optional[str]:
