@@ -23,6 +23,7 @@ from .engine import Answer, Engine
 from .limits import ServeLimits
 
 logger = logging.getLogger(__name__)
+DRAIN_FACTOR = 16  # a refused body up to this many times the size limit is read and dropped
 
 
 def completion_body(answer: Answer, model: str, request_id: str, created: int) -> dict:
@@ -115,18 +116,25 @@ class ChatHandler(BaseHTTPRequestHandler):
         except ValueError:
             raise RequestError(411, "a Content-Length header is required") from None
         if length > self.server.limits.max_request_bytes:
-            self.close_connection = True  # the body is not read: the connection cannot be reused
+            self._drain()
             raise RequestError(413, f"request body of {length} bytes is over this server's limit of "
                                     f"{self.server.limits.max_request_bytes} bytes", code="request_too_large")
         return self.rfile.read(length)
 
     def _drain(self) -> None:
-        """Read a refused request's body (within the size limit) so the connection stays usable."""
+        """Read and drop a refused request's body, a chunk at a time (nothing is kept), so that the client, still
+        sending, reads the error instead of a reset connection; a body over DRAIN_FACTOR times the size limit is
+        not read, and the connection is closed."""
         length = self.headers.get("Content-Length", "")
-        if length.isdigit() and int(length) <= self.server.limits.max_request_bytes:
-            self.rfile.read(int(length))
-        else:
+        left = int(length) if length.isdigit() else -1
+        if not 0 <= left <= DRAIN_FACTOR * self.server.limits.max_request_bytes:
             self.close_connection = True
+            return
+        while left > 0:
+            chunk = self.rfile.read(min(left, 1 << 16))
+            if not chunk:
+                break
+            left -= len(chunk)
 
     def _chat(self) -> None:
         server = self.server
