@@ -31,6 +31,6 @@ setup(
         "tqdm",
         "visualdl",
     ],
-    extras_require={"test": ["pytest>=7", "pytest-timeout"]},
+    extras_require={"test": ["pytest>=7", "pytest-timeout", "openai>=1.0"]},  # openai: the serve test's client
     entry_points={"console_scripts": ["paddle-r1=paddle_r1.cli:main"]},
 )

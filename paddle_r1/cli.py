@@ -1,4 +1,4 @@
-"""``paddle-r1``: train | sft | check-data | demo | plot | estimate-memory | make-tiny-model."""
+"""``paddle-r1``: train | sft | check-data | demo | plot | view | serve | estimate-memory | make-tiny-model."""
 from __future__ import annotations
 
 import argparse
@@ -38,6 +38,38 @@ def _plot(args, extra: list[str]) -> int:
         raise SystemExit(f"plot: unexpected arguments {extra}")
     output = args.output or os.path.join(args.run_dirs[0], "learning_curve.png")
     print(plot_runs(args.run_dirs, output))
+    return 0
+
+
+def _view(args, extra: list[str]) -> int:
+    from .view.report import write_report
+
+    if extra:
+        raise SystemExit(f"view: unexpected arguments {extra}")
+    try:
+        path = write_report(args.folder, steps=args.steps, output=args.output, model_dir=args.model,
+                            coord_system=args.coord_system)
+    except ValueError as e:
+        raise SystemExit(f"paddle-r1 view: error: {e}") from None
+    print(path)
+    if args.open:
+        import webbrowser
+
+        webbrowser.open("file://" + os.path.abspath(path))
+    return 0
+
+
+def _serve(args, extra: list[str]) -> int:
+    from .serve.limits import ServeLimits
+    from .serve.server import serve
+
+    if extra:
+        raise SystemExit(f"serve: unexpected arguments {extra}")
+    limits = ServeLimits(max_request_bytes=args.max_request_mb << 20, max_images=args.max_images,
+                         max_image_pixels=args.max_image_pixels, max_tokens=args.max_tokens, max_n=args.max_n,
+                         max_concurrency=args.max_concurrency, max_batch=args.max_batch)
+    serve(args.checkpoint, host=args.host, port=args.port, model_name=args.model_name, image_root=args.image_root,
+          limits=limits, dtype=args.dtype)
     return 0
 
 
@@ -92,6 +124,31 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="output folders holding metrics.jsonl")
     plot.add_argument("--output", "-o", help="PNG path (default: RUN_DIR/learning_curve.png)")
     plot.set_defaults(run=_plot)
+    view = sub.add_parser("view", help="static HTML report of a run's completions (images with predicted and true "
+                          "boxes, rewards, advantages) and curves, or of an eval results folder")
+    view.add_argument("folder", metavar="OUTPUT_DIR", help="a training run's output folder or an eval results folder")
+    view.add_argument("--steps", help="steps to render: 'all' or e.g. 1,5,10-20 (default: the last 3 logged)")
+    view.add_argument("--output", "-o", help="HTML path (default: OUTPUT_DIR/report/index.html)")
+    view.add_argument("--model", help="model folder whose processor and family convert boxes when the rows do not "
+                                      "say (default: the run's newest checkpoint)")
+    view.add_argument("--coord_system", help="abs_resized | rel_1000 | abs_original (default: the family's)")
+    view.add_argument("--open", action="store_true", help="open the report in the default browser")
+    view.set_defaults(run=_view)
+    srv = sub.add_parser("serve", help="OpenAI-compatible chat-completions server for a checkpoint (CPU or GPU)")
+    srv.add_argument("checkpoint", help="model folder (a checkpoint-N/ or a published model)")
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--model_name", help="the model id clients name (default: the folder's name)")
+    srv.add_argument("--image_root", help="folder local image paths may be read from (default: none allowed)")
+    srv.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    srv.add_argument("--max_request_mb", type=int, default=20, help="largest request body, MiB")
+    srv.add_argument("--max_images", type=int, default=8, help="images per request")
+    srv.add_argument("--max_image_pixels", type=int, default=4096 * 4096, help="pixels per image, before resizing")
+    srv.add_argument("--max_tokens", type=int, default=1024, help="ceiling of a request's max_tokens")
+    srv.add_argument("--max_n", type=int, default=8, help="ceiling of a request's n")
+    srv.add_argument("--max_concurrency", type=int, default=16, help="requests in progress at once; more get 429")
+    srv.add_argument("--max_batch", type=int, default=8, help="requests decoded together in one batch")
+    srv.set_defaults(run=_serve)
     check = sub.add_parser("check-data", help="validate a config's data without training; counts per file")
     check.add_argument("config")
     check.set_defaults(run=_check_data)

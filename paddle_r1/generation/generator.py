@@ -54,6 +54,12 @@ def build_prompt_batch(samples: list[dict], processor, question_template: str, s
     images = images if images is not None else [load_sample_images(s) for s in samples]
     texts = [processor.apply_chat_template(build_messages(s, question_template, system_prompt), tokenize=False,
                                            add_generation_prompt=True) for s in samples]
+    return encode_prompts(texts, images, processor)
+
+
+def encode_prompts(texts: list[str], images: list, processor) -> tuple[PromptBatch, PromptFacts]:
+    """Chat-formatted prompt strings and, per prompt, its opened images -> one left-padded processor batch and
+    the images' sizes (shared by the samples' prompts above and the chat server's)."""
     image_sizes = [[img.size for img in opened] for opened in images]
     flat = [img for opened in images for img in opened]
     encoded = processor(text=texts, images=flat or None, padding=True, return_tensors="pd")

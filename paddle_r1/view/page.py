@@ -1,0 +1,165 @@
+"""The report's HTML: one file, its style and script inline, images from the thumbnails folder beside it.
+
+A step (or results file) is chosen with a selector; each prompt is a card with its images, the true shapes in
+green and each completion's predicted shapes in that completion's colour, and a table of the completions (scores
+of each reward, total, advantage, the answer for text tasks, the text) that can be sorted and filtered by reward.
+"""
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from typing import Optional
+
+from ..rewards.parsing import answer_text
+
+PALETTE = ("#e6194b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#9a6324", "#800000", "#000075",
+           "#808000", "#469990", "#bfef45")
+TRUTH = "#11bb33"
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:16px;color:#222}
+.controls{position:sticky;top:0;background:#fff;padding:6px 0;border-bottom:1px solid #ddd;z-index:2}
+.curves{display:flex;flex-wrap:wrap;gap:8px}.curve{border:1px solid #eee}
+.curve .title{font-size:12px;font-weight:600}.curve .tick,.curve .legend{font-size:9px}.curve .none{fill:#999}
+.curve .axis{stroke:#999}
+.note{background:#fff4d6;border:1px solid #e8c66a;padding:6px 10px;margin:8px 0}
+.prompt{border:1px solid #ccc;border-radius:6px;padding:10px;margin:12px 0}
+.images{display:flex;flex-wrap:wrap;gap:8px}.images svg{max-width:420px;max-height:420px;background:#eee}
+.problem{white-space:pre-wrap;margin:6px 0}.solution{font-family:monospace}
+table{border-collapse:collapse;margin-top:6px;width:100%}td,th{border:1px solid #ddd;padding:2px 6px;
+vertical-align:top;font-size:13px}th{background:#f4f4f4}td.text{font-family:monospace;white-space:pre-wrap;
+max-width:700px;word-break:break-word}.swatch{display:inline-block;width:12px;height:12px;border-radius:2px}
+tr.hidden,g.hidden{display:none}tr.hover{background:#fffbe0}g.hover *{stroke-width:4}
+"""
+
+SCRIPT = """
+const byId = id => document.getElementById(id);
+function apply() {
+  const step = byId('step').value, order = byId('sort').value, min = parseFloat(byId('min-reward').value);
+  document.querySelectorAll('section.step').forEach(s => { s.style.display = s.dataset.step === step ? '' : 'none'; });
+  document.querySelectorAll('table.completions tbody').forEach(body => {
+    const rows = Array.from(body.rows);
+    const key = r => { const v = parseFloat(r.dataset[order === 'advantage' ? 'advantage' : 'reward']);
+                       return isNaN(v) ? -Infinity : v; };
+    if (order === 'index') rows.sort((a, b) => a.dataset.row - b.dataset.row);
+    else rows.sort((a, b) => key(b) - key(a));
+    if (order === 'reward-asc') rows.reverse();
+    rows.forEach(r => body.appendChild(r));
+    const card = body.closest('.prompt');
+    rows.forEach(r => {
+      const v = parseFloat(r.dataset.reward), hide = !isNaN(min) && !(v >= min);
+      r.classList.toggle('hidden', hide);
+      card.querySelectorAll('g.pred[data-row="' + r.dataset.row + '"]').forEach(g => g.classList.toggle('hidden', hide));
+    });
+  });
+}
+document.addEventListener('DOMContentLoaded', () => {
+  ['step', 'sort', 'min-reward'].forEach(id => byId(id).addEventListener('input', apply));
+  document.querySelectorAll('table.completions tbody tr').forEach(r => {
+    const card = r.closest('.prompt'), shapes = () => card.querySelectorAll('g.pred[data-row="' + r.dataset.row + '"]');
+    r.addEventListener('mouseenter', () => { r.classList.add('hover'); shapes().forEach(g => g.classList.add('hover')); });
+    r.addEventListener('mouseleave', () => { r.classList.remove('hover'); shapes().forEach(g => g.classList.remove('hover')); });
+  });
+  apply();
+});
+"""
+
+
+def color(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def number(value, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "&ndash;"
+    return f"{value:.{digits}f}"
+
+
+def data_number(value) -> str:
+    return "" if value is None or (isinstance(value, float) and not math.isfinite(value)) else repr(float(value))
+
+
+def shape_svg(shape, stroke: str, css: str, radius: float) -> str:
+    x1, y1, x2, y2 = shape.coords
+    common = f'class="{css}" stroke="{stroke}" fill="none" stroke-width="2" vector-effect="non-scaling-stroke"'
+    title = f"<title>{escape(shape.label)}</title>" if shape.label else ""
+    if shape.kind == "point":
+        return (f'<circle cx="{x1:.1f}" cy="{y1:.1f}" r="{radius:.1f}" {common}>{title}</circle>'
+                f'<circle cx="{x1:.1f}" cy="{y1:.1f}" r="{radius / 4:.1f}" class="{css}" fill="{stroke}"/>')
+    if shape.kind == "swipe":
+        return (f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" {common}>{title}</line>'
+                f'<circle cx="{x2:.1f}" cy="{y2:.1f}" r="{radius / 2:.1f}" class="{css}" fill="{stroke}"/>')
+    return (f'<rect x="{x1:.1f}" y="{y1:.1f}" width="{x2 - x1:.1f}" height="{y2 - y1:.1f}" {common}>'
+            f'{title}</rect>')
+
+
+def image_svg(href: Optional[str], size, index: int, truth: list, predictions: list[list]) -> str:
+    """One image in its original pixel space (so shapes need no scaling): the truth, then each completion's
+    shapes in a group ``g.pred[data-row]`` the table's filter and hover act on."""
+    width, height = size
+    radius = max(width, height) / 60
+    parts = [f'<svg viewBox="0 0 {width} {height}" data-image="{index}" preserveAspectRatio="xMidYMid meet">']
+    if href:
+        parts.append(f'<image href="{escape(href)}" x="0" y="0" width="{width}" height="{height}"/>')
+    else:
+        parts.append(f'<text x="10" y="30" font-size="{radius * 2:.0f}">image not found</text>')
+    parts += [shape_svg(s, TRUTH, "truth", radius) for s in truth if s.image == index]
+    for row, shapes in enumerate(predictions):
+        mine = [shape_svg(s, color(row), "pred", radius) for s in shapes if s.image == index]
+        if mine:
+            parts.append(f'<g class="pred" data-row="{row}">' + "".join(mine) + "</g>")
+    return "".join(parts) + "</svg>"
+
+
+def completions_table(prompt, reward_names: list[str], predictions: list[list], text_task: bool) -> str:
+    head = ["#"] + reward_names + ["total", "advantage"] + (["answer"] if text_task else []) + ["completion"]
+    rows = []
+    for i, c in enumerate(prompt.completions):
+        cells = [f'<td><span class="swatch" style="background:{color(i)}"></span> {i}'
+                 f'{" &#9633;" if predictions[i] else ""}</td>']
+        cells += [f'<td class="score" data-name="{escape(n)}">{number(c.scores.get(n))}</td>' for n in reward_names]
+        cells.append(f'<td class="total">{number(c.reward)}</td>')
+        cells.append(f'<td class="advantage">{number(c.advantage)}</td>')
+        if text_task:
+            cells.append(f'<td class="answer">{escape(answer_text(c.text).strip())}</td>')
+        cells.append(f'<td class="text">{escape(c.text)}</td>')
+        rows.append(f'<tr data-row="{i}" data-reward="{data_number(c.reward)}" '
+                    f'data-advantage="{data_number(c.advantage)}">' + "".join(cells) + "</tr>")
+    return ('<table class="completions"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def solution_text(solution) -> str:
+    return solution if isinstance(solution, str) else json.dumps(solution, ensure_ascii=False)
+
+
+def prompt_card(prompt, images: list, truth: list, predictions: list[list], reward_names: list[str],
+                text_task: bool) -> str:
+    """``images``: per image (href or None, original (w, h))."""
+    svgs = "".join(image_svg(href, size, i, truth, predictions) for i, (href, size) in enumerate(images))
+    return (f'<div class="prompt"><div class="images">{svgs}</div>'
+            f'<div class="problem">{escape(prompt.problem)}</div>'
+            f'<div>solution: <span class="solution">{escape(solution_text(prompt.solution))}</span></div>'
+            + completions_table(prompt, reward_names, predictions, text_task) + "</div>")
+
+
+def page(title: str, curves: str, notes: list[str], sections: list[tuple[str, list[str]]], reward_names: list,
+         skipped_steps: int) -> str:
+    """``sections``: (key, rendered prompt cards), the last one shown first."""
+    options = "".join(f'<option value="{escape(k)}"{" selected" if i == len(sections) - 1 else ""}>'
+                      f"{escape(k)}</option>" for i, (k, _) in enumerate(sections))
+    bodies = "".join(f'<section class="step" data-step="{escape(k)}"><h2>{escape(k)}</h2>{"".join(cards)}</section>'
+                     for k, cards in sections)
+    more = (f"<p>{skipped_steps} other logged steps not rendered (<code>--steps</code> picks them).</p>"
+            if skipped_steps else "")
+    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title><style>{STYLE}</style><script>{SCRIPT}</script></head><body>"
+            f"<h1>{escape(title)}</h1>{curves}"
+            + "".join(f'<div class="note">{escape(n)}</div>' for n in notes)
+            + '<div class="controls">step <select id="step">' + options + "</select> sort "
+            '<select id="sort"><option value="index">as generated</option><option value="reward-desc">reward, high '
+            'first</option><option value="reward-asc">reward, low first</option><option value="advantage">'
+            'advantage, high first</option></select> reward &ge; <input id="min-reward" type="number" step="0.1" '
+            'placeholder="any" size="6"> <span>rewards: ' + escape(", ".join(reward_names)) + "</span></div>"
+            + more + bodies + "</body></html>")

@@ -1,0 +1,109 @@
+"""A run's completions as prompts, whichever tool wrote them.
+
+A training run's ``completions.jsonl`` (one row per completion: step, problem, images, solution, completion,
+reward, advantage, ``reward/<name>``) and eval results (``eval/test_rec.py``'s json files: one greedy answer per
+question, its ``correct`` verdict) both become ``Section``s (a training step, or one results file) of ``Prompt``s,
+each holding its completions, so the report draws them the same way.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+FACT_KEYS = ("image_sizes", "input_sizes", "coord_system")  # what the rewards saw; rows may carry them
+
+
+@dataclass
+class Completion:
+    text: str
+    reward: Optional[float]
+    advantage: Optional[float]
+    scores: dict  # reward name -> score (None: not applicable)
+    prediction: object = None  # eval results only: the parsed prediction, boxes already in original pixels
+
+
+@dataclass
+class Prompt:
+    problem: str
+    images: list
+    solution: object
+    completions: list = field(default_factory=list)
+    facts: dict = field(default_factory=dict)  # FACT_KEYS found in the rows
+
+
+@dataclass
+class Section:
+    key: str  # "step 12", or a results file's name
+    prompts: list
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """The json rows of ``path``; a line cut off by a kill (the last one) is skipped."""
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
+def training_steps(rows: list[dict]) -> list[int]:
+    return sorted({row["step"] for row in rows if isinstance(row.get("step"), int)})
+
+
+def training_sections(rows: list[dict], steps: list[int]) -> list[Section]:
+    """The rows of ``steps``, grouped step by step into prompts (a prompt's G completions are contiguous rows with
+    the same problem, images and solution)."""
+    sections = []
+    for step in steps:
+        prompts: list[Prompt] = []
+        for row in (r for r in rows if r.get("step") == step):
+            key = (row.get("problem"), row.get("images"), row.get("solution"))
+            if not prompts or (prompts[-1].problem, prompts[-1].images, prompts[-1].solution) != key:
+                prompts.append(Prompt(problem=row.get("problem") or "", images=list(row.get("images") or []),
+                                      solution=row.get("solution"),
+                                      facts={k: row[k] for k in FACT_KEYS if k in row}))
+            scores = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("reward/")}
+            prompts[-1].completions.append(Completion(text=row.get("completion") or "", reward=row.get("reward"),
+                                                      advantage=row.get("advantage"), scores=scores))
+        sections.append(Section(key=f"step {step}", prompts=prompts))
+    return sections
+
+
+def eval_sections(paths: list[str]) -> list[Section]:
+    """One section per results file; a question's answer is its only completion, scored ``correct`` 0/1."""
+    sections = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+        prompts = []
+        for row in summary.get("results", []):
+            correct = None if row.get("correct") is None else float(bool(row["correct"]))
+            completion = Completion(text=row.get("answer") or "", reward=correct, advantage=None,
+                                    scores={"correct": correct}, prediction=row.get("prediction"))
+            prompts.append(Prompt(problem=row.get("question") or "", images=[row["image"]] if row.get("image") else [],
+                                  solution=row.get("ground_truth"), completions=[completion]))
+        name = os.path.splitext(os.path.basename(path))[0]
+        accuracy = summary.get("accuracy")
+        sections.append(Section(key=name if accuracy is None else f"{name} ({accuracy * 100:.1f}%)", prompts=prompts))
+    return sections
+
+
+def eval_result_files(folder: str) -> list[str]:
+    """The eval results json files of ``folder`` (those holding a ``results`` list)."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                if isinstance(json.load(f).get("results"), list):
+                    found.append(path)
+        except (ValueError, AttributeError, OSError):
+            continue
+    return found

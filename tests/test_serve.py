@@ -1,0 +1,144 @@
+"""``paddle-r1 serve``: a real server on 127.0.0.1 with the tiny checkpoint, driven by the real ``openai`` client
+and by raw HTTP for the requests the client would refuse to send."""
+import base64
+import http.client
+import io
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from PIL import Image
+
+openai = pytest.importorskip("openai", reason="the openai client is in the test extra: pip install -e .[test]")
+
+from paddle_r1.generation.generator import Generator  # noqa: E402
+from paddle_r1.generation.rollout import SamplingParams  # noqa: E402
+from paddle_r1.rewards.families.judge import LLMJudge  # noqa: E402
+from paddle_r1.serve.limits import ServeLimits  # noqa: E402
+from paddle_r1.serve.server import build_server  # noqa: E402
+
+LIMITS = ServeLimits(max_image_pixels=300 * 300, max_tokens=16, max_request_bytes=1 << 20, max_concurrency=8)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir):
+    srv = build_server(tiny_model_dir, port=0, model_name="tiny", limits=LIMITS)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    host, port = server.server_address[:2]
+    return openai.OpenAI(base_url=f"http://{host}:{port}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def data_url(path: str) -> str:
+    with open(path, "rb") as f:
+        return "data:image/png;base64," + base64.b64encode(f.read()).decode()
+
+
+def image_message(sample) -> list:
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(sample["images"][0])}},
+                                         {"type": "text", "text": sample["problem"]}]}]
+
+
+def test_greedy_reply_is_the_rollouts_greedy_completion(client, tiny, rec_samples):
+    model, processor = tiny
+    sample = rec_samples[0]
+    expected = Generator(model, processor, "abs_resized").generate(
+        [sample], 1, SamplingParams(max_new_tokens=12, temperature=0.0), "{Question}").texts[0]
+    reply = client.chat.completions.create(model="tiny", messages=image_message(sample), temperature=0, max_tokens=12)
+    assert reply.choices[0].message.content == expected
+    assert reply.choices[0].finish_reason in ("stop", "length") and reply.usage.prompt_tokens > 0
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    # streamed: the same text in chat.completion.chunk events
+    chunks = client.chat.completions.create(model="tiny", messages=image_message(sample), temperature=0,
+                                            max_tokens=12, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected
+
+
+def test_concurrent_requests_share_a_batch(client, server):
+    prompts = [f"How many objects are there {i}?" for i in range(4)]
+    before = server.engine.batches
+
+    def ask(text):
+        return client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": text}],
+                                              temperature=0, max_tokens=6)
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(ask, prompts))
+    assert all(len(r.choices) == 1 for r in replies)
+    assert server.engine.batches - before < len(prompts)  # some requests were decoded together
+    sampled = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "count"}], n=3,
+                                             temperature=1.0, top_p=0.9, max_tokens=5, stop=["]"])
+    assert len(sampled.choices) == 3 and all("]" not in c.message.content for c in sampled.choices)
+
+
+def post(server, body: bytes, path="/v1/chat/completions"):
+    conn = http.client.HTTPConnection(*server.server_address[:2], timeout=60)
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    status, reply = response.status, json.loads(response.read())
+    conn.close()
+    return status, reply["error"]["message"]
+
+
+def chat(**fields) -> bytes:
+    return json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], **fields}).encode()
+
+
+def png_url(size) -> str:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (200, 10, 10)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def with_image(url: str) -> bytes:
+    return json.dumps({"model": "tiny", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "what?"}]}]}).encode()
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (b'{"model": "tiny", "messages": [', 400, "not valid JSON"),
+    (chat(model="gpt-4o"), 404, "model 'gpt-4o' not found"),
+    (with_image(png_url((400, 400))), 413, "over this server's limit of 90000 pixels"),
+    (with_image("https://example.com/cat.png"), 400, "not fetched"),
+    (with_image("/etc/passwd"), 403, "local image paths are not allowed"),
+    (with_image("data:image/png;base64,AAAA"), 400, "not a readable image"),
+    (chat(max_tokens=10_000), 400, "'max_tokens' must be between 1 and 16"),
+    (chat(temperature="hot"), 400, "'temperature' must be a number"),
+    (chat(messages=[{"role": "wizard", "content": "x"}]), 400, "needs a role"),
+    (b"[1, 2]", 400, "must be a JSON object"),
+    (b" " * (2 << 20), 413, "over this server's limit"),
+], ids=["malformed-json", "unknown-model", "oversize-image", "http-url", "local-path", "bad-image", "max-tokens",
+        "temperature", "role", "not-object", "oversize-body"])
+def test_bad_requests_get_4xx_and_the_server_lives_on(server, client, body, status, message):
+    got_status, got_message = post(server, body)
+    assert got_status == status and message in got_message, got_message
+    assert client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "ok"}],
+                                          max_tokens=2).choices
+
+
+def test_the_openai_client_sees_4xx_as_its_errors(client):
+    with pytest.raises(openai.NotFoundError, match="not found"):
+        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError, match="max_tokens"):
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=99)
+
+
+def test_llm_judge_pointed_at_the_server(server):
+    host, port = server.server_address[:2]
+    judge = LLMJudge(base_url=f"http://{host}:{port}/v1", model="tiny", timeout=60, max_retries=0)
+    counts = {}
+    judge.report = lambda key, n: counts.__setitem__(key, counts.get(key, 0) + n)
+    scores = judge(["<answer>a red square</answer>", "<answer>blue</answer>", "<answer>Blue.</answer>"],
+                   solution=["a green circle", "blue", "blue"], problem=["what?", "colour?", "colour?"])
+    assert scores[1] == scores[2] == 1.0  # exact matches are settled without a request
+    assert scores[0] in (0.0, 1.0) or 0.0 <= scores[0] <= 1.0
+    assert counts["requests"] == 1
+    # the server answered: a tiny random model's reply may hold no verdict, but no request failed over HTTP
+    assert judge._warned <= {"unparseable reply"}
