@@ -73,3 +73,14 @@ def test_default_data_paths_follow_the_unpacked_layout(tmp_path, script, present
                             capture_output=True, text=True, timeout=300)
     root = str(data / image_root) if image_root else str(data)
     assert f"(synthetic data in place of {data / data_path}, images: {root})" in result.stdout, result.stdout
+
+
+def test_paddlemix_rec_recipe():
+    """PaddleMIX's published REC recipe: 500 steps, vision trained, 256 completion tokens, refcoco/+/g."""
+    from paddle_r1.data.loader import sources_from
+
+    config = GRPOConfig(**yaml.safe_load(open(os.path.join(ROOT, "configs", "grpo_rec_paddlemix.yaml"))))
+    assert (config.max_steps, config.freeze_vision, config.max_completion_length) == (500, False, 256)
+    assert config.per_device_train_batch_size * 8 * config.gradient_accumulation_steps == 16  # on 8 GPUs
+    paths = [s.path for s in sources_from(os.path.join(ROOT, config.data_path))]
+    assert [os.path.basename(p) for p in paths] == ["refcoco_train.json", "refcocop_train.json", "refcocog_train.json"]
