@@ -19,6 +19,8 @@ setup(
         "math-verify[antlr4_13_2]",
         "matplotlib",  # paddle-r1 plot (visualdl pulls it in too, but plot.py imports it itself)
         "nltk",
+        "openpyxl",  # pandas' reader for .xlsx product tables (seed 002)
+        "pandas",
         "pycocotools",
         # paddleformers pins numpy<=1.26.4 (via fast_dataindex); pyarrow 26 needs numpy 2, and `datasets` needs pyarrow
         "pyarrow>=24,<26",

@@ -140,6 +140,7 @@ class DataKeys:
     strict_data: bool = False  # stop at the first bad record instead of skipping and counting it
     image_columns: Optional[list[str]] = None  # products format: the columns holding image paths
     image_cache_dir: Optional[str] = None  # where images stored inside datasets folders are written
+    image_placement: str = "markers"  # markers: images where the problem's <image> markers are; before_text: VLM-R1's (all first)
     max_image_pixels: Optional[int] = None  # an image with more pixels is a bad image (None: Pillow's limit, ~89M)
     question_template: str = DEFAULT_QUESTION_TEMPLATE
     system_prompt: Optional[str] = None

@@ -3,6 +3,8 @@
 #   CPU_RANKS=1            processes of the CPU smoke run (2: data parallel over gloo, e.g. with --sharding stage1)
 #   NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500   multi-node, as paddle.distributed.launch takes them
 #   MODEL_PATH DATA_PATH IMAGE_ROOT BATCH_SIZE NUM_GENERATIONS MAX_PIXELS OUTPUT_DIR   the job
+#   DATA_DIR=data          where the data was unpacked: PaddleMIX's tarballs (data/REC, data/Counting, data/GEO) or
+#                          seed 001's separate downloads (data/coco, data/rec_jsons_processed, data/clevr_cogen_a_train)
 # Extra arguments are passed to `paddle-r1 train` (--key value overrides any config key).
 
 GPUS=${GPUS:-8}
@@ -11,6 +13,21 @@ NODE_RANK=${NODE_RANK:-0}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 MASTER_PORT=${MASTER_PORT:-29500}
 PYTHON=${PYTHON:-python}
+
+DATA_DIR=${DATA_DIR:-data}
+
+# default_data PATH ROOT [PATH ROOT]...: set DATA_PATH and IMAGE_ROOT (unless the environment did) to the first pair
+# whose PATH exists under DATA_DIR (ROOT "" is DATA_DIR itself): PaddleMIX's unpacked tarball first, then the separate
+# downloads. When none exists, the first pair, so that the error names the tarball's layout.
+default_data() {
+    local path=$1 root=$2
+    while [ $# -ge 2 ]; do
+        if [ -e "$DATA_DIR/$1" ]; then path=$1 root=$2; break; fi
+        shift 2
+    done
+    DATA_PATH=${DATA_PATH:-$DATA_DIR/$path}
+    IMAGE_ROOT=${IMAGE_ROOT:-$DATA_DIR${root:+/$root}}
+}
 
 has_gpu() {
     [ "$GPUS" != "0" ] && "$PYTHON" -c "import paddle, sys; sys.exit(0 if paddle.device.cuda.device_count() > 0 else 1)" 2>/dev/null
@@ -24,7 +41,7 @@ launch_grpo() {
         if [ "$NNODES" -gt 1 ]; then
             launch+=(--nnodes "$NNODES" --rank "$NODE_RANK" --master "$MASTER_ADDR:$MASTER_PORT")
         fi
-        echo "GRPO on $NNODES node(s) x $GPUS GPU(s): $CONFIG -> $OUTPUT_DIR"
+        echo "GRPO on $NNODES node(s) x $GPUS GPU(s): $CONFIG on $DATA_PATH (images: $IMAGE_ROOT) -> $OUTPUT_DIR"
         "$PYTHON" -m paddle.distributed.launch "${launch[@]}" scripts/grpo_entry.py train "${job[@]}" \
             --model_name_or_path "$MODEL_PATH" --data_path "$DATA_PATH" --image_root "$IMAGE_ROOT" \
             --per_device_train_batch_size "$BATCH_SIZE" --num_generations "$NUM_GENERATIONS" \
@@ -33,6 +50,7 @@ launch_grpo() {
         local ranks=${CPU_RANKS:-1} runner=("$PYTHON")
         [ "$ranks" -gt 1 ] && runner+=(-m paddle.distributed.launch --nproc_per_node "$ranks" --log_dir "$OUTPUT_DIR/launch_logs")
         echo "no GPU (GPUS=$GPUS): CPU smoke run of $CONFIG on a tiny model, $ranks process(es) -> $OUTPUT_DIR"
+        echo "(synthetic data in place of $DATA_PATH, images: $IMAGE_ROOT)"
         local tiny="$OUTPUT_DIR/tiny-model"
         [ -f "$tiny/config.json" ] || "$PYTHON" scripts/grpo_entry.py make-tiny-model "$tiny" > /dev/null
         "${runner[@]}" scripts/grpo_entry.py train "${job[@]}" --model_name_or_path "$tiny" \

@@ -4,11 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=${CONFIG:-configs/grpo_counting.yaml}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2-VL-2B-Instruct}
-DATA_PATH=${DATA_PATH:-data/clevr_cogen_a_train}
-IMAGE_ROOT=${IMAGE_ROOT:-data}
+source scripts/common.sh
+default_data Counting/clevr_cogen_a_train Counting clevr_cogen_a_train ""  # images are inside the parquet shards
 BATCH_SIZE=${BATCH_SIZE:-1}
 NUM_GENERATIONS=${NUM_GENERATIONS:-8}
 MAX_PIXELS=${MAX_PIXELS:-401408}
 OUTPUT_DIR=${OUTPUT_DIR:-output/grpo_counting}
-source scripts/common.sh
 launch_grpo "$@"

@@ -50,3 +50,37 @@ def test_sft_config_loads():
     from paddle_r1.config import SFTConfig
 
     SFTConfig(**yaml.safe_load(open(os.path.join(ROOT, "configs", "sft_rec.yaml"))))
+
+
+LAYOUTS = [  # (script, a path present under DATA_DIR, the data path and image root it gets)
+    ("run_grpo_rec.sh", "REC/rec_jsons_processed/refcoco_train.json", "REC/rec_jsons_processed/refcoco_train.json",
+     "REC"),
+    ("run_grpo_rec.sh", "rec_jsons_processed/refcoco_train.json", "rec_jsons_processed/refcoco_train.json", "coco"),
+    ("run_grpo_counting.sh", "Counting/clevr_cogen_a_train/data", "Counting/clevr_cogen_a_train", "Counting"),
+    ("run_grpo_geometry.sh", "GEOQA_R1V_Train_8K/data", "GEOQA_R1V_Train_8K", ""),
+]
+
+
+@pytest.mark.parametrize("script, present, data_path, image_root", LAYOUTS)
+def test_default_data_paths_follow_the_unpacked_layout(tmp_path, script, present, data_path, image_root):
+    """The scripts' default data: PaddleMIX's tarballs (data/REC/..., data/Counting/...) when unpacked, else the
+    separate downloads; DATA_DIR moves both. An invalid override stops the run right after the line naming them."""
+    data = tmp_path / "data"
+    os.makedirs(data / present)
+    env = {**os.environ, "GPUS": "0", "DATA_DIR": str(data), "OUTPUT_DIR": str(tmp_path / "out"),
+           "PYTHON": sys.executable}
+    result = subprocess.run(["bash", os.path.join(ROOT, "scripts", script), "--num_generations", "1"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    root = str(data / image_root) if image_root else str(data)
+    assert f"(synthetic data in place of {data / data_path}, images: {root})" in result.stdout, result.stdout
+
+
+def test_paddlemix_rec_recipe():
+    """PaddleMIX's published REC recipe: 500 steps, vision trained, 256 completion tokens, refcoco/+/g."""
+    from paddle_r1.data.loader import sources_from
+
+    config = GRPOConfig(**yaml.safe_load(open(os.path.join(ROOT, "configs", "grpo_rec_paddlemix.yaml"))))
+    assert (config.max_steps, config.freeze_vision, config.max_completion_length) == (500, False, 256)
+    assert config.per_device_train_batch_size * 8 * config.gradient_accumulation_steps == 16  # on 8 GPUs
+    paths = [s.path for s in sources_from(os.path.join(ROOT, config.data_path))]
+    assert [os.path.basename(p) for p in paths] == ["refcoco_train.json", "refcocop_train.json", "refcocog_train.json"]

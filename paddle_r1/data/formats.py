@@ -18,6 +18,10 @@ from typing import Callable, Optional
 from ..models.coords import as_box, as_floats, is_number
 
 ANSWER_TAGS = re.compile(r"^\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
+IMAGE_MARKER = "<image>"
+# markers: each image where its <image> marker stands in the problem (paddle_r1's default; all images first when
+# the problem has none). before_text: VLM-R1's prompt, every image before the text and the markers removed.
+IMAGE_PLACEMENTS = ("markers", "before_text")
 
 
 class SampleError(ValueError):
@@ -32,6 +36,7 @@ class SourceContext:
     image_root: Optional[str] = None
     image_columns: Optional[list] = None  # products format: which columns hold images
     image_cache_dir: Optional[str] = None  # where images embedded in a datasets folder are written
+    image_placement: str = "markers"  # see IMAGE_PLACEMENTS
 
     def image_path(self, name) -> str:
         if isinstance(name, str):
@@ -44,16 +49,18 @@ class SourceContext:
         return self._cached_image(name)
 
     def _cached_image(self, image) -> str:
-        """An image stored inside a datasets row (PIL image or {"bytes", "path"}): write it once, use the path."""
+        """An image stored inside a datasets or parquet row (PIL image, {"bytes", "path"} or raw bytes): write it
+        once, use the path. Stored bytes are written as they are (Pillow reads the format from the content)."""
         if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):
             return self.image_path(image["path"])
-        data = image["bytes"] if isinstance(image, dict) else _png_bytes(image)
+        stored = image["bytes"] if isinstance(image, dict) else image if isinstance(image, bytes) else None
+        data = stored if stored is not None else _png_bytes(image)
         if not data:
             raise SampleError(f"unusable image value of type {type(image).__name__}")
         digest = hashlib.sha1(data).hexdigest()[:20]
         folder = self.image_cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "paddle_r1", "images")
         os.makedirs(folder, exist_ok=True)
-        target = os.path.join(folder, f"{digest}.png" if not isinstance(image, dict) else f"{digest}.img")
+        target = os.path.join(folder, f"{digest}.img" if stored is not None else f"{digest}.png")
         if not os.path.exists(target):
             with open(target + ".part", "wb") as f:
                 f.write(data)
@@ -65,6 +72,14 @@ class SourceContext:
         if not values or any(v is None for v in values):
             raise SampleError("no image")
         return [self.image_path(v) for v in values]
+
+
+def place_images(sample: dict, placement: str) -> dict:
+    """VLM-R1's placement (before_text) drops the problem's <image> markers, so that the prompt has every image
+    before the text, as VLM-R1 builds it; the markers placement keeps them for the prompt builder."""
+    if placement == "before_text":
+        sample["problem"] = sample["problem"].replace(IMAGE_MARKER, "")
+    return sample
 
 
 def _png_bytes(image) -> Optional[bytes]:
@@ -125,7 +140,8 @@ def adapt_rec(record: dict, ctx: SourceContext) -> dict:
 def adapt_conversation(record: dict, ctx: SourceContext) -> dict:
     """VLM-R1 jsonl: {id, image: str | [str], conversations: [{from: human, value: "<image>..."},
     {from: gpt, value}], accu_reward_method?}. The problem keeps its <image> markers, one per image,
-    so that multi-image prompts keep the images where the text puts them."""
+    so that multi-image prompts keep the images where the text puts them (unless ``image_placement`` is
+    before_text, VLM-R1's way, which ignores them)."""
     turns = record.get("conversations")
     if not isinstance(turns, list):
         raise SampleError("'conversations' must be a list of {from, value}")
@@ -137,8 +153,8 @@ def adapt_conversation(record: dict, ctx: SourceContext) -> dict:
         raise SampleError("no gpt turn (the solution) in 'conversations'")
     image = record.get("image", record.get("images"))
     images = ctx.image_paths(image) if image not in (None, [], "") else []
-    markers = question.count("<image>")
-    if markers and markers != len(images):
+    markers = question.count(IMAGE_MARKER)
+    if markers and markers != len(images) and ctx.image_placement == "markers":
         raise SampleError(f"{markers} <image> markers for {len(images)} images")
     return {**_extras(record, {"image", "images", "conversations", "accu_reward_method"}), "images": images,
             "problem": question, "solution": strip_answer_tags(answer),

@@ -13,7 +13,8 @@ from typing import Optional
 
 from PIL import Image
 
-from .formats import FORMATS, SampleError, SourceContext, detect_format, is_rec_file
+from .formats import (FORMATS, IMAGE_PLACEMENTS, SampleError, SourceContext, detect_format, is_rec_file,
+                      place_images)
 from .images import set_max_image_pixels
 from .mixture import Source, check_strategy, read_mixture, sample_indices
 from .records import BadRecord, Record, read_records
@@ -77,6 +78,8 @@ def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool)
     if name not in FORMATS:
         raise DataError(f"{ctx.path}: unknown format {name!r} (known: {', '.join(FORMATS)})")
     sample = FORMATS[name](record, ctx)
+    if isinstance(sample.get("problem"), str):
+        place_images(sample, ctx.image_placement)
     try:
         validate_sample(sample, "")
     except DataError as e:
@@ -86,9 +89,9 @@ def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool)
 
 
 def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
-                image_columns=None, image_cache_dir=None) -> list[dict]:
+                image_columns=None, image_cache_dir=None, image_placement: str = "markers") -> list[dict]:
     ctx = SourceContext(path=source.path, image_root=source.image_root, image_columns=image_columns,
-                        image_cache_dir=image_cache_dir)
+                        image_cache_dir=image_cache_dir, image_placement=image_placement)
     records = list(read_records(source.path))
     rec_file = is_rec_file([r.value for r in records if isinstance(r, Record)])
     samples = []
@@ -127,12 +130,14 @@ def sources_from(data_path: str, image_root: Optional[str] = None, data_format: 
 
 def load_samples(data_path: str, *, image_root: Optional[str] = None, data_format: Optional[str] = None,
                  strict: bool = False, seed: int = 0, image_columns=None, image_cache_dir=None,
-                 sampling_strategy: str = "all") -> tuple[list[dict], DataReport]:
+                 sampling_strategy: str = "all", image_placement: str = "markers") -> tuple[list[dict], DataReport]:
+    if image_placement not in IMAGE_PLACEMENTS:
+        raise DataError(f"config key 'image_placement': {image_placement!r} is not one of {', '.join(IMAGE_PLACEMENTS)}")
     report = DataReport()
     samples = []
     for i, source in enumerate(sources_from(data_path, image_root, data_format, sampling_strategy)):
         samples.extend(load_source(source, report, strict=strict, seed=seed + i, image_columns=image_columns,
-                                   image_cache_dir=image_cache_dir))
+                                   image_cache_dir=image_cache_dir, image_placement=image_placement))
     if not samples:
         detail = report.summary() or "no records"
         raise DataError(f"{data_path}: the dataset is empty ({detail})")
@@ -152,4 +157,4 @@ def load_from_config(config) -> tuple[list[dict], DataReport]:
         raise DataError("config key 'data_path' is required (or dataset_name: synthetic_rec)")
     return load_samples(config.data_path, image_root=config.image_root, data_format=config.data_format,
                         strict=config.strict_data, seed=config.seed, image_columns=config.image_columns,
-                        image_cache_dir=config.image_cache_dir)
+                        image_cache_dir=config.image_cache_dir, image_placement=config.image_placement)

@@ -1,5 +1,6 @@
-"""Reading raw records, each with the place it came from ("file:line"), from json, jsonl, csv and
-folders saved by the ``datasets`` library. A line that cannot be parsed, or holds bytes that are not UTF-8,
+"""Reading raw records, each with the place it came from ("file:line"), from json, jsonl, csv, xlsx, parquet and
+arrow files, folders saved by the ``datasets`` library and folders as ``huggingface-cli download --local-dir`` leaves
+them (README.md plus ``data/train-00000-of-00002.parquet``, ...). A line that cannot be parsed, or holds bytes that are not UTF-8,
 becomes a ``BadRecord``: the loader decides whether to skip and count it or to stop. Files are decoded with
 ``surrogateescape`` so that one bad byte costs its own line, not the whole file."""
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Iterator, Union
 
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # where surrogateescape kept a byte that is not UTF-8
 NOT_UTF8 = "not valid UTF-8 text"
+TABLE_EXTENSIONS = (".parquet", ".arrow")  # read by the ``datasets`` library
+SPREADSHEET_EXTENSIONS = (".xlsx", ".xlsm")  # read by pandas with openpyxl
 
 
 @dataclass
@@ -38,11 +41,13 @@ def read_records(path: str) -> Iterator[Union[Record, BadRecord]]:
     if not os.path.exists(path):
         raise FileNotFoundError(f"dataset not found: {path}")
     if os.path.isdir(path):
-        if not is_saved_dataset(path):
-            raise FileNotFoundError(f"{path} is a folder but not one saved by datasets.save_to_disk")
-        yield from _read_saved_dataset(path)
+        yield from _read_folder(path)
     elif path.endswith(".csv"):
         yield from _read_csv(path)
+    elif path.endswith(SPREADSHEET_EXTENSIONS):
+        yield from _read_xlsx(path)
+    elif path.endswith(TABLE_EXTENSIONS):
+        yield from _read_table_file(path)
     else:
         yield from _read_json(path)
 
@@ -86,6 +91,43 @@ def _read_csv(path: str):
             yield _checked(f"{path}:{reader.line_num}", value)  # the row's last line (a quoted cell may span lines)
 
 
+def _read_folder(path: str):
+    if is_saved_dataset(path):
+        yield from _read_saved_dataset(path)
+        return
+    for data_file in hub_data_files(path):
+        yield from _read_table_file(data_file)
+
+
+def hub_data_files(folder: str) -> list[str]:
+    """The train split's parquet / arrow files of a downloaded hub dataset folder (else its first split), found by
+    the file-name rules ``datasets.load_dataset`` itself applies, so that a folder loads here as it does there."""
+    from datasets.data_files import DataFilesDict, EmptyDatasetError, get_data_patterns
+    from datasets.exceptions import DataFilesNotFoundError
+
+    try:
+        splits = DataFilesDict.from_patterns(get_data_patterns(folder), base_path=folder)
+    except (EmptyDatasetError, DataFilesNotFoundError, FileNotFoundError):
+        splits = {}
+    split = "train" if "train" in splits else next(iter(splits), None)
+    files = [f for f in splits[split] if f.endswith(TABLE_EXTENSIONS)] if split else []
+    if not files:
+        raise FileNotFoundError(f"{folder} is a folder with no parquet or arrow data files (a hub download has "
+                                "data/train-*.parquet) and is not one saved by datasets.save_to_disk")
+    return sorted(files)
+
+
+def _read_table_file(path: str):
+    """One parquet or arrow file, row by row as "file[index]"."""
+    from datasets import Dataset, load_dataset
+
+    if path.endswith(".parquet"):
+        data = load_dataset("parquet", data_files=path, split="train")
+    else:
+        data = Dataset.from_file(path)
+    yield from _dataset_rows(path, data)
+
+
 def _read_saved_dataset(path: str):
     from datasets import DatasetDict, load_from_disk
 
@@ -93,8 +135,31 @@ def _read_saved_dataset(path: str):
     if isinstance(data, DatasetDict):
         split = "train" if "train" in data else next(iter(data))
         data = data[split]
+    yield from _dataset_rows(path, data)
+
+
+def _dataset_rows(path: str, data):
+    """Rows with their image columns left as stored bytes: each image is written to the cache as it is (no decode
+    and re-encode), and a corrupt one becomes a bad sample at the image check instead of stopping the read."""
+    from datasets import Image as ImageFeature
+
+    for name, feature in data.features.items():
+        if isinstance(feature, ImageFeature):
+            data = data.cast_column(name, ImageFeature(decode=False))
     for i, row in enumerate(data):
         yield Record(f"{path}[{i}]", dict(row))
+
+
+def _read_xlsx(path: str):
+    """Every sheet of a workbook, each row read like a csv row (cells as text, empty cells as "") and named
+    "file:sheet:row" with the row number Excel shows; a row with no value at all is skipped like a blank csv line."""
+    import pandas
+
+    sheets = pandas.read_excel(path, sheet_name=None, dtype=str, keep_default_na=False)
+    for sheet, frame in sheets.items():
+        for offset, row in enumerate(frame.to_dict("records")):
+            if any(str(v).strip() for v in row.values()):
+                yield _checked(f"{path}:{sheet}:{offset + 2}", row)  # row 1 holds the header
 
 
 def _checked(where: str, value):

@@ -6,7 +6,8 @@ import os
 import sys
 
 from .runner import (EvalOptions, Evaluator, accuracy_table, checkpoint_label, expand_model_paths, write_results)
-from .tasks import PROTOCOLS, TASKS, task_for_dataset
+from .protocols import PROTOCOLS, get_protocol
+from .tasks import TASKS, task_for_dataset
 
 
 def build_parser(kind: str) -> argparse.ArgumentParser:
@@ -19,24 +20,35 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     parser.add_argument("--image_root", default=None)
     parser.add_argument("--test_datasets", nargs="+", required=True)
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--sample_num", type=int, default=None, help="seeded random subset of each dataset")
+    parser.add_argument("--sample_num", type=int, default=None,
+                        help="a seeded subset of each dataset (default: all; paddlemix: 500 for REC)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--steps", type=int, default=None, help="training steps, recorded in result names")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                        help="default: float32 (paddlemix: bfloat16 on GPU, as PaddleMIX's scripts)")
     parser.add_argument("--max_new_tokens", type=int, default=256)
-    parser.add_argument("--question_template", default=None, help="default: training's template (r1) or {Question}")
+    parser.add_argument("--question_template", default=None,
+                        help="default: the protocol's prompt, else the checkpoint's training template (r1) or {Question}")
     parser.add_argument("--coord_system", default=None, help="default: the model family's own")
-    parser.add_argument("--output_dir", default="eval_results")
+    parser.add_argument("--output_dir", default=None, help="default: eval_results (paddlemix: logs, as PaddleMIX)")
+    parser.add_argument("--protocol", choices=tuple(PROTOCOLS), default="paddle_r1",
+                        help="paddle_r1: the training prompt, scored by the training reward; published: counting "
+                             "credits only <answer>\\s*(\\d+)\\s*</answer> (R1-V's and VLM-R1's scripts); paddlemix: "
+                             "PaddleMIX r1_mllm's eval scripts (prompts, subset, IoU, dtype, result files)")
     if kind == "rec":
         parser.add_argument("--visualize", type=int, default=0, help="draw N predictions per dataset")
     else:
         parser.add_argument("--task", choices=sorted(set(TASKS) - {"rec"}), default=None,
                             help="default: from the dataset name (counting / geoqa)")
-        parser.add_argument("--protocol", choices=PROTOCOLS, default="paddle_r1",
-                            help="paddle_r1: score with the training reward (counting reads 'There are 6 cubes.' and "
-                                 "number words); published: the peers' eval scripts' rule (counting credits only "
-                                 "<answer>\\s*(\\d+)\\s*</answer>)")
     return parser
+
+
+def default_dtype(protocol) -> str:
+    """The protocol's dtype on a GPU; float32 on CPU, where Paddle has no bfloat16 convolution (the vision tower)."""
+    import paddle
+
+    on_gpu = paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+    return protocol.dtype if on_gpu else "float32"
 
 
 def main(kind: str, argv: list[str] | None = None) -> int:
@@ -44,11 +56,15 @@ def main(kind: str, argv: list[str] | None = None) -> int:
 
     quiet_libraries()
     args = build_parser(kind).parse_args(argv)
+    protocol = get_protocol(args.protocol)
+    steps = args.steps if args.steps is not None else protocol.steps
+    write = protocol.write or write_results
     options = EvalOptions(data_root=args.data_root, image_root=args.image_root, method=args.method,
                           question_template=args.question_template, batch_size=args.batch_size,
-                          sample_num=args.sample_num, seed=args.seed, max_new_tokens=args.max_new_tokens,
-                          coord_system=args.coord_system, output_dir=args.output_dir,
-                          visualize=getattr(args, "visualize", 0), dtype=args.dtype)
+                          sample_num=args.sample_num if args.sample_num is not None else protocol.sample_num,
+                          seed=args.seed, max_new_tokens=args.max_new_tokens, coord_system=args.coord_system,
+                          output_dir=args.output_dir or protocol.output_dir, visualize=getattr(args, "visualize", 0),
+                          dtype=args.dtype or default_dtype(protocol), protocol=protocol.name)
     try:
         model_paths = expand_model_paths(args.model_path)
         table: dict[str, dict[str, float]] = {}
@@ -58,9 +74,10 @@ def main(kind: str, argv: list[str] | None = None) -> int:
                 (args.model_name + "_" if args.model_name else "") + checkpoint_label(model_path)
             label = checkpoint_label(model_path) if len(model_paths) > 1 else model_name
             for dataset in args.test_datasets:
-                task = TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task).under(args.protocol)
+                task = (TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task)).under(
+                    protocol.name, args.method)
                 summary = evaluator.evaluate(dataset, task)
-                path = write_results(summary, options.output_dir, model_name, args.steps)
+                path = write(summary, options.output_dir, model_name, steps)
                 print(f"{dataset}: accuracy {summary['accuracy'] * 100:.2f}% "
                       f"({summary['correct']}/{summary['total']}) -> {path}")
                 if options.visualize:

@@ -1,9 +1,11 @@
 """Evaluate one model folder on benchmark files: batched greedy decoding with the training prompt,
-answers scored by the training rewards, results written per dataset."""
+answers scored by the training rewards, results written per dataset; a protocol (``protocols.py``) may set the
+prompt, the subset, the scoring rule and the results file otherwise."""
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -11,11 +13,14 @@ from typing import Optional
 import paddle
 from tqdm import tqdm
 
-from ..data.loader import load_samples
+from ..data.loader import DataReport, load_samples
+from ..data.records import read_records
+from ..data.samples import SOURCE_KEY
 from ..models.loading import default_coord_system, load_model, load_processor, model_family
 from ..generation.generator import Generator
 from ..generation.rollout import SamplingParams
 from ..rewards.manager import reward_columns
+from .protocols import get_protocol, shuffled_first
 from .tasks import Task
 
 
@@ -33,6 +38,7 @@ class EvalOptions:
     output_dir: str = "eval_results"
     visualize: int = 0
     dtype: str = "float32"
+    protocol: str = "paddle_r1"  # see protocols.PROTOCOLS
 
 
 def checkpoint_label(model_path: str) -> str:
@@ -61,12 +67,58 @@ def benchmark_file(data_root: str, dataset: str) -> str:
     raise FileNotFoundError(f"no {dataset}.json or {dataset}.jsonl in {data_root}")
 
 
-def template_for(options: EvalOptions) -> str:
+def trained_template(model_path: str) -> Optional[str]:
+    """The question template a paddle_r1 checkpoint was trained with (its trainer_state.json's config), or None."""
+    from ..trainer.checkpoint import STATE_FILE
+
+    path = os.path.join(model_path, STATE_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return (json.load(f).get("config") or {}).get("question_template")
+
+
+def template_for(options: EvalOptions, task: str, model_path: str) -> str:
+    """--question_template; else the protocol's own prompt for the task; else, for --method r1, the template the
+    checkpoint was trained with, or the training default for a model not trained here; baseline: the question."""
     from ..config import GRPOConfig
 
     if options.question_template:
         return options.question_template
-    return GRPOConfig.__dataclass_fields__["question_template"].default if options.method == "r1" else "{Question}"
+    protocol_template = get_protocol(options.protocol).templates.get((task, options.method))
+    if protocol_template:
+        return protocol_template
+    if options.method != "r1":
+        return "{Question}"
+    return trained_template(model_path) or GRPOConfig.__dataclass_fields__["question_template"].default
+
+
+def select_samples(path: str, task: Task, options: EvalOptions, rng: random.Random) -> tuple[list[dict], DataReport]:
+    """The samples a run scores, in the order it asks them: the protocol's subset of the file (a seeded random
+    subset in file order by default; PaddleMIX's shuffle-then-first for REC; whole files for its R1-V tasks)."""
+    protocol = get_protocol(options.protocol)
+    sample_num = None if task.base in protocol.whole_tasks else options.sample_num
+    if task.base not in protocol.shuffled_tasks:
+        sampling = f"random:{sample_num}" if sample_num else "all"
+        return load_samples(path, image_root=options.image_root, data_format=task.data_format, seed=options.seed,
+                            sampling_strategy=sampling)
+    samples, report = load_samples(path, image_root=options.image_root, data_format=task.data_format)
+    wheres = [record.where for record in read_records(path)]
+    kept = {sample[SOURCE_KEY]: sample for sample in samples}  # a skipped row is left out, not replaced
+    chosen = [wheres[i] for i in shuffled_first(len(wheres), sample_num, rng)]
+    return [kept[where] for where in chosen if where in kept], report
+
+
+def asked(samples: list[dict], column: Optional[str]) -> list[dict]:
+    """The samples as prompted: ``column`` (PaddleMIX's REC baseline asks ``normal_caption``) in place of the
+    problem when given."""
+    if column is None:
+        return samples
+    missing = [s[SOURCE_KEY] for s in samples if not isinstance(s.get(column), str)]
+    if missing:
+        raise ValueError(f"{missing[0]}: no {column!r} to ask under this protocol and method "
+                         f"({len(missing)} such rows)")
+    return [dict(s, problem=s[column]) for s in samples]
 
 
 def answer_greedily(generator: Generator, samples: list[dict], template: str, batch_size: int, max_new_tokens: int,
@@ -91,17 +143,17 @@ class Evaluator:
         coord_system = options.coord_system or default_coord_system(model_family(model_path))
         self.generator = Generator(model, load_processor(model_path), coord_system)
         self.coord_system = coord_system
+        self.rng = random.Random(options.seed)  # PaddleMIX seeds once per run; its datasets shuffle in turn
 
     @paddle.no_grad()
     def evaluate(self, dataset: str, task: Task) -> dict:
         options = self.options
-        path = benchmark_file(options.data_root, dataset)
-        sampling = f"random:{options.sample_num}" if options.sample_num else "all"
-        samples, report = load_samples(path, image_root=options.image_root, data_format=task.data_format,
-                                       seed=options.seed, sampling_strategy=sampling)
+        samples, report = select_samples(benchmark_file(options.data_root, dataset), task, options, self.rng)
         if report.summary():
             print(report.summary())
-        completions, image_sizes, input_sizes = answer_greedily(self.generator, samples, template_for(options),
+        column = get_protocol(options.protocol).question_column.get((task.base, options.method))
+        template = template_for(options, task.base, self.model_path)
+        completions, image_sizes, input_sizes = answer_greedily(self.generator, asked(samples, column), template,
                                                                 options.batch_size, options.max_new_tokens, dataset)
         columns = reward_columns(samples, image_sizes, input_sizes, self.coord_system)
         correct = task.score(completions, columns)
@@ -112,6 +164,7 @@ class Evaluator:
         } for s, text, sizes, in_sizes, ok in zip(samples, completions, image_sizes, input_sizes, correct)]
         accuracy = sum(correct) / len(correct)
         return {"dataset": dataset, "model": self.model_path, "method": options.method, "task": task.name,
+                "protocol": options.protocol, "question_template": template,
                 "accuracy": accuracy, "correct": sum(correct), "total": len(correct), "skipped": report.skipped,
                 "results": results}
 

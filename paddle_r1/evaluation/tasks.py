@@ -1,12 +1,10 @@
 """What an eval task scores with: the training reward that decides "correct", and how its prediction is
-shown in the results (the parsed box in original pixels, the number, the answer text).
-
-Two protocols: "paddle_r1" (the default) scores with the training reward; "published" scores the way the peers'
-published evaluation scripts do where that differs: counting credits only ``<answer>\s*(\d+)\s*</answer>``
-(R1-V's and VLM-R1's rule), not "There are 6 cubes." or number words."""
+shown in the results (the parsed box in original pixels, the number, the answer text). A protocol
+(``paddle_r1.evaluation.protocols``) may score a task by another rule: ``Task.under`` gives the task under it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable, Optional
 
 from ..rewards.manager import RewardManager
@@ -21,20 +19,28 @@ class Task:
     data_format: str  # the loader's format for the benchmark files
     correct_reward: str  # registry name; a score of 1.0 means correct
     parse: Callable  # (completion, coord_system, image_sizes, input_sizes) -> shown prediction or None
-    published: Optional[tuple[str, Callable]] = None  # (reward, parse) of the published protocol, where it differs
+    settings: dict = field(default_factory=dict)  # the correct reward's settings (and the parse's)
 
-    def under(self, protocol: str) -> "Task":
-        """This task scored under ``protocol``: "paddle_r1" (the training reward) or "published" (the peers' own
-        evaluation rule, named "<task>/published" in the results; the same task when the rules agree)."""
-        if protocol not in PROTOCOLS:
-            raise ValueError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
-        if protocol == "paddle_r1" or self.published is None:
+    @property
+    def base(self) -> str:
+        """The task's own name ("counting" for "counting/published"): what protocols key their settings by."""
+        return self.name.split("/")[0]
+
+    def under(self, protocol: str, method: str = "r1") -> "Task":
+        """This task scored under ``protocol`` (see ``protocols.PROTOCOLS``), named "<task>/<protocol>" in the results
+        when the protocol has its own rule for it; the same task when it scores by the training reward."""
+        from .protocols import get_protocol
+
+        rule = get_protocol(protocol).rules.get(self.name)
+        if rule is None:
             return self
-        reward, parse = self.published
-        return replace(self, name=f"{self.name}/published", correct_reward=reward, parse=parse, published=None)
+        settings = {"method": method} if rule.takes_method else {}
+        return replace(self, name=f"{self.name}/{protocol}", correct_reward=rule.reward,
+                       parse=partial(rule.parse, **settings), settings=settings)
 
     def score(self, completions: list[str], columns: dict) -> list[bool]:
-        values = RewardManager([self.correct_reward]).score(completions, columns).per_function[:, 0]
+        manager = RewardManager([self.correct_reward], settings={self.correct_reward: self.settings})
+        values = manager.score(completions, columns).per_function[:, 0]
         return [bool(v >= 1.0) for v in values]  # NaN (no solution) is not correct
 
 
@@ -47,7 +53,7 @@ def _number(completion, *_):
     return parse_number(answer_text(completion))
 
 
-def _strict_number(completion, *_):
+def strict_number(completion, *_):
     return parse_strict_count(completion)
 
 
@@ -55,11 +61,10 @@ def _text(completion, *_):
     return answer_text(completion).strip() or None
 
 
-PROTOCOLS = ("paddle_r1", "published")
 TASKS = {
     # REC: correct when IoU > 0.5 after mapping the box from the model's coordinates
     "rec": Task("rec", "rec", "iou_accuracy", _box),
-    "counting": Task("counting", "r1v_eval", "counting", _number, published=("counting_strict", _strict_number)),
+    "counting": Task("counting", "r1v_eval", "counting", _number),
     "geoqa": Task("geoqa", "r1v_eval", "math", _text),
 }
 
