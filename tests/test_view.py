@@ -87,7 +87,17 @@ def test_report_in_a_real_browser(run_dir, tmp_path, capsys):
     # the script ran: only the newest step is shown
     sections = page.all("section", "step")
     assert [s.get("style") for s in sections] == ["display: none;", None]
-    assert "The trainer should add to each row" in dom  # rows lack the rewards' facts: the report says so
+    # the trainer's rows carry what the rewards saw, so nothing was guessed; rows without it are said to be
+    assert all({"image_sizes", "input_sizes", "coord_system"} <= set(r) for r in rows)
+    assert "The trainer should add to each row" not in dom
+    bare = os.path.join(tmp_path, "bare")
+    os.makedirs(bare)
+    with open(os.path.join(bare, "completions.jsonl"), "w") as f:
+        f.writelines(json.dumps({k: v for k, v in r.items() if k not in ("image_sizes", "input_sizes")}) + "\n"
+                     for r in rows)
+    shutil.copytree(os.path.join(run_dir, "checkpoint-1"), os.path.join(bare, "checkpoint-1"))
+    assert main(["view", bare, "--steps", "all"]) == 0
+    assert "The trainer should add to each row" in open(os.path.join(bare, "report", "index.html")).read()
 
 
 def test_eval_results_folder(tmp_path, rec_samples):

@@ -41,6 +41,8 @@ class Experience:
     texts: list
     samples: list
     generation_seconds: float
+    image_sizes: Optional[list] = None  # per prompt, what the rewards saw: original and resized (w, h) of each image
+    input_sizes: Optional[list] = None
 
     def state(self) -> dict:
         return dataclasses.asdict(self)
@@ -59,7 +61,8 @@ class _Candidates:
     rollout: Rollout
     texts: list
     samples: list
-    images_per_prompt: list
+    image_sizes: list
+    input_sizes: list
     scores: np.ndarray
     rewards: np.ndarray
     seconds: float
@@ -67,15 +70,18 @@ class _Candidates:
     def group(self, i: int) -> "_Candidates":
         g = self.rollout.num_generations
         rows = slice(i * g, (i + 1) * g)
-        return _Candidates(select_groups(self.rollout, [i], self.images_per_prompt), self.texts[rows],
-                           [self.samples[i]], [self.images_per_prompt[i]], self.scores[rows], self.rewards[rows],
+        images_per_prompt = [len(sizes) for sizes in self.image_sizes]
+        return _Candidates(select_groups(self.rollout, [i], images_per_prompt), self.texts[rows], [self.samples[i]],
+                           [self.image_sizes[i]], [self.input_sizes[i]], self.scores[rows], self.rewards[rows],
                            self.seconds)
 
     @staticmethod
     def join(groups: list["_Candidates"], pad_token_id: int, seconds: float) -> "_Candidates":
-        return _Candidates(concat_rollouts([c.rollout for c in groups], pad_token_id),
-                           [t for c in groups for t in c.texts], [s for c in groups for s in c.samples],
-                           [n for c in groups for n in c.images_per_prompt],
+        def joined(field: str) -> list:
+            return [item for c in groups for item in getattr(c, field)]
+
+        return _Candidates(concat_rollouts([c.rollout for c in groups], pad_token_id), joined("texts"),
+                           joined("samples"), joined("image_sizes"), joined("input_sizes"),
                            np.concatenate([c.scores for c in groups]), np.concatenate([c.rewards for c in groups]),
                            seconds)
 
@@ -180,7 +186,7 @@ class GRPOTrainer(Trainer):
             lengths = generation.rollout.completion_mask.sum(axis=1).tolist()
             rewards = rewards + np.asarray(overlong_penalty(lengths, cfg.max_completion_length, cfg.overlong_buffer,
                                                             cfg.overlong_penalty_factor), dtype="float32")
-        return _Candidates(generation.rollout, generation.texts, samples, [len(s["images"]) for s in samples],
+        return _Candidates(generation.rollout, generation.texts, samples, facts.image_sizes, facts.input_sizes,
                            scores.per_function, rewards, seconds)
 
     def _dynamic_rollout(self, micro_batch: int) -> _Candidates:
@@ -230,7 +236,8 @@ class GRPOTrainer(Trainer):
         return Experience(rollout=rollout, mask=mask, advantages=advantages,
                           old_logp=old_logp if cfg.num_iterations > 1 else None, ref_logp=ref_logp,
                           scores=candidates.scores, rewards=rewards, texts=candidates.texts,
-                          samples=candidates.samples, generation_seconds=candidates.seconds)
+                          samples=candidates.samples, generation_seconds=candidates.seconds,
+                          image_sizes=candidates.image_sizes, input_sizes=candidates.input_sizes)
 
     def training_step(self) -> dict:
         cfg = self.config
@@ -325,7 +332,10 @@ class GRPOTrainer(Trainer):
                 sample = exp.samples[i // g]
                 row = {"step": self.step, "problem": sample["problem"], "images": sample["images"],
                        "solution": sample["solution"], "completion": text,
-                       "reward": _json_number(exp.rewards[i]), "advantage": float(advantages[i])}
+                       "reward": _json_number(exp.rewards[i]), "advantage": float(advantages[i]),
+                       "source": sample.get("_source"), "coord_system": self.coord_system}
+                if exp.image_sizes is not None:  # what the rewards saw (a buffer saved before they were kept has not)
+                    row.update(image_sizes=exp.image_sizes[i // g], input_sizes=exp.input_sizes[i // g])
                 for j, name in enumerate(self.rewards.names):
                     row[f"reward/{name}"] = _json_number(exp.scores[i, j])
                 rows.append(row)
