@@ -23,6 +23,8 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--steps", type=int, default=None, help="training steps, recorded in result names")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--attn_implementation", default=None,
+                        help="accepted as PaddleMIX's commands pass it; the device chooses the attention kernel here")
     parser.add_argument("--max_new_tokens", type=int, default=256)
     parser.add_argument("--question_template", default=None, help="default: training's template (r1) or {Question}")
     parser.add_argument("--coord_system", default=None, help="default: the model family's own")

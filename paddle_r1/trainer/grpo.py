@@ -75,7 +75,7 @@ class GRPOTrainer(Trainer):
     @property
     def prompts_per_step(self) -> int:
         cfg = self.config
-        return cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * self.world_size
+        return cfg.prompts_per_device * cfg.gradient_accumulation_steps * self.world_size
 
     @property
     def steps_per_batch(self) -> int:
