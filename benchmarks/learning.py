@@ -41,7 +41,7 @@ class Preset:
     sft: dict = field(default_factory=lambda: dict(
         max_steps=150, per_device_train_batch_size=32, learning_rate=1e-3, warmup_steps=20))
     grpo: dict = field(default_factory=lambda: dict(
-        reward_funcs=["counting", "format"], max_steps=80, per_device_train_batch_size=16, num_generations=8,
+        reward_funcs=["counting", "format"], max_steps=80, per_device_train_batch_size=128, num_generations=8,
         temperature=1.0, learning_rate=5e-4, beta=0.04, max_completion_length=16, eval_steps=10))
 
 
@@ -49,7 +49,7 @@ FULL = Preset()
 # One seed in about 80 s (tests/test_learning.py): the same SFT, then GRPO with 8 prompts x 4 completions per step
 # and no evaluation between the first and the last.
 QUICK = replace(FULL, num_train=256, num_heldout=100,
-                grpo={**FULL.grpo, "per_device_train_batch_size": 8, "num_generations": 4, "max_steps": 60,
+                grpo={**FULL.grpo, "per_device_train_batch_size": 32, "num_generations": 4, "max_steps": 60,
                       "eval_steps": 60})
 
 

@@ -69,7 +69,7 @@ def main() -> None:
         report_dir = f"{work}/report-{stage or 'none'}"
         os.makedirs(report_dir)
         settings = dict(model_name_or_path=model_dir, data_path=data, output_dir=f"{work}/run-{stage or 'none'}",
-                        reward_funcs=["format", "iou"], num_generations=2, per_device_train_batch_size=1,
+                        reward_funcs=["format", "iou"], num_generations=2, per_device_train_batch_size=2,
                         max_completion_length=8, max_steps=args.steps, save_steps=0, use_visualdl=False,
                         disable_tqdm=True, beta=0.0, device="cpu", sharding=stage)
         dist.spawn(run_rank, args=(settings, report_dir), nprocs=args.ranks, backend="gloo")

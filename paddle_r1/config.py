@@ -164,6 +164,7 @@ class OptimizerKeys:
     max_steps: int = -1
     num_train_epochs: float = 1.0
     seed: int = 42
+    data_seed: Optional[int] = None  # TRL's: the seed of the prompt order alone; None: seed
 
 
 @dataclass
@@ -176,7 +177,9 @@ class OutputKeys:
     save_total_limit: Optional[int] = None
     use_visualdl: bool = True
     disable_tqdm: bool = False
-    resume_from_checkpoint: Optional[str] = None  # a checkpoint folder, or "latest" in output_dir
+    # a checkpoint folder; "latest": output_dir's newest (an error when there is none); "auto": the newest when
+    # output_dir has a complete checkpoint, else a fresh start (VLM-R1's behaviour)
+    resume_from_checkpoint: Optional[str] = None
 
 
 def _check_choice(config, key: str, allowed: tuple) -> None:
@@ -210,16 +213,40 @@ class JobKeys:
     def check_own_keys(self) -> None:
         """The job's own rules, between its keys."""
 
+    @property
+    def prompts_per_device(self) -> int:
+        """Samples each device takes per micro-step: SFT's per_device_train_batch_size counts samples."""
+        return self.per_device_train_batch_size
+
+    @property
+    def prompt_order_seed(self) -> int:
+        """TRL's data_seed: the seed of the prompt order alone, when set; else seed."""
+        return self.seed if self.data_seed is None else self.data_seed
+
     def check_machine(self, device: str) -> None:
         """The job's rules that need the machine it runs on (the device, the files the config names);
         ``paddle_r1.trainer.job.prepare_job`` calls it once the device is chosen, before any model loads."""
+        self._resolve_auto_resume()
+
+    def _resolve_auto_resume(self) -> None:
+        """``resume_from_checkpoint: auto`` becomes "latest" when output_dir holds a complete checkpoint, else None
+        (a fresh start), as VLM-R1 resumes by itself; said in one line either way."""
+        if self.resume_from_checkpoint != "auto":
+            return
+        from .trainer.checkpoint import list_checkpoints
+
+        found = list_checkpoints(self.output_dir) if os.path.isdir(self.output_dir) else []
+        self.resume_from_checkpoint = "latest" if found else None
+        print(f"resume_from_checkpoint auto: {'resuming from ' + found[-1] if found else 'no complete checkpoint in ' + self.output_dir + ', starting fresh'}")
 
 
 @dataclass
 class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     """``paddle-r1 train``: the shared keys (model, data, optimizer, output) and GRPO's own."""
 
-    per_device_train_batch_size: int = 1  # prompts per step on each device; each gets num_generations completions
+    # completions per device and micro-step, as in TRL, VLM-R1 and EasyDistill: a multiple of num_generations, since
+    # each device generates whole groups (prompts per device = this / num_generations); None: num_generations
+    per_device_train_batch_size: Optional[int] = None
     sharding: str = ""  # "" | stage1 (optimizer state split over ranks) | stage2 (+ gradients; GPU/XPU)
 
     # rewards
@@ -293,11 +320,29 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
                               "within a group", keys=("num_generations",))
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"config key 'top_p': must be in (0, 1], got {self.top_p}", keys=("top_p",))
+        self._check_batch()
         self._check_rewards()
         self._check_reference()
         if self.eval_steps and not self.eval_data_path:
             raise ConfigError("config key 'eval_data_path' is required when eval_steps > 0",
                               keys=("eval_data_path", "eval_steps"))
+
+    def _check_batch(self) -> None:
+        """per_device_train_batch_size counts completions (TRL's meaning); a device generates whole groups."""
+        batch, group = self.per_device_train_batch_size, self.num_generations
+        if batch is not None and batch % group:
+            raise ConfigError(
+                f"config keys 'per_device_train_batch_size' and 'num_generations': per_device_train_batch_size counts "
+                f"completions (as in TRL), {batch} is not a multiple of num_generations {group}; each device generates "
+                f"whole groups here, so use {max(1, round(batch / group)) * group} ({max(1, round(batch / group))} "
+                f"prompt(s) x {group}). TRL and VLM-R1 may spread a group over devices (their global batch, ranks x "
+                f"per_device_train_batch_size, must divide); for the same global batch give each device whole groups "
+                f"and fewer devices or gradient_accumulation_steps", keys=("per_device_train_batch_size", "num_generations"))
+
+    @property
+    def prompts_per_device(self) -> int:
+        """Prompts each device takes per micro-step: per_device_train_batch_size / num_generations (one when unset)."""
+        return (self.per_device_train_batch_size or self.num_generations) // self.num_generations
 
     def _check_rewards(self) -> None:
         if not self.reward_funcs:
@@ -326,6 +371,7 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
         return self.ref_model_update or ("sync" if self.sync_ref_model else "none")
 
     def check_machine(self, device: str) -> None:
+        super().check_machine(device)
         if self.sharding == "stage2" and device.split(":")[0] == "cpu":
             raise ConfigError("config key 'sharding': stage2 runs through paddle.distributed.sharding."
                               "group_sharded_parallel, which supports GPU/XPU only; on CPU use stage1",
@@ -359,7 +405,7 @@ class SFTConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     """
 
     answer_template: str = DEFAULT_ANSWER_TEMPLATE  # the target text; must contain {Answer}
-    per_device_train_batch_size: int = 8
+    per_device_train_batch_size: int = 8  # samples per device and micro-step (SFT has no generations)
     learning_rate: float = 1e-5
     output_dir: str = "output_sft"
     save_steps: int = 0  # 0: only at the end
@@ -494,14 +540,219 @@ def from_easydistill(values: dict, source: str) -> dict:
     return mapped
 
 
+# ---- the peers' keys: PaddleMIX r1_mllm, VLM-R1 (open-r1-multimodal), R1-V, TRL -------------------------------
+# Each key is translated to paddle_r1's keys with its source's meaning, or accepted with one printed line saying
+# what it does here. A converter takes (value, every key given) and returns ({paddle_r1 key: value}, note).
+BUILTIN_DATASETS = ("synthetic_rec",)
+VLM_R1_TEMPLATES = {  # VLM-R1's Qwen question template per --task_type (vlm_modules/qwen_module.py); others: the default
+    "rec": DEFAULT_QUESTION_TEMPLATE + " Output the final answer in JSON format.",
+    "ic": "{Question} First thinks about the reasoning process in the mind and then provides the user with the answer. "
+          "The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
+          "respectively, i.e., <think> reasoning process here </think><answer> json format answer here </answer>",
+    "odLength": "First thinks about the reasoning process in the mind and then provides the user with the answer. The "
+                "reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
+                "respectively, i.e., <think> reasoning process here </think><answer> answer here </answer>\n{Question}",
+}
+
+
+@dataclass(frozen=True)
+class SourceKey:
+    source: str  # whose key it is
+    convert: Any  # (value, every key given) -> ({paddle_r1 key: value}, note printed once)
+
+
+def _alias(key: str):
+    return lambda value, given: ({key: value}, f"read as {key}")
+
+
+def _no_effect(note: str):
+    return lambda value, given: ({}, note)
+
+
+def _dtype_flag(dtype: str):
+    """TrainingArguments' bf16 / fp16 flags: true picks the dtype, false says nothing about it."""
+    return lambda value, given: ({"dtype": dtype}, f"read as dtype: {dtype}") if value is True else \
+        ({}, "false: nothing to do (dtype names the precision here)")
+
+
+def _torch_dtype(value, given):
+    if value == "auto":
+        return {}, "auto: dtype names the precision here (default float32)"
+    return {"dtype": value}, "read as dtype"
+
+
+def _single_device_degree(value, given):
+    """Tensor / pipeline / sequence parallelism are not offered: a degree of 1 is what runs, more is an error."""
+    if value in (None, -1, 0, 1):
+        return {}, "1: nothing to do (data parallel with optional sharding is what runs here)"
+    raise ConfigError(f"degree {value}: tensor, pipeline and sequence parallelism are not offered by paddle_r1; "
+                      "use data parallel with sharding (stage1 / stage2)")
+
+
+def _report_to(value, given):
+    targets = [str(v).lower() for v in _one_or_many(value)]
+    if targets == ["none"]:
+        return {"use_visualdl": False}, "none: read as use_visualdl: false (metrics.jsonl is always written)"
+    others = ", ".join(t for t in targets if t != "visualdl")
+    note = f"{others}: not wired here; " if others else ""
+    return ({"use_visualdl": True} if "visualdl" in targets else {}), \
+        note + "metrics go to output_dir/metrics.jsonl and VisualDL (use_visualdl)"
+
+
+def _attention(value, given):
+    if value == "flash_attention_2":
+        return {"attn_implementation": "sdpa"}, "read as sdpa: Paddle's scaled_dot_product_attention, flash " \
+                                                "attention on sm80+ in bf16/fp16"
+    return {"attn_implementation": value}, None
+
+
+def _dataset_name(value, given):
+    """paddle_r1's built-in set; else PaddleMIX's and VLM-R1 grpo_rec.py's mixture yaml (or a data path), unless
+    the data is named otherwise (VLM-R1's grpo_jsonl.py reads data_file_paths and ignores dataset_name)."""
+    if value is None or value in BUILTIN_DATASETS:
+        return {"dataset_name": value}, None
+    if "data_file_paths" in given or "data_path" in given:
+        return {}, "not read: data_file_paths / data_path name the data (as in VLM-R1's grpo_jsonl.py)"
+    return {"data_path": value}, "read as data_path (PaddleMIX's data_config yaml, a data file or folder)"
+
+
+def _colon_list(key: str, given: dict, count: int) -> list:
+    """VLM-R1's ':'-separated per-file list, one item per data file (or one item for all)."""
+    items = str(given[key]).split(":")
+    if len(items) == 1:
+        items = items * count
+    if len(items) != count:
+        raise ConfigError(f"config key {key!r}: {len(items)} items for {count} data_file_paths (':'-separated)")
+    return items
+
+
+def _data_file_paths(value, given):
+    """VLM-R1's data_file_paths / image_folders / reward_method (':'-separated, one per file) -> a mixture yaml
+    (one entry per file) in the temp folder, named by its content so that every rank reads the same file."""
+    import hashlib
+    import tempfile
+
+    files = str(value).split(":")
+    folders = _colon_list("image_folders", given, len(files)) if "image_folders" in given else [None] * len(files)
+    methods = _colon_list("reward_method", given, len(files)) if given.get("reward_method") else [None] * len(files)
+    entries = [{"json_path": os.path.abspath(path),
+                **({"image_root": os.path.abspath(folder)} if folder else {}),
+                **({"reward_method": method} if method else {})}
+               for path, folder, method in zip(files, folders, methods)]
+    text = yaml.safe_dump({"datasets": entries}, sort_keys=False)
+    mixture = os.path.join(tempfile.gettempdir(), f"paddle_r1-data-{hashlib.sha1(text.encode()).hexdigest()[:12]}.yaml")
+    if not os.path.isfile(mixture):
+        partial = f"{mixture}.{os.getpid()}"
+        with open(partial, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(partial, mixture)
+    return {"data_path": mixture}, f"read as data_path: {mixture}, one mixture entry per file (with image_folders " \
+                                   "and reward_method)"
+
+
+def _read_with_data_file_paths(key: str):
+    def convert(value, given):
+        if "data_file_paths" not in given:
+            raise ConfigError(f"config key {key!r} goes with data_file_paths (VLM-R1's ':'-separated lists)")
+        return {}, None  # data_file_paths' note covers it
+
+    return convert
+
+
+def _task_type(value, given):
+    template = VLM_R1_TEMPLATES.get(value, DEFAULT_QUESTION_TEMPLATE)
+    return {"question_template": template}, "read as VLM-R1's question_template for this task type"
+
+
+PADDLEMIX, VLM_R1, TRL = "PaddleMIX r1_mllm", "VLM-R1", "TRL / transformers"
+SOURCE_KEYS: dict[str, SourceKey] = {
+    # the keys PaddleMIX's run_grpo_*.sh pass
+    "recompute": SourceKey(PADDLEMIX, _alias("gradient_checkpointing")),
+    "bf16": SourceKey(TRL, _dtype_flag("bfloat16")),
+    "fp16": SourceKey(TRL, _dtype_flag("float16")),
+    "fp16_opt_level": SourceKey(PADDLEMIX, _no_effect("dtype names the precision; AdamW keeps float32 master weights")),
+    "amp_master_grad": SourceKey(PADDLEMIX, _no_effect("AdamW always keeps float32 master weights here")),
+    "attn_implementation": SourceKey(TRL, _attention),
+    "dataset_name": SourceKey(PADDLEMIX, _dataset_name),
+    "max_prompt_length": SourceKey(TRL, _no_effect("prompts are not truncated here (cutting a prompt cuts its image "
+                                                   "tokens); max_pixels bounds their length")),
+    "report_to": SourceKey(TRL, _report_to),
+    "do_train": SourceKey(TRL, _no_effect("paddle-r1 train always trains")),
+    "overwrite_output_dir": SourceKey(TRL, _no_effect("output_dir is reused; resume_from_checkpoint decides whether its "
+                                                      "checkpoints are continued")),
+    "logging_dir": SourceKey(TRL, _no_effect("logs go to output_dir (metrics.jsonl, visualdl/)")),
+    "dataloader_num_workers": SourceKey(TRL, _no_effect("images are opened lazily by the training process")),
+    "save_strategy": SourceKey(TRL, _no_effect("checkpoints every save_steps steps")),
+    "run_name": SourceKey(TRL, _no_effect("output_dir names the run")),
+    "sharding_parallel_degree": SourceKey(PADDLEMIX, _no_effect("sharding (stage1 / stage2) spans all ranks here")),
+    "tensor_parallel_degree": SourceKey(PADDLEMIX, _single_device_degree),
+    "pipeline_parallel_degree": SourceKey(PADDLEMIX, _single_device_degree),
+    "sep_parallel_degree": SourceKey(PADDLEMIX, _single_device_degree),
+    "hybrid_parallel_topo_order": SourceKey(PADDLEMIX, _no_effect("one data-parallel group: no topology to order")),
+    # VLM-R1's keys (run_scripts/*.sh, multinode_training_args.yaml)
+    "freeze_vision_modules": SourceKey(VLM_R1, _alias("freeze_vision")),
+    "data_file_paths": SourceKey(VLM_R1, _data_file_paths),
+    "image_folders": SourceKey(VLM_R1, _read_with_data_file_paths("image_folders")),
+    "reward_method": SourceKey(VLM_R1, _read_with_data_file_paths("reward_method")),
+    "task_type": SourceKey(VLM_R1, _task_type),
+    "torch_dtype": SourceKey(TRL, _torch_dtype),
+    "use_peft": SourceKey(TRL, _alias("lora")),
+    "lora_r": SourceKey(TRL, _alias("lora_rank")),
+    "lora_task_type": SourceKey(TRL, _no_effect("LoRA adapts the language model's projections here")),
+    "save_only_model": SourceKey(TRL, _no_effect("checkpoints also hold the optimizer state, for an exact resume; the "
+                                                 "model files in them load with from_pretrained as they are")),
+    "deepspeed": SourceKey(TRL, _no_effect("DeepSpeed does not apply to Paddle; sharding: stage1 / stage2 splits the "
+                                           "optimizer state")),
+}
+
+
+def from_source_keys(values: dict, source: str, given: dict) -> dict:
+    """``values`` with the peers' keys (``SOURCE_KEYS``) translated, one printed line for each; ``given`` is every
+    key given (file and command line), for converters that read their companions. A translated key that disagrees
+    with the same key given by its own name in ``source`` is an error naming both."""
+    out = {key: value for key, value in values.items() if key not in SOURCE_KEYS}
+    for key in (k for k in values if k in SOURCE_KEYS):
+        entry = SOURCE_KEYS[key]
+        try:
+            mapped, note = entry.convert(values[key], given)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {key} ({entry.source}): {e}", keys=(key,)) from None
+        for target, value in mapped.items():
+            if target != key and target in out and out[target] != value:
+                raise ConfigError(f"{source}: config keys {key!r} ({entry.source}) and {target!r} disagree: "
+                                  f"{values[key]!r} reads as {target}={value!r}, but {target}={out[target]!r}")
+            out[target] = value
+        if note:
+            print(f"{source}: {key} {values[key]!r} ({entry.source}): {note}")
+    return out
+
+
 def load_config(cls, path: Optional[str] = None, overrides: Optional[list[str]] = None):
     """Read ``path`` (yaml or json, optional; EasyDistill job configs are translated), apply command-line
-    overrides, and validate; an error names the file or the command line that set the key at fault."""
+    overrides, translate the peers' keys (``SOURCE_KEYS``), and validate; an error names the file or the command
+    line that set the key at fault. The file's folder is remembered in ``CONFIG_FOLDERS``: user rewards
+    (``"my_rewards:fn"``) are looked for there too."""
     values = read_config_file(path) if path else {}
     if "job_type" in values:
         values = from_easydistill(values, path)
-    _check_known(cls, values, path)
     command_line = parse_overrides(overrides or [], cls)
+    context = {**values, **command_line}
+    values = from_source_keys(values, path, context)
+    _check_known(cls, values, path)
+    command_line = from_source_keys(command_line, "command line", context)
     _check_known(cls, command_line, "command line")  # so that a typo on the command line is not blamed on the file
     sources = {**dict.fromkeys(values, path), **dict.fromkeys(command_line, "command line")}
-    return config_from_dict(cls, {**values, **command_line}, sources)
+    config = config_from_dict(cls, {**values, **command_line}, sources)
+    if path:
+        remember_config_folder(os.path.dirname(os.path.abspath(path)))
+    return config
+
+
+# Folders of the config files loaded in this process: a user reward named "my_rewards:fn" is looked for there
+# (after sys.path and the working folder), as ``python -m`` run beside the config would find it.
+CONFIG_FOLDERS: list[str] = []
+
+
+def remember_config_folder(folder: str) -> None:
+    if folder not in CONFIG_FOLDERS:
+        CONFIG_FOLDERS.append(folder)

@@ -220,7 +220,7 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
     reference = params.total * w if config.beta > 0 and not config.lora else 0
 
     patches, image_tokens = _vision_tokens(shape, config.max_pixels or DEFAULT_MAX_PIXELS)
-    prompts = config.per_device_train_batch_size
+    prompts = config.prompts_per_device
     sequences = prompts * config.num_generations
     prompt_len = PROMPT_TEXT_TOKENS + IMAGES_PER_PROMPT * image_tokens
     length = prompt_len + config.max_completion_length

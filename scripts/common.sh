@@ -2,7 +2,12 @@
 #   GPUS=8                 GPUs per node; GPUS=0 (or no GPU on the machine) runs a CPU smoke run on a tiny model
 #   CPU_RANKS=1            processes of the CPU smoke run (2: data parallel over gloo, e.g. with --sharding stage1)
 #   NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500   multi-node, as paddle.distributed.launch takes them
-#   MODEL_PATH DATA_PATH IMAGE_ROOT BATCH_SIZE NUM_GENERATIONS MAX_PIXELS OUTPUT_DIR   the job
+#   MODEL_PATH DATA_PATH IMAGE_ROOT NUM_GENERATIONS MAX_PIXELS OUTPUT_DIR   the job
+#   PER_DEVICE_BATCH_SIZE  completions per GPU and micro-step, TRL's per_device_train_batch_size: a multiple of
+#                          NUM_GENERATIONS (prompts per GPU = PER_DEVICE_BATCH_SIZE / NUM_GENERATIONS)
+#   BATCH_SIZE             completions per optimizer step over all GPUs, as in PaddleMIX's scripts: sets
+#                          gradient_accumulation_steps = BATCH_SIZE / (PER_DEVICE_BATCH_SIZE x GPUS x NNODES);
+#                          unset: the config's gradient_accumulation_steps
 #   DATA_DIR=data          where the data was unpacked: PaddleMIX's tarballs (data/REC, data/Counting, data/GEO) or
 #                          seed 001's separate downloads (data/coco, data/rec_jsons_processed, data/clevr_cogen_a_train)
 # Extra arguments are passed to `paddle-r1 train` (--key value overrides any config key).
@@ -33,18 +38,31 @@ has_gpu() {
     [ "$GPUS" != "0" ] && "$PYTHON" -c "import paddle, sys; sys.exit(0 if paddle.device.cuda.device_count() > 0 else 1)" 2>/dev/null
 }
 
+# --gradient_accumulation_steps for a global BATCH_SIZE (PaddleMIX's meaning), or nothing when it is unset.
+accumulation_for_batch_size() {
+    [ -z "${BATCH_SIZE:-}" ] && return 0
+    local per_step=$((PER_DEVICE_BATCH_SIZE * GPUS * NNODES))
+    if [ $((BATCH_SIZE % per_step)) -ne 0 ]; then
+        echo "BATCH_SIZE=$BATCH_SIZE (completions per optimizer step) is not a multiple of PER_DEVICE_BATCH_SIZE x GPUS x NNODES = $per_step" >&2
+        return 1
+    fi
+    echo "--gradient_accumulation_steps $((BATCH_SIZE / per_step))"
+}
+
 launch_grpo() {
     mkdir -p "$OUTPUT_DIR"
     local job=(--config "$CONFIG" --output_dir "$OUTPUT_DIR")
     if has_gpu; then
+        local accumulation
+        accumulation=$(accumulation_for_batch_size) || exit 2
         local launch=(--devices "$(seq -s, 0 $((GPUS - 1)))" --log_dir "$OUTPUT_DIR/launch_logs")
         if [ "$NNODES" -gt 1 ]; then
             launch+=(--nnodes "$NNODES" --rank "$NODE_RANK" --master "$MASTER_ADDR:$MASTER_PORT")
         fi
-        echo "GRPO on $NNODES node(s) x $GPUS GPU(s): $CONFIG on $DATA_PATH (images: $IMAGE_ROOT) -> $OUTPUT_DIR"
+        echo "GRPO on $NNODES node(s) x $GPUS GPU(s), $PER_DEVICE_BATCH_SIZE completions per GPU ($((PER_DEVICE_BATCH_SIZE / NUM_GENERATIONS)) prompt(s) x $NUM_GENERATIONS): $CONFIG on $DATA_PATH (images: $IMAGE_ROOT) -> $OUTPUT_DIR"
         "$PYTHON" -m paddle.distributed.launch "${launch[@]}" scripts/grpo_entry.py train "${job[@]}" \
             --model_name_or_path "$MODEL_PATH" --data_path "$DATA_PATH" --image_root "$IMAGE_ROOT" \
-            --per_device_train_batch_size "$BATCH_SIZE" --num_generations "$NUM_GENERATIONS" \
+            --per_device_train_batch_size "$PER_DEVICE_BATCH_SIZE" --num_generations "$NUM_GENERATIONS" $accumulation \
             --max_pixels "$MAX_PIXELS" "$@" 2>&1 | tee -a "$OUTPUT_DIR/train.log"
     else
         local ranks=${CPU_RANKS:-1} runner=("$PYTHON")
@@ -56,7 +74,7 @@ launch_grpo() {
         "${runner[@]}" scripts/grpo_entry.py train "${job[@]}" --model_name_or_path "$tiny" \
             --dataset_name synthetic_rec --data_path null --image_root null --reward_funcs "[format, iou]" \
             --reward_weights null --reward_kwargs "{}" --device cpu --dtype float32 --max_steps 2 \
-            --per_device_train_batch_size 1 --num_generations 2 --max_completion_length 16 --max_pixels 12544 \
+            --per_device_train_batch_size 2 --num_generations 2 --max_completion_length 16 --max_pixels 12544 \
             --min_pixels 3136 --save_steps 2 --use_visualdl false "$@" 2>&1 | tee -a "$OUTPUT_DIR/train.log"
     fi
 }

@@ -6,8 +6,8 @@ CONFIG=${CONFIG:-configs/grpo_counting.yaml}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2-VL-2B-Instruct}
 source scripts/common.sh
 default_data Counting/clevr_cogen_a_train Counting clevr_cogen_a_train ""  # images are inside the parquet shards
-BATCH_SIZE=${BATCH_SIZE:-1}
 NUM_GENERATIONS=${NUM_GENERATIONS:-8}
+PER_DEVICE_BATCH_SIZE=${PER_DEVICE_BATCH_SIZE:-$NUM_GENERATIONS}  # completions per GPU: 1 prompt x NUM_GENERATIONS
 MAX_PIXELS=${MAX_PIXELS:-401408}
 OUTPUT_DIR=${OUTPUT_DIR:-output/grpo_counting}
 launch_grpo "$@"

@@ -10,8 +10,8 @@ CONFIG=${CONFIG:-configs/grpo_rec.yaml}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-VL-3B-Instruct}
 source scripts/common.sh
 default_data REC/rec_jsons_processed/refcoco_train.json REC rec_jsons_processed/refcoco_train.json coco
-BATCH_SIZE=${BATCH_SIZE:-1}
 NUM_GENERATIONS=${NUM_GENERATIONS:-8}
+PER_DEVICE_BATCH_SIZE=${PER_DEVICE_BATCH_SIZE:-$NUM_GENERATIONS}  # completions per GPU: 1 prompt x NUM_GENERATIONS
 MAX_PIXELS=${MAX_PIXELS:-1003520}  # 1280 image tokens; COCO images are smaller, so none is resized
 OUTPUT_DIR=${OUTPUT_DIR:-output/grpo_rec}
 launch_grpo "$@"

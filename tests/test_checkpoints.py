@@ -173,7 +173,7 @@ def test_a_resumed_grpo_run_rotates_out_the_abandoned_higher_step(tiny_model_dir
 
     def run(**kw):
         config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), reward_funcs=["iou"],
-                            num_generations=2, per_device_train_batch_size=1, max_completion_length=4,
+                            num_generations=2, per_device_train_batch_size=2, max_completion_length=4,
                             use_visualdl=False, disable_tqdm=True, beta=0.0, save_total_limit=2, **kw)
         GRPOTrainer(config, samples=rec_samples).train()
 

@@ -6,6 +6,8 @@ import pytest
 
 from paddle_r1.config import ConfigError, GRPOConfig, load_config, parse_overrides
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def test_yaml_and_overrides(tmp_path):
     path = tmp_path / "c.yaml"
@@ -182,3 +184,27 @@ def test_an_unwritable_output_dir_is_named_before_anything_loads(tmp_path, tiny_
     assert prepare_job(GRPOConfig(model_name_or_path=tiny_model_dir, device="cpu", output_dir=str(out)),
                        SAMPLES) == SAMPLES
     assert os.listdir(out) == []  # created, probe removed
+
+
+def test_per_device_train_batch_size_counts_completions_as_in_trl():
+    """TRL / VLM-R1 / EasyDistill: per_device_train_batch_size counts completions; prompts = it / num_generations."""
+    assert GRPOConfig(per_device_train_batch_size=16, num_generations=8).prompts_per_device == 2
+    assert GRPOConfig(per_device_train_batch_size=6, num_generations=3).prompts_per_device == 2
+    assert GRPOConfig(num_generations=4).prompts_per_device == 1  # unset: one prompt's group per device
+    with pytest.raises(ConfigError, match="'per_device_train_batch_size' and 'num_generations'.*4 is not a multiple "
+                                          "of num_generations 3.*use 3"):
+        GRPOConfig(per_device_train_batch_size=4, num_generations=3)
+    from paddle_r1.config import SFTConfig
+
+    assert SFTConfig(per_device_train_batch_size=4).prompts_per_device == 4  # SFT counts samples
+
+
+def test_shipped_configs_keep_one_prompt_of_eight_per_device():
+    for name in ("grpo_rec.yaml", "grpo_counting.yaml", "grpo_geometry.yaml"):
+        config = load_config(GRPOConfig, os.path.join(ROOT, "configs", name))
+        assert (config.per_device_train_batch_size, config.num_generations, config.prompts_per_device) == (8, 8, 1)
+
+
+def test_a_non_dividing_batch_is_blamed_on_the_command_line():
+    with pytest.raises(ConfigError, match="^command line: config keys 'per_device_train_batch_size'"):
+        load_config(GRPOConfig, None, ["--per_device_train_batch_size", "1", "--num_generations", "8"])

@@ -9,10 +9,10 @@ import pytest
 from dp_worker import train_and_dump
 
 
-def _settings(model_dir, data, out, per_device, **extra):
+def _settings(model_dir, data, out, prompts, **extra):
     return {**dict(model_name_or_path=model_dir, data_path=data, output_dir=str(out),
                    reward_funcs=["reward_helpers:short_reward", "iou"], num_generations=3,
-                   per_device_train_batch_size=per_device, max_completion_length=6, learning_rate=5e-3, max_steps=2,
+                   per_device_train_batch_size=3 * prompts, max_completion_length=6, learning_rate=5e-3, max_steps=2,
                    save_steps=100, use_visualdl=False, disable_tqdm=True, seed=11, beta=0.02, loss_type="grpo",
                    max_grad_norm=0.5, eval_steps=2, eval_data_path=data, eval_sample_num=5,
                    eval_reward="reward_helpers:short_reward"), **extra}
@@ -22,12 +22,12 @@ def _settings(model_dir, data, out, per_device, **extra):
 def single(tmp_path_factory, tiny_model_dir, rec_jsonl):
     """One process over the global batch of 2 prompts: the run both 2-rank runs must equal."""
     out = tmp_path_factory.mktemp("single")
-    train_and_dump(_settings(tiny_model_dir, rec_jsonl, out / "run", per_device=2), str(out))
+    train_and_dump(_settings(tiny_model_dir, rec_jsonl, out / "run", prompts=2), str(out))
     return out
 
 
 def _two_ranks(tmp_path, tiny_model_dir, rec_jsonl, **extra):
-    dist.spawn(train_and_dump, args=(_settings(tiny_model_dir, rec_jsonl, tmp_path / "run", per_device=1, **extra),
+    dist.spawn(train_and_dump, args=(_settings(tiny_model_dir, rec_jsonl, tmp_path / "run", prompts=1, **extra),
                                      str(tmp_path)), nprocs=2, backend="gloo")
     return tmp_path
 
@@ -93,7 +93,7 @@ def test_one_process_resumes_a_sharded_checkpoint(tmp_path, single, tiny_model_d
     double = _two_ranks(tmp_path, tiny_model_dir, rec_jsonl, sharding="stage1", save_steps=1)
     resumed = tmp_path / "resumed"
     resumed.mkdir()
-    train_and_dump(_settings(tiny_model_dir, rec_jsonl, double / "run", per_device=2, sharding="stage1",
+    train_and_dump(_settings(tiny_model_dir, rec_jsonl, double / "run", prompts=2, sharding="stage1",
                              resume_from_checkpoint=str(double / "run" / "checkpoint-1")), str(resumed))
     one = np.load(single / "rank0.npz")
     after = np.load(resumed / "rank0.npz")

@@ -14,7 +14,7 @@ from paddle_r1.generation.generator import build_prompt_batch
 
 def _config(model_dir, out, **kw):
     base = dict(model_name_or_path=model_dir, output_dir=str(out), reward_funcs=["reward_helpers:short_reward"],
-                num_generations=3, per_device_train_batch_size=2, max_completion_length=6, learning_rate=2e-2,
+                num_generations=3, per_device_train_batch_size=6, max_completion_length=6, learning_rate=2e-2,
                 max_steps=2, save_steps=100, use_visualdl=False, disable_tqdm=True, seed=5, beta=0.1, lora=True,
                 lora_rank=4, lora_alpha=8)
     base.update(kw)

@@ -175,7 +175,7 @@ def test_qwen2_vl_grpo_steps_then_eval(qwen2_vl_dir, rec_samples, tmp_path):
     from paddle_r1.trainer.grpo import GRPOTrainer
 
     config = GRPOConfig(model_name_or_path=qwen2_vl_dir, output_dir=str(tmp_path / "run"), num_generations=2,
-                        per_device_train_batch_size=2, max_completion_length=6, max_steps=2, learning_rate=5e-3,
+                        per_device_train_batch_size=4, max_completion_length=6, max_steps=2, learning_rate=5e-3,
                         reward_funcs=["reward_helpers:short_reward", "iou"], use_visualdl=False, disable_tqdm=True)
     trainer = GRPOTrainer(config, samples=rec_samples)
     assert trainer.coord_system == "rel_1000"

@@ -304,3 +304,27 @@ def test_accuracy_fallback_needs_the_whole_answer():
     # "1/2" is not a whole number: text similarity 2 * 1 / (1 + 3) as in VLM-R1 (the first number gave 1.0)
     assert fallback_accuracy("1", "1/2") == 0.5
     assert 0.0 < fallback_accuracy("300 ms", "300 m/s") < 1.0  # not a whole number: text similarity
+
+
+def test_accuracy_on_rec_boxes_is_paddlemix_iou_accuracy():
+    """PaddleMIX r1_mllm's REC default reward_funcs [accuracy, format]: accuracy is 1 if IoU > 0.5 (grpo_rec.py)."""
+    truth = [100, 100, 200, 200]
+    completions = ["<think>x</think><answer>[101, 101, 200, 200]</answer>",  # IoU 0.98
+                   "<answer>200</answer>", "<answer>[100, 100, 140, 200]</answer>",  # a number; IoU 0.4
+                   "<answer>{\"bbox_2d\": [150, 100, 250, 200]}</answer>"]  # IoU 1/3
+    columns = dict(solution=[truth] * 4, image_sizes=[[(640, 480)]] * 4, input_sizes=[[(640, 480)]] * 4,
+                   coord_system=["abs_original"] * 4)
+    assert accuracy(completions, **columns) == [1.0, 0.0, 0.0, 0.0]
+    # a config's own [accuracy, format] reaches it through the manager as well
+    scores = RewardManager(["accuracy", "format"]).score(completions[:1], {k: v[:1] for k, v in columns.items()})
+    assert scores.per_function[0].tolist() == [1.0, 1.0]
+
+
+def test_accuracy_map_keeps_vlm_r1s_meaning():
+    """VLM-R1's accu_reward_method "map" is COCO stats[0], AP@[.5:.95] (grpo_jsonl.py since b8a6462); od_ap50 is
+    AP50. One box at IoU 0.6: AP50 = 1, AP@[.5:.95] = 0.3 (thresholds 0.5, 0.55 and 0.6 of ten)."""
+    truth = '[{"bbox_2d": [0, 0, 100, 100], "label": "cat"}]'
+    answer = '<answer>[{"bbox_2d": [0, 0, 100, 60], "label": "cat"}]</answer>'
+    columns = dict(solution=[truth] * 2, reward_method=["map", "od_ap50"], image_sizes=[[(640, 480)]] * 2,
+                   input_sizes=[[(640, 480)]] * 2, coord_system=["abs_original"] * 2)
+    assert accuracy([answer] * 2, **columns) == pytest.approx([0.3, 1.0], abs=1e-6)

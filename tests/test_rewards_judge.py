@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from paddle_r1.config import ConfigError
 from paddle_r1.rewards.families.judge import LLMJudge, parse_verdict
 
 KEY, MODEL = "sk-test", "judge-model"
@@ -19,11 +20,12 @@ class JudgeServer:
     """/v1/chat/completions: "1" when the candidate block contains a reference line, else "0". Checks the key
     and the model; ``mode`` "ok" | "500" | "garbage" (a reply without a verdict) | "notjson" | "trickle" (the
     body one byte at a time) | "trickle_headers" (a header one byte every 0.5 s, for 20 s); ``fail_first`` 500s
-    before answering; ``delay`` seconds of sleep per request.
+    before answering; ``delay`` seconds of sleep per request. GET /v1/models lists ``models`` (with the key).
     Records bodies and the most requests in flight at once."""
 
     def __init__(self):
         self.mode, self.fail_first, self.delay = "ok", 0, 0.0
+        self.models, self.model_requests = [MODEL], 0
         self.bodies, self.in_flight, self.max_in_flight = [], 0, 0
         self.lock, self.stop = threading.Lock(), threading.Event()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -58,6 +60,20 @@ class JudgeServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                server.model_requests += 1
+                if self.path != "/v1/models" or self.headers.get("Authorization") != f"Bearer {KEY}":
+                    status, payload = 401, {"error": "bad key or path"}
+                else:
+                    status, payload = 200, {"object": "list", "data": [{"id": m, "object": "model"}
+                                                                       for m in server.models]}
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self):
                 with server.lock:
                     server.in_flight += 1
@@ -296,3 +312,35 @@ def test_model_text_is_cut_and_cannot_close_its_block(judge_server):
     for body in judge_server.bodies:
         user = body["messages"][1]["content"]
         assert user.count("</candidate>") == 1 and user.count("<reference>") == 1 and len(user) < 500
+
+
+def _only_base_and_key(monkeypatch, base_url):
+    """Seed 004's environment: OPENAI_API_BASE and OPENAI_API_KEY, no model named anywhere."""
+    monkeypatch.setenv("OPENAI_API_BASE", base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    for name in ("JUDGE_MODEL", "OPENAI_MODEL", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_without_a_model_the_judge_asks_the_endpoint_for_it(judge_server, monkeypatch):
+    _only_base_and_key(monkeypatch, judge_server.base_url)
+    judge = counted_judge()
+    assert judge_server.model_requests == 1  # once, when the reward is made
+    assert judge(["a red car", "a blue bus"], solution=["red car", "red car"]) == [1.0, 0.0]
+    assert judge.pop() == metrics(2, 0, 0) and [b["model"] for b in judge_server.bodies] == [MODEL, MODEL]
+
+
+def test_no_model_and_no_model_list_stops_at_start_up(judge_server, monkeypatch):
+    _only_base_and_key(monkeypatch, f"http://127.0.0.1:{free_port()}/v1")
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"no model named and http://127.0.0.1:\d+/v1/models gave no model list.*"
+                                          "JUDGE_MODEL"):
+        LLMJudge(timeout=0.5, max_retries=1, backoff=0.01)
+    assert time.monotonic() - start < 0.5 * 2 + 1.0  # the verdicts' deadline rules
+    _only_base_and_key(monkeypatch, judge_server.base_url)
+    judge_server.models = ["judge-a", "judge-b"]
+    with pytest.raises(ConfigError, match="lists 2 models \\(judge-a, judge-b\\)"):
+        LLMJudge()
+    monkeypatch.setenv("OPENAI_API_KEY", "wrong")
+    with pytest.raises(ConfigError, match="HTTP 401"):
+        LLMJudge()

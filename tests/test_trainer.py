@@ -14,7 +14,7 @@ from paddle_r1.trainer.grpo import GRPOTrainer
 
 def _config(model_dir, out, **kw):
     base = dict(model_name_or_path=model_dir, output_dir=str(out), reward_funcs=["reward_helpers:short_reward", "iou"],
-                num_generations=3, per_device_train_batch_size=2, max_completion_length=8, learning_rate=5e-3,
+                num_generations=3, per_device_train_batch_size=6, max_completion_length=8, learning_rate=5e-3,
                 max_steps=2, save_steps=100, use_visualdl=False, disable_tqdm=True, seed=7, beta=0.0)
     base.update(kw)
     return GRPOConfig(**base)
@@ -127,7 +127,7 @@ def test_a_solution_a_reward_cannot_read_is_left_out_not_fatal(tiny_model_dir, r
     # counting cannot read an integer from sample 1's solution: bad data, scored None and counted, not a crash
     samples = [{**s, "solution": "a box somewhere" if i == 1 else 3} for i, s in enumerate(rec_samples[:4])]
     trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, reward_funcs=["counting", "reward_helpers:short_reward"],
-                                  max_steps=2, per_device_train_batch_size=4), samples=samples)
+                                  max_steps=2, per_device_train_batch_size=12), samples=samples)
     metrics = trainer.train()["history"]
     assert sum(m.get("rewards/counting/bad_solutions", 0) for m in metrics) == 2 * 3  # one prompt x G, each step
 

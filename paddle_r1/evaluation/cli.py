@@ -26,6 +26,8 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=None, help="training steps, recorded in result names")
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                         help="default: float32 (paddlemix: bfloat16 on GPU, as PaddleMIX's scripts)")
+    parser.add_argument("--attn_implementation", default=None,
+                        help="accepted as PaddleMIX's commands pass it; the device chooses the attention kernel here")
     parser.add_argument("--max_new_tokens", type=int, default=256)
     parser.add_argument("--question_template", default=None,
                         help="default: the protocol's prompt, else the checkpoint's training template (r1) or {Question}")

@@ -20,6 +20,9 @@ and calls the rewards; this module only names them.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import os
+import sys
 from typing import Callable
 
 RewardFn = Callable[..., list]
@@ -57,13 +60,34 @@ def get_reward(name: str) -> RewardFn:
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:
-            fn = getattr(importlib.import_module(module_name), attr)
+            fn = getattr(import_user_module(module_name), attr)
         except (ImportError, AttributeError) as e:
             raise KeyError(f"reward {name!r}: cannot load {attr!r} from module {module_name!r} ({e})") from e
         if not callable(fn):
             raise KeyError(f"reward {name!r} is not callable")
         return fn
     raise KeyError(f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}, or 'module.path:function'")
+
+
+def import_user_module(module_name: str):
+    """``module_name`` from sys.path, else from the working folder or a loaded config file's folder
+    (``config.CONFIG_FOLDERS``): the console script does not put the working folder on sys.path as ``python -m``
+    does, and users keep their reward file beside their config. A folder is added at the end of sys.path, so it
+    never shadows an installed module."""
+    from ..config import CONFIG_FOLDERS
+
+    top = module_name.partition(".")[0]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != top:
+            raise  # the module was found, and something it imports is missing
+        for folder in [os.getcwd(), *CONFIG_FOLDERS]:
+            if importlib.machinery.PathFinder.find_spec(top, [folder]) is not None:
+                if folder not in sys.path:
+                    sys.path.append(folder)
+                return importlib.import_module(module_name)
+        raise
 
 
 from .families import answers, boxes, caption, detection, format, gui, judge, multibox, products  # noqa: E402,F401,I001

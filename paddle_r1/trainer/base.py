@@ -75,7 +75,7 @@ class Trainer:
         self.optimizer = self.update.optimizer
         self.scaler = self.precision.make_grad_scaler()  # float16 only
         # one global sequence of prompt batches; each rank takes its own slice of every batch
-        self.sampler = PromptSampler(len(self.samples), self.prompts_per_device * self.world_size, cfg.seed)
+        self.sampler = PromptSampler(len(self.samples), cfg.prompts_per_device * self.world_size, cfg.prompt_order_seed)
         self.step = 0
         self.skipped_steps = 0  # in all, and in a row
         self.skipped_in_row = 0
@@ -94,14 +94,9 @@ class Trainer:
     saves_reference = False  # the reference is part of the run's state (it follows the policy)
 
     @property
-    def prompts_per_device(self) -> int:
-        """Samples each rank takes from every global batch."""
-        return self.config.per_device_train_batch_size
-
-    @property
     def prompts_per_step(self) -> int:
         """Samples one optimizer step consumes over all ranks."""
-        return self.config.per_device_train_batch_size * self.world_size
+        return self.config.prompts_per_device * self.world_size
 
     steps_per_batch = 1  # optimizer steps made on one batch of samples (GRPO's num_iterations)
 
@@ -161,7 +156,7 @@ class Trainer:
         """This rank's slice of the next global batch, images opened, with each sample's place in the global
         batch. A sample whose image fails now is skipped and counted; a batch left empty on any rank is
         replaced on every rank, so the ranks' samplers stay in step."""
-        per_device = self.prompts_per_device
+        per_device = self.config.prompts_per_device
         while True:
             batch = self.sampler.next_batch()
             samples, images, places = [], [], []

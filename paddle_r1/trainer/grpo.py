@@ -115,7 +115,7 @@ class GRPOTrainer(Trainer):
     @property
     def prompts_per_step(self) -> int:
         cfg = self.config
-        return cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * self.world_size
+        return cfg.prompts_per_device * cfg.gradient_accumulation_steps * self.world_size
 
     @property
     def steps_per_batch(self) -> int:
@@ -195,7 +195,7 @@ class GRPOTrainer(Trainer):
         last tied groups fill the batch: they get advantage 0). Every rank draws as many batches as the rank that
         needs most, so the samplers stay in step; a rank already full draws without generating."""
         cfg = self.config
-        wanted, kept, tied = self.prompts_per_device, [], []
+        wanted, kept, tied = self.config.prompts_per_device, [], []
         drawn, zero_std, seconds = 0, 0, 0.0
         while drawn < cfg.max_num_gen_batches:
             if sum_across_ranks(float(len(kept) < wanted), self.world_size) == 0:

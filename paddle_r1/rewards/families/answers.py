@@ -22,6 +22,7 @@ import sys
 import threading
 from typing import Callable, Optional
 
+from ...models.coords import as_box
 from .. import REWARDS, BadSolution, CountedReward, register
 from ..parsing import NUMBER, answer_content, exact_match, normalize_answer, reference_texts
 
@@ -421,8 +422,12 @@ class MathReward(CountedReward):
 METHOD_ALIASES = {
     "llm": "llm_judge", "judge": "llm_judge", "yesno": "yes_no", "yes/no": "yes_no", "choice": "mcq",
     "multiple_choice": "mcq", "count": "counting", "default": None, "accuracy": None, "": None,
-    "od_ap": "map", "od_ap50": "map50", "odlength": "odLength",  # VLM-R1's detection methods (methods are lower-cased)
+    # VLM-R1's detection methods (methods are lower-cased). Its "map" is COCO AP@[.5:.95] (stats[0]) since its commit
+    # b8a6462 (AP50 before), which is paddle_r1's "map"; od_ap50 is AP50.
+    "od_ap": "map", "od_ap50": "map50", "odlength": "odLength",
 }
+# PaddleMIX r1_mllm's REC "accuracy" (train/grpo_rec.py iou_reward): 1 if IoU(answer box, solution box) > 0.5
+BOX_ACCURACY = "iou_accuracy"
 
 
 def whole_number(text: str) -> Optional[float]:
@@ -465,7 +470,8 @@ def accepted_kwargs(fn: Callable, kwargs: dict) -> dict:
 @register("accuracy")
 class AccuracyReward(CountedReward):
     """Routes each completion by its row's ``reward_method`` (VLM-R1's accu_reward_method) to the reward of that
-    name in ``REWARDS`` (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice -> mcq, count -> counting,
+    name in ``REWARDS``; a row without one whose solution is a box goes to ``iou_accuracy`` (PaddleMIX's REC
+    ``accuracy``: 1 if IoU > 0.5) (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice -> mcq, count -> counting,
     od_ap -> map, od_ap50 -> map50, odLength -> odLength; "default" / "accuracy" / empty -> the default below;
     VLM-R1's all_match and weighted_sum are rewards of those names). Rows sharing a method go to it in one call
     with their own columns (those it names, or all when it takes ``**kwargs``); a routed reward class is made
@@ -483,9 +489,10 @@ class AccuracyReward(CountedReward):
 
     def __call__(self, completions, **columns) -> list[Optional[float]]:
         methods = columns.get("reward_method") or [None] * len(completions)
+        solutions = columns.get("solution") or [None] * len(completions)
         groups: dict = {}
-        for i, method in enumerate(methods):
-            groups.setdefault(self.resolve(method), []).append(i)
+        for i, (method, solution) in enumerate(zip(methods, solutions)):
+            groups.setdefault(self.route(method, solution), []).append(i)
         scores: list[Optional[float]] = [0.0] * len(completions)
         for name, rows in groups.items():
             if name is not None and name not in REWARDS:
@@ -510,6 +517,12 @@ class AccuracyReward(CountedReward):
                 entry.report = lambda key, n: self.count(f"{name}/{key}", n)
             self._routed[name] = entry
         return self._routed[name]
+
+    def route(self, method, solution) -> Optional[str]:
+        """The reward for one row: its method's; without one, a box solution [x1, y1, x2, y2] gets PaddleMIX's REC
+        accuracy (``iou_accuracy``: IoU > 0.5), anything else the default (None)."""
+        name = self.resolve(method)
+        return BOX_ACCURACY if name is None and as_box(solution) is not None else name
 
     def resolve(self, method) -> Optional[str]:
         """The reward name for a row's method (None: the default); an unknown one is counted and warned once."""

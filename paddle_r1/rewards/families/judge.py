@@ -8,7 +8,7 @@ kwarg              environment                                      default
 =================  ===============================================  ===========
 ``base_url``       ``OPENAI_API_BASE``, else ``OPENAI_BASE_URL``    none: every item falls back
 ``api_key``        ``OPENAI_API_KEY``                               none: no Authorization header
-``model``          ``JUDGE_MODEL``, else ``OPENAI_MODEL``           none: every item falls back
+``model``          ``JUDGE_MODEL``, else ``OPENAI_MODEL``           the one model the endpoint's ``/models`` lists
 ``timeout``        seconds per HTTP request, wall clock             10
 ``max_retries``    extra attempts after a failed one                2
 ``max_concurrency``  requests in flight at once                     4
@@ -21,6 +21,11 @@ a byte at a time is cut off at it), and one item never takes longer than ``timeo
 (backoff sleeps included). Once an item
 has used all its attempts on endpoint errors (unreachable, timeout, HTTP 5xx / 429), the rest of that call
 is not sent: a dead endpoint costs one item's time budget per step, not one per completion.
+
+With a ``base_url`` and no model named (seed 004 sets only ``OPENAI_API_BASE`` and ``OPENAI_API_KEY``), the judge
+asks ``GET {base_url}/models`` once when it is made, under the same deadline and retry rules as a verdict; an
+endpoint that does not answer, or lists no model or several, stops the run at start-up (``ConfigError``) instead of
+scoring a whole run by exact match.
 """
 from __future__ import annotations
 
@@ -35,10 +40,11 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.client import HTTPException
-from typing import Optional
+from typing import Any, Optional
 
+from ...config import ConfigError
 from .. import CountedReward, register
 from ..parsing import answer_text, exact_match, normalize_answer, reference_texts
 
@@ -71,8 +77,12 @@ class JudgeSettings:
 
     @property
     def url(self) -> str:
-        base = self.base_url.rstrip("/")
-        return base if base.endswith("/chat/completions") else base + "/chat/completions"
+        return self.api_root + "/chat/completions"
+
+    @property
+    def api_root(self) -> str:
+        """base_url without a trailing /chat/completions: where /models is too."""
+        return self.base_url.rstrip("/").removesuffix("/chat/completions")
 
     def missing(self) -> list[str]:
         """The settings without which no request can be sent, named as a user would set them."""
@@ -199,18 +209,23 @@ def watched_opener(watchdog: Watchdog) -> urllib.request.OpenerDirector:
 
 
 def post_chat(settings: JudgeSettings, messages: list, deadline: float) -> str:
-    """One POST to the chat-completions endpoint within one wall-clock deadline, ``min(deadline, now + timeout)``,
-    that covers connecting, the headers and the body; its reply text. Raises JudgeError, nothing else."""
+    """One POST to the chat-completions endpoint; its reply text. Raises JudgeError, nothing else."""
     body = json.dumps({"model": settings.model, "messages": messages, "temperature": 0}).encode("utf-8")
+    return reply_content(call_endpoint(settings, settings.url, body, deadline))
+
+
+def call_endpoint(settings: JudgeSettings, url: str, body: Optional[bytes], deadline: float) -> bytes:
+    """One request (POST with ``body``, GET without) within one wall-clock deadline, ``min(deadline, now +
+    timeout)``, that covers connecting, the headers and the body; the response body. Raises JudgeError only."""
     headers = {"Content-Type": "application/json"}
     if settings.api_key:
         headers["Authorization"] = f"Bearer {settings.api_key}"
-    request = urllib.request.Request(settings.url, data=body, headers=headers, method="POST")
+    request = urllib.request.Request(url, data=body, headers=headers, method="GET" if body is None else "POST")
     deadline = min(deadline, time.monotonic() + settings.timeout)
     watchdog = Watchdog(deadline)
     try:
         with watched_opener(watchdog).open(request, timeout=max(deadline - time.monotonic(), 0.01)) as response:
-            return reply_content(read_until(response, deadline))
+            return read_until(response, deadline)
     except urllib.error.HTTPError as e:
         e.close()
         raise JudgeError(f"HTTP {e.code}", str(e.reason), retry=e.code in RETRY_STATUS) from None
@@ -240,27 +255,26 @@ def read_until(response, deadline: float) -> bytes:
 
 @dataclass
 class Outcome:
-    verdict: Optional[float] = None
+    value: Any = None  # what the successful attempt gave: a verdict, or a model list
     requests: int = 0
     failures: int = 0
     error: Optional[JudgeError] = None
 
 
-def ask_judge(settings: JudgeSettings, messages: list, give_up: threading.Event) -> Outcome:
-    """Up to ``max_retries + 1`` attempts within ``timeout * (max_retries + 1)`` seconds, with backoff
-    ``backoff * 2**k`` between them. Stops early on a failure a retry cannot fix (4xx, bad or unparseable
-    reply: the judge runs at temperature 0) and before any attempt once ``give_up`` is set."""
+def with_retries(settings: JudgeSettings, attempt_once, give_up: Optional[threading.Event] = None) -> Outcome:
+    """Up to ``max_retries + 1`` calls of ``attempt_once(deadline)`` (a value, or JudgeError) within ``timeout *
+    (max_retries + 1)`` seconds, with backoff ``backoff * 2**k`` between them; the value lands in ``value``.
+    Stops early on a failure a retry cannot fix (4xx, a bad reply) and before any attempt once ``give_up`` is
+    set."""
     out = Outcome()
     deadline = time.monotonic() + settings.timeout * (settings.max_retries + 1)
     for attempt in range(settings.max_retries + 1):
-        if give_up.is_set() or time.monotonic() >= deadline:
+        if (give_up is not None and give_up.is_set()) or time.monotonic() >= deadline:
             break
         out.requests += 1
         try:
-            out.verdict = parse_verdict(post_chat(settings, messages, deadline))
-            if out.verdict is not None:
-                return out
-            raise JudgeError("unparseable reply", "no 0/1, number in [0, 1] or yes/no", retry=False)
+            out.value = attempt_once(deadline)
+            return out
         except JudgeError as e:
             out.failures, out.error = out.failures + 1, e
             if not e.retry:
@@ -268,6 +282,41 @@ def ask_judge(settings: JudgeSettings, messages: list, give_up: threading.Event)
         if attempt < settings.max_retries:
             time.sleep(min(settings.backoff * 2 ** attempt, max(deadline - time.monotonic(), 0.0)))
     return out
+
+
+def ask_judge(settings: JudgeSettings, messages: list, give_up: threading.Event) -> Outcome:
+    """The judge's verdict on one item, under ``with_retries``' rules (the judge runs at temperature 0, so an
+    unparseable reply is not retried)."""
+
+    def once(deadline: float) -> float:
+        verdict = parse_verdict(post_chat(settings, messages, deadline))
+        if verdict is None:
+            raise JudgeError("unparseable reply", "no 0/1, number in [0, 1] or yes/no", retry=False)
+        return verdict
+
+    return with_retries(settings, once, give_up)
+
+
+def model_ids(raw: bytes) -> list[str]:
+    """The ``data[].id`` of an OpenAI-compatible ``/models`` response."""
+    try:
+        return [str(item["id"]) for item in json.loads(raw)["data"]]
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
+        raise JudgeError("bad response", f"{type(e).__name__}: {raw[:200]!r}", retry=False) from None
+
+
+def discover_model(settings: JudgeSettings) -> str:
+    """The one model ``GET {base_url}/models`` lists, asked under the verdicts' deadline and retry rules; a
+    ConfigError (before training) when the endpoint does not answer or lists no model or several."""
+    url = settings.api_root + "/models"
+    outcome = with_retries(settings, lambda deadline: model_ids(call_endpoint(settings, url, None, deadline)))
+    how = "name one in reward_kwargs (llm_judge: {model: ...}) or the environment (JUDGE_MODEL)"
+    if outcome.value is None:
+        raise ConfigError(f"llm_judge: no model named and {url} gave no model list ({outcome.error}); {how}")
+    if len(outcome.value) != 1:
+        listed = ", ".join(outcome.value[:10]) or "none"
+        raise ConfigError(f"llm_judge: no model named and {url} lists {len(outcome.value)} models ({listed}); {how}")
+    return outcome.value[0]
 
 
 @register("llm_judge")
@@ -279,6 +328,9 @@ class LLMJudge(CountedReward):
     def __init__(self, *, name: str = "llm_judge", instruction: str = MATCH_INSTRUCTION, **settings):
         self.name, self.instruction = name, instruction
         self.settings = judge_settings(**settings)
+        if self.settings.base_url and not self.settings.model:
+            self.settings = replace(self.settings, model=discover_model(self.settings))
+            print(f"{name}: no model named; using {self.settings.model}, the one {self.settings.api_root}/models lists")
         self._warned: set[str] = set()
 
     def __call__(self, completions: list[str], solution=None, problem=None, **_) -> list[Optional[float]]:
@@ -313,7 +365,7 @@ class LLMJudge(CountedReward):
         messages = [judge_messages(self.instruction, q, list(refs), a, settings.max_answer_chars)
                     for q, refs, a in unique]
         outcomes = dict(zip(unique, self._ask_all(settings, messages)))
-        return self._count(outcomes.values(), [outcomes[(q, tuple(refs), a)].verdict for q, refs, a in items])
+        return self._count(outcomes.values(), [outcomes[(q, tuple(refs), a)].value for q, refs, a in items])
 
     def _ask_all(self, settings: JudgeSettings, messages: list) -> list[Outcome]:
         """All requests through a pool of ``max_concurrency`` threads; once one item used up its attempts on
@@ -322,7 +374,7 @@ class LLMJudge(CountedReward):
 
         def run(one: list) -> Outcome:
             outcome = ask_judge(settings, one, give_up)
-            if outcome.verdict is None and outcome.error is not None and outcome.error.retry:
+            if outcome.value is None and outcome.error is not None and outcome.error.retry:
                 give_up.set()
             return outcome
 
@@ -333,7 +385,7 @@ class LLMJudge(CountedReward):
     def _count(self, outcomes, verdicts: list) -> list:
         """Adds the outcomes' requests and failures and the missing verdicts to the counters; warns once per
         kind of failure that left an item without a verdict."""
-        for error in (o.error for o in outcomes if o.verdict is None and o.error is not None):
+        for error in (o.error for o in outcomes if o.value is None and o.error is not None):
             self._warn(error.kind, f"{self.name}: no verdict from the judge ({error}); scoring by exact match. "
                                    f"Counted in rewards/{self.name}/fallbacks; shown once per kind of failure.")
         self.count("requests", sum(o.requests for o in outcomes))
