@@ -68,7 +68,7 @@ def test_informative_groups_have_untied_scored_rewards():
 
 def _config(model_dir, out, **kw):
     base = dict(model_name_or_path=model_dir, output_dir=str(out), reward_funcs=["reward_helpers:short_reward"],
-                num_generations=3, per_device_train_batch_size=2, max_completion_length=6, learning_rate=5e-3,
+                num_generations=3, per_device_train_batch_size=6, max_completion_length=6, learning_rate=5e-3,
                 max_steps=3, save_steps=100, use_visualdl=False, disable_tqdm=True, seed=9, beta=0.05)
     base.update(kw)
     return GRPOConfig(**base)

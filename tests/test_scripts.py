@@ -81,6 +81,8 @@ def test_paddlemix_rec_recipe():
 
     config = GRPOConfig(**yaml.safe_load(open(os.path.join(ROOT, "configs", "grpo_rec_paddlemix.yaml"))))
     assert (config.max_steps, config.freeze_vision, config.max_completion_length) == (500, False, 256)
-    assert config.per_device_train_batch_size * 8 * config.gradient_accumulation_steps == 16  # on 8 GPUs
+    # PaddleMIX's global batch, 16 completions = 2 prompts x 8, on 2 GPUs (a group stays on one device)
+    assert config.per_device_train_batch_size * 2 * config.gradient_accumulation_steps == 16
+    assert config.prompts_per_device == 1
     paths = [s.path for s in sources_from(os.path.join(ROOT, config.data_path))]
     assert [os.path.basename(p) for p in paths] == ["refcoco_train.json", "refcocop_train.json", "refcocog_train.json"]
