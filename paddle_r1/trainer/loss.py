@@ -6,7 +6,7 @@ completion; the LM head and log-softmax then run on chunks of at most ``chunk_si
 gradients on, each chunk is recomputed in the backward pass, so only one chunk's logits exist at a time in
 either direction. The recompute is Paddle's reentrant one: the non-reentrant one (``use_reentrant=False``) keeps
 every chunk's recomputed logits until the whole backward ends, so its peak grew with the total tokens
-(2 x 512 tokens at vocab 151,936, chunk 128: +1.26 GB against +0.26 GB; ``benchmarks/logprob_memory.py``).
+(2 x 1024 tokens at vocab 151,936, chunk 128: +2.4 GB against +0.26 GB; ``benchmarks/logprob_memory.py``).
 """
 from __future__ import annotations
 
