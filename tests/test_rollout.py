@@ -133,3 +133,56 @@ def test_inverse_cdf_draw_matches_the_distribution():
     u = paddle.to_tensor(np.random.default_rng(1).random(n).astype("float32"))
     picks = pick_next_token(batch, SamplingParams(1, temperature=1.0), u).numpy()
     np.testing.assert_allclose(np.bincount(picks, minlength=4) / n, [0.5, 0.3, 0.15, 0.05], atol=0.03)
+
+
+def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samples):
+    """decode_step over the preallocated cache (prefilled once per prompt, rows repeated) gives the logits of
+    paddleformers' forward with its growing DynamicCache over the repeated prompt (the loop before StaticKVCache)."""
+    from paddle_r1.generation.rollout import StaticKVCache, decode_step, prefill
+    from paddle_r1.models.forward import embed_inputs, repeat_rows, rope_positions, text_positions
+
+    model, _ = tiny
+    prompt, _ = _prompts(tiny, rec_samples)
+    g, steps = 2, 4
+    tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [prompt.size * g, steps]))
+    with paddle.no_grad():
+        cache, _, next_position = prefill(model, prompt)
+        next_position = repeat_rows(next_position, g)
+        mask = repeat_rows(prompt.attention_mask, g)
+        rows, prompt_len = mask.shape
+        static = StaticKVCache(cache, g, prompt_len + steps)
+        allowed = paddle.concat([mask.astype("bool"), paddle.zeros([rows, steps], "bool")], 1)
+        additive = paddle.where(allowed, 0.0, float("-inf")).astype("float32").reshape([rows, 1, 1, -1])
+
+        embeds = repeat_rows(embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw), g)
+        positions, _ = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
+        dynamic = model(inputs_embeds=embeds, attention_mask=mask, position_ids=repeat_rows(positions, g, axis=1),
+                        use_cache=True).past_key_values
+        for step in range(steps):
+            additive[:, :, :, prompt_len + step] = 0.0
+            got = decode_step(model, tokens[:, step], next_position + step, static, additive)
+            static.advance()
+            mask = paddle.concat([mask, paddle.ones([rows, 1], dtype=mask.dtype)], axis=1)
+            out = model(input_ids=tokens[:, step:step + 1], attention_mask=mask, past_key_values=dynamic,
+                        position_ids=text_positions(next_position + step, 1), use_cache=True)
+            dynamic = out.past_key_values
+            np.testing.assert_allclose(got.numpy(), out.logits[:, -1].numpy(), atol=2e-5)
+
+
+def test_checking_eos_every_k_steps_gives_the_same_completions(tiny, rec_samples):
+    """Rows end at different steps, all before step 8 (the EOS ids: each row's sixth token when nothing stops
+    it); reading ``finished`` on the host every 8 steps instead of every step changes nothing: the completions
+    are cut where the last row ended."""
+    model, processor = tiny
+    prompt, _ = _prompts(tiny, rec_samples)
+    _, pad = _eos(processor)
+    params = SamplingParams(max_new_tokens=20, temperature=1.0)
+    uniforms = paddle.to_tensor(np.random.default_rng(1).random([prompt.size * 4, 20]).astype("float32"))
+    free = sample_completions(model, prompt, 4, params, [-1], pad, uniforms=uniforms)
+    eos = sorted(set(free.completion_ids.numpy()[:, 5].tolist()))
+    every_step = sample_completions(model, prompt, 4, params, eos, pad, uniforms=uniforms, eos_check_every=1)
+    every_8 = sample_completions(model, prompt, 4, params, eos, pad, uniforms=uniforms)
+    lengths = every_step.completion_mask.sum(axis=1).numpy()
+    assert len(set(lengths.tolist())) > 1 and lengths.max() <= 6  # rows end apart, all before the first check
+    for field in ("completion_ids", "completion_mask", "truncated"):
+        np.testing.assert_array_equal(getattr(every_step, field).numpy(), getattr(every_8, field).numpy())

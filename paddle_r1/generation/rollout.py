@@ -1,8 +1,9 @@
 """Rollout: G sampled completions for each prompt of a batch, from one batched KV-cached decode.
 
 paddleformers' ``generate`` re-runs the whole prefix at each step for Qwen2.5-VL; this loop runs
-the prompt once (images through the vision tower once per prompt), keeps the KV cache, and feeds one
-token per step with M-RoPE positions continuing from each prompt's last position.
+each prompt once (images through the vision tower once per prompt), repeats its KV cache for its G
+completions into buffers allocated once, and feeds one token per step with M-RoPE positions continuing from
+each prompt's last position.
 """
 from __future__ import annotations
 
@@ -76,28 +77,86 @@ def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Opti
     return paddle.clip(below, max=logits.shape[-1] - 1)
 
 
+class StaticKVCache:
+    """Keys and values of every layer in buffers allocated once, [rows, kv_heads, capacity, head_dim]: a decode
+    step writes its token's slot in place, so no tensor grows (or is copied) token by token and every step has
+    the same shapes: the form a compiled step (``paddle.jit.to_static``, CUDA graphs) needs. It answers the
+    two calls paddleformers' attention makes of a cache (``update``, ``get_seq_length``)."""
+
+    def __init__(self, prefill, repeats: int, capacity: int):
+        """From the prompt's prefill cache (one row per prompt): each row repeated ``repeats`` times, the prompt in
+        the first slots."""
+        self.length = prefill.get_seq_length()
+        self.keys, self.values = [], []
+        for layer in prefill.layers:
+            for buffers, filled in ((self.keys, layer.keys), (self.values, layer.values)):
+                filled = repeat_rows(filled, repeats)
+                shape = filled.shape
+                buffer = paddle.zeros([shape[0], shape[1], capacity, shape[3]], dtype=filled.dtype)
+                buffer[:, :, :self.length] = filled
+                buffers.append(buffer)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def update(self, key: paddle.Tensor, value: paddle.Tensor, layer_idx: int):
+        """Write this step's K/V at the next free slot; return the whole buffers (the mask hides empty slots)."""
+        end = self.length + key.shape[2]
+        self.keys[layer_idx][:, :, self.length:end] = key
+        self.values[layer_idx][:, :, self.length:end] = value
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def advance(self, tokens: int = 1) -> None:
+        self.length += tokens
+
+
+def prefill(model, prompt: PromptBatch):
+    """The prompts once (one row each; images through the vision tower once): their KV cache, next-token logits
+    [B, vocab] and each row's next M-RoPE position [B]."""
+    embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw)
+    positions, next_position = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
+    out = model(inputs_embeds=embeds, attention_mask=prompt.attention_mask, position_ids=positions,
+                use_cache=True, logits_to_keep=1)
+    return out.past_key_values, out.logits[:, -1], next_position
+
+
+def decode_step(model, token: paddle.Tensor, position: paddle.Tensor, cache: StaticKVCache,
+                additive_mask: paddle.Tensor) -> paddle.Tensor:
+    """One token per row through the text decoder: token [rows], position [rows], additive_mask
+    [rows, 1, 1, capacity] (0 where a row may attend, -inf elsewhere). Returns next-token logits [rows, vocab].
+    Every input keeps its shape from step to step."""
+    text = model.model.language_model
+    hidden = text.embed_tokens(token.unsqueeze(-1))
+    position_embeddings = text.rotary_emb(hidden, text_positions(position, 1))
+    for layer in text.layers:
+        hidden = layer(hidden, attention_mask=additive_mask, position_embeddings=position_embeddings,
+                       past_key_values=cache, use_cache=True)[0]
+    return model.lm_head(text.norm(hidden))[:, -1]
+
+
 @paddle.no_grad()
 def sample_completions(model, prompt: PromptBatch, num_generations: int, params: SamplingParams,
                        eos_token_ids: Sequence[int], pad_token_id: int,
-                       uniforms: Optional[paddle.Tensor] = None) -> Rollout:
-    """``uniforms`` [B*G, max_new_tokens]: the random numbers each row samples with (else paddle's RNG)."""
+                       uniforms: Optional[paddle.Tensor] = None, eos_check_every: int = 8) -> Rollout:
+    """``uniforms`` [B*G, max_new_tokens]: the random numbers each row samples with (else paddle's RNG).
+
+    The prompt is prefilled once per prompt and its cache rows repeated for its G completions. Whether every row
+    has ended is read on the host only every ``eos_check_every`` steps (a read waits for the device); the
+    completions are then cut where the last row ended, so they are the same as with a check at every step.
+    """
     was_training = model.training
     model.eval()
     try:
-        embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw)
-        positions, next_position = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
-        embeds = repeat_rows(embeds, num_generations)
-        positions = repeat_rows(positions, num_generations, axis=1)
-        next_position = repeat_rows(next_position, num_generations)
-        attention_mask = repeat_rows(prompt.attention_mask, num_generations)
-
-        out = model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions,
-                    use_cache=True, logits_to_keep=1)
-        cache, logits = out.past_key_values, out.logits[:, -1]
-        rows = embeds.shape[0]
+        cache, logits, next_position = prefill(model, prompt)
+        logits, next_position = repeat_rows(logits, num_generations), repeat_rows(next_position, num_generations)
+        prompt_mask = repeat_rows(prompt.attention_mask, num_generations)
+        rows, prompt_len = prompt_mask.shape
+        cache = StaticKVCache(cache, num_generations, prompt_len + params.max_new_tokens)
+        # additive mask over the whole cache: the prompt's padding and the slots not yet written are -inf
+        allowed = paddle.concat([prompt_mask.astype("bool"), paddle.zeros([rows, params.max_new_tokens], "bool")], 1)
+        additive_mask = paddle.where(allowed, 0.0, float("-inf")).astype(logits.dtype).reshape([rows, 1, 1, -1])
         eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
         finished = paddle.zeros([rows], dtype="bool")
-        ones = paddle.ones([rows, 1], dtype=attention_mask.dtype)
         tokens = []
         for step in range(params.max_new_tokens):
             uniform = None if uniforms is None else uniforms[:, step]
@@ -105,20 +164,20 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
             token = paddle.where(finished, paddle.full_like(token, pad_token_id), token)
             tokens.append(token)
             finished = finished | paddle.isin(token, eos)
-            if bool(finished.all()) or step == params.max_new_tokens - 1:
+            last = step == params.max_new_tokens - 1
+            if last or ((step + 1) % eos_check_every == 0 and bool(finished.all())):
                 break
-            attention_mask = paddle.concat([attention_mask, ones], axis=1)
-            out = model(input_ids=token.unsqueeze(-1), attention_mask=attention_mask,
-                        position_ids=text_positions(next_position + step, 1),
-                        past_key_values=cache, use_cache=True)
-            cache, logits = out.past_key_values, out.logits[:, -1]
+            additive_mask[:, :, :, prompt_len + step] = 0.0
+            logits = decode_step(model, token, next_position + step, cache, additive_mask)
+            cache.advance()
     finally:
         model.train(was_training)
 
     completion_ids = paddle.stack(tokens, axis=1)
     completion_mask = completion_mask_from_ids(completion_ids, eos)
-    return Rollout(prompt=prompt, num_generations=num_generations, completion_ids=completion_ids,
-                   completion_mask=completion_mask, truncated=~finished)
+    ended = int(completion_mask.sum(axis=1).max())  # the step at which the last row ended
+    return Rollout(prompt=prompt, num_generations=num_generations, completion_ids=completion_ids[:, :ended],
+                   completion_mask=completion_mask[:, :ended], truncated=~finished)
 
 
 def completion_mask_from_ids(completion_ids: paddle.Tensor, eos: paddle.Tensor) -> paddle.Tensor:

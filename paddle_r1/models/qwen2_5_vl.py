@@ -5,9 +5,12 @@ inverse mapping, used by ``save_pretrained``, leaves the q/k/v biases under
 ``model.language_model.layers.N...``: the saved folder then fails to load. This subclass adds the
 missing renames so every checkpoint paddle_r1 writes loads with ``from_pretrained`` as it is.
 It also writes config.json flat, as published: a nested ``text_config`` does not load in transformers 4.51.
+Its text attention runs ``text_attention.py``'s forward (M-RoPE tables merged once per forward, grouped heads).
 """
 from paddleformers.transformers import Qwen2_5_VLConfig as _PaddleFormersQwen2_5_VLConfig
 from paddleformers.transformers import Qwen2_5_VLForConditionalGeneration as _PaddleFormersQwen2_5_VL
+
+from .text_attention import install_fast_text_attention
 
 
 class Qwen2_5_VLConfig(_PaddleFormersQwen2_5_VLConfig):
@@ -25,6 +28,10 @@ class Qwen2_5_VLConfig(_PaddleFormersQwen2_5_VLConfig):
 
 class Qwen2_5_VLForConditionalGeneration(_PaddleFormersQwen2_5_VL):
     config_class = Qwen2_5_VLConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        install_fast_text_attention(self.model.language_model)
 
     @classmethod
     def _gen_inv_aoa_config(cls, config):

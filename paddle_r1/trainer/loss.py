@@ -4,7 +4,9 @@ loss-type normalisations).
 Log-probs are computed without a full [N, T, vocab] log-softmax: the decoder runs once over prompt +
 completion; the LM head and log-softmax then run on chunks of at most ``chunk_size`` completion positions. With
 gradients on, each chunk is recomputed in the backward pass, so only one chunk's logits exist at a time in
-either direction.
+either direction. The recompute is Paddle's reentrant one: the non-reentrant one (``use_reentrant=False``) keeps
+every chunk's recomputed logits until the whole backward ends, so its peak grew with the total tokens
+(2 x 1024 tokens at vocab 151,936, chunk 128: +2.4 GB against +0.26 GB; ``benchmarks/logprob_memory.py``).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def chunked_token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tenso
         h = flat_hidden[start:start + chunk_size]
         t = flat_targets[start:start + chunk_size]
         if use_recompute:
-            pieces.append(recompute(_token_logprobs, lm_head, h, t, temperature, use_reentrant=False))
+            pieces.append(recompute(_token_logprobs, lm_head, h, t, temperature, use_reentrant=True))
         else:
             pieces.append(_token_logprobs(lm_head, h, t, temperature))
     return paddle.concat(pieces).reshape(shape)

@@ -6,15 +6,24 @@ import logging
 import string
 from typing import Optional
 
-from nltk.corpus import wordnet as nltk_wordnet
-from nltk.stem.porter import PorterStemmer
-from nltk.translate.meteor_score import meteor_score
-
 from .. import CountedReward, register
 from .judge import LLMJudge
 from ..parsing import answer_text, reference_texts
 
 logger = logging.getLogger(__name__)
+
+
+class LazyWordNet:
+    """nltk's WordNet reader, imported on first use: importing nltk takes seconds, and every start-up imports
+    this module (the reward registry) whether or not a caption reward runs."""
+
+    def __getattr__(self, name):
+        from nltk.corpus import wordnet
+
+        return getattr(wordnet, name)
+
+
+nltk_wordnet = LazyWordNet()
 
 CAPTION_INSTRUCTION = (
     "You grade descriptions of an image region. You get the question asked (it may be empty), one or more "
@@ -51,8 +60,14 @@ class CachedStemmer:
     """nltk's PorterStemmer with its stems remembered: stemming every hypothesis word is most of METEOR's time,
     and texts repeat their words. The same stems, so the same scores."""
 
-    def __init__(self):
-        self.stem = functools.lru_cache(maxsize=1 << 16)(PorterStemmer().stem)
+    @functools.cached_property
+    def cached_stem(self):
+        from nltk.stem.porter import PorterStemmer  # on first use: see LazyWordNet
+
+        return functools.lru_cache(maxsize=1 << 16)(PorterStemmer().stem)
+
+    def stem(self, word: str) -> str:
+        return self.cached_stem(word)
 
 
 STEMMER = CachedStemmer()
@@ -67,6 +82,8 @@ def tokens(text: str) -> list[str]:
 
 def meteor(answer: str, references: list[str]) -> float:
     """nltk METEOR (alpha 0.9, beta 3, gamma 0.5) on ``tokens``, best over the references."""
+    from nltk.translate.meteor_score import meteor_score  # on first use: see LazyWordNet
+
     refs = [tokens(ref) for ref in references]
     return float(meteor_score(refs, tokens(answer), stemmer=STEMMER, wordnet=wordnet_or_stand_in()))
 

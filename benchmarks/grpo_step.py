@@ -1,0 +1,182 @@
+"""One GRPO step, paddle_r1 against TRL 1.16, on the same machine in the same run.
+
+    python benchmarks/grpo_step.py [--steps 5 --rounds 2] [--trl /work/torchvenv/bin/python] [--profile step.prof]
+
+The step is the speed anchor's (``trl_anchor/``): a 6.9M-parameter Qwen2.5-VL (hidden 256, 4 layers, vocab 4096,
+vision depth 2), 2 prompts x 8 completions x 64 tokens, one 112x112 image per prompt, beta 0.04, AdamW lr 1e-5,
+temperature 1, a reward of the completion's length mod 7. paddle_r1 runs its own ``GRPOTrainer``; each phase is
+timed by wrapping the trainer's own calls (rollout, rewards, reference, policy forward, backward, optimizer).
+With ``--trl PYTHON`` the checkpoint is the one the anchor's ``make_hf_tiny.py`` writes with transformers (both
+sides load the same weights) and the anchor's TRL script runs in that interpreter; the two sides alternate
+``--rounds`` times, so a busy machine slows both. Without it the checkpoint is paddle_r1's tiny model at the same
+sizes. Seconds per step are medians over the steps after each round's first (warm-up).
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+warnings.filterwarnings("ignore")
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROMPTS, GENERATIONS, NEW_TOKENS = 2, 8, 64
+PHASES = ("rollout", "rewards", "reference", "policy forward", "backward", "optimizer")
+
+
+def length_reward(completions, **columns):
+    """The anchor's reward: any cheap score that varies between completions."""
+    return [float(len(text) % 7) / 7 for text in completions]
+
+
+def _write_samples(folder: str, count: int) -> list[dict]:
+    """The anchor's prompts: a red square on white, 112x112, at a place that moves with the index."""
+    from PIL import Image, ImageDraw
+
+    os.makedirs(folder, exist_ok=True)
+    samples = []
+    for i in range(count):
+        image = Image.new("RGB", (112, 112), (255, 255, 255))
+        x, y = (i * 17) % 70, (i * 29) % 70
+        ImageDraw.Draw(image).rectangle([x, y, x + 30, y + 30], fill=(255, 0, 0))
+        path = os.path.join(folder, f"{i}.png")
+        image.save(path)
+        samples.append({"images": [path], "problem": "locate the red square, output its bbox",
+                        "solution": [x, y, x + 30, y + 30], "reward_method": None})
+    return samples
+
+
+def _make_checkpoint(folder: str, torch_python: str | None) -> str:
+    """The anchor's checkpoint written by transformers (with a torch interpreter), else paddle_r1's at its sizes."""
+    if torch_python:
+        subprocess.run([torch_python, os.path.join(HERE, "trl_anchor", "make_hf_tiny.py"), folder, "--weights"],
+                       check=True, stdout=subprocess.DEVNULL)
+        return folder
+    from paddle_r1.models.tiny import TinySize, make_tiny_model
+
+    size = TinySize(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=2, vision_hidden_size=128, vision_intermediate_size=256, vision_depth=2,
+                    vocab_size=4096)
+    return make_tiny_model(folder, size=size)
+
+
+class PhaseClock:
+    """Seconds spent in each phase of the current step, by wrapping the trainer's own calls."""
+
+    def __init__(self, trainer):
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        generator = trainer.generator
+        generator.generate = self._timed("rollout", generator.generate)
+        trainer.rewards.score = self._timed("rewards", trainer.rewards.score)
+        trainer._reference_logprobs = self._timed("reference", trainer._reference_logprobs)
+        trainer.forward = self._timed("policy forward", trainer.forward)
+        trainer.backward = self._timed("backward", trainer.backward)
+        trainer.update.step = self._timed("optimizer", trainer.update.step)
+
+    def _timed(self, phase: str, fn):
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[phase] += time.perf_counter() - start
+        return timed
+
+    def take(self) -> dict:
+        seconds, self.seconds = self.seconds, dict.fromkeys(PHASES, 0.0)
+        return seconds
+
+
+def _paddle_trainer(model_dir: str, work: str, total_steps: int):
+    from paddle_r1.config import GRPOConfig
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    sys.path.insert(0, HERE)  # the reward below is found as grpo_step:length_reward
+    config = GRPOConfig(model_name_or_path=model_dir, output_dir=os.path.join(work, "out"),
+                        reward_funcs=["grpo_step:length_reward"], num_generations=GENERATIONS,
+                        per_device_train_batch_size=PROMPTS, max_completion_length=NEW_TOKENS, beta=0.04,
+                        learning_rate=1e-5, temperature=1.0, question_template="{Question}", max_steps=total_steps,
+                        save_steps=10**9, use_visualdl=False, disable_tqdm=True, log_completions_steps=0, seed=0)
+    samples = _write_samples(os.path.join(work, "images"), PROMPTS * (total_steps + 2))
+    return GRPOTrainer(config, samples=samples)
+
+
+def _paddle_round(trainer, clock: PhaseClock, steps: int, profile: str | None) -> list[dict]:
+    """``steps`` steps; each row: seconds, per-phase seconds, completion tokens. The last is profiled if asked."""
+    rows = []
+    for i in range(steps):
+        profiler = cProfile.Profile() if profile and i == steps - 1 else None
+        start = time.perf_counter()
+        if profiler:
+            profiler.enable()
+        metrics = trainer.training_step()
+        if profiler:
+            profiler.disable()
+            profiler.dump_stats(profile)
+        rows.append({"seconds": time.perf_counter() - start, **clock.take(),
+                     "tokens": metrics["completion_length"] * PROMPTS * GENERATIONS})
+    return rows
+
+
+def _trl_round(python: str, model_dir: str, steps: int) -> dict:
+    """The anchor's TRL script; its last line is a json summary (median step after the first)."""
+    script = os.path.join(HERE, "trl_anchor", "trl_grpo_bench.py")
+    result = subprocess.run([python, script, model_dir, str(steps), str(GENERATIONS), str(PROMPTS), str(NEW_TOKENS)],
+                            check=True, capture_output=True, text=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _median(rows: list[dict], key: str) -> float:
+    return statistics.median(row[key] for row in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=5, help="steps per round; the first of each is a warm-up")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--trl", metavar="PYTHON", help="a torch + transformers 5.3 + trl 1.16 interpreter")
+    parser.add_argument("--model", help="an existing checkpoint folder (default: built here)")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the last paddle_r1 step into FILE")
+    args = parser.parse_args()
+
+    from paddle_r1.quiet import quiet_libraries
+
+    quiet_libraries("ERROR")
+    work = tempfile.mkdtemp()
+    model_dir = args.model or _make_checkpoint(os.path.join(work, "model"), args.trl)
+    trainer = _paddle_trainer(model_dir, work, args.steps * args.rounds)
+    clock = PhaseClock(trainer)
+    paddle_rows, trl_rows = [], []
+    for round_ in range(args.rounds):
+        if args.trl:
+            trl_rows.append(_trl_round(args.trl, model_dir, args.steps))
+        paddle_rows += _paddle_round(trainer, clock, args.steps, args.profile)[1:]
+
+    step_s = _median(paddle_rows, "seconds")
+    tokens_per_s = _median(paddle_rows, "tokens") / step_s
+    print(f"{PROMPTS} prompts x {GENERATIONS} completions x {NEW_TOKENS} tokens; medians of "
+          f"{len(paddle_rows)} steps ({args.rounds} round(s), warm-up step dropped)")
+    print("| | seconds |\n|---|---|")
+    for phase in PHASES:
+        print(f"| {phase} | {_median(paddle_rows, phase):.2f} |")
+    print(f"| **paddle_r1 step** | **{step_s:.2f}** |")
+    print(f"paddle_r1: {tokens_per_s:.0f} completion tokens/s")
+    if trl_rows:
+        trl_s = statistics.median(r["step_s_median"] for r in trl_rows)
+        trl_tokens_per_s = statistics.median(r["completion_tok_per_s"] for r in trl_rows)
+        per_round = ", ".join(f"{r['step_s_median']:.2f}" for r in trl_rows)
+        print(f"TRL 1.16: {trl_s:.2f} s/step, {trl_tokens_per_s:.0f} completion tokens/s (per round: {per_round} s)")
+        print(f"ratio (paddle_r1 / TRL completion tokens/s): {tokens_per_s / trl_tokens_per_s:.2f}x; "
+              f"step time TRL / paddle_r1: {trl_s / step_s:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""A faster forward for Qwen2.5-VL's text attention, installed over paddleformers' on the loaded model.
+
+Two costs of paddleformers 1.2.0's text decoder, seen in a profile of a GRPO step on CPU:
+
+- M-RoPE: ``apply_multimodal_rotary_pos_emb`` splits the [3, B, L, head_dim] cos/sin tables into the
+  temporal/height/width sections and concatenates them again in every layer of every call. Here the rotary
+  embedding returns the merged [B, 1, L, head_dim] tables once per forward and each layer only rotates.
+- Grouped-query attention under ``eager``: ``repeat_kv`` copies K and V ``num_heads / num_key_value_heads``
+  times. Here the query heads of a group are stacked instead, [B, kv_heads, group * L, head_dim], and multiply
+  the group's one K and V: the same dot products, no copies.
+
+The numbers are the same operations in the same order per element, so the logits match paddleformers' own
+forward (tests/test_models.py) and transformers' (tests/test_parity.py). Other attention implementations (sdpa
+on GPU) keep paddleformers' kernel dispatch; only the rotation and the cache handling are this module's.
+"""
+from __future__ import annotations
+
+import paddle
+from paddleformers.nn.attention.interface import ALL_ATTENTION_FUNCTIONS
+from paddleformers.transformers.qwen2_5_vl.modeling import (Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding,
+                                                            rotate_half)
+
+
+def merge_mrope_sections(table: paddle.Tensor, mrope_section) -> paddle.Tensor:
+    """[3, B, L, D] per-axis cos or sin -> [B, 1, L, D]: channel section i taken from axis i % 3 (Qwen2-VL's
+    M-RoPE), as paddleformers' ``apply_multimodal_rotary_pos_emb`` does in every layer."""
+    pieces = table.split(list(mrope_section) * 2, axis=-1)
+    return paddle.concat([piece[i % 3] for i, piece in enumerate(pieces)], axis=-1).unsqueeze(1)
+
+
+class MergedMRoPE(Qwen2_5_VLRotaryEmbedding):
+    """The rotary tables of one forward, merged over M-RoPE's sections once for all layers."""
+
+    def forward(self, x, position_ids):
+        cos, sin = super().forward(x, position_ids)
+        section = self.config.rope_parameters["mrope_section"]
+        return merge_mrope_sections(cos, section), merge_mrope_sections(sin, section)
+
+
+def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
+    """softmax(q k^T * scaling + mask) v for query [B, H, L, D] and key/value [B, kv_heads, S, D], without
+    repeating K and V over each group's heads; returns [B, L, H * D]."""
+    batch, heads, length, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    grouped = query.reshape([batch, kv_heads, heads // kv_heads * length, dim])
+    scores = paddle.matmul(grouped, key, transpose_y=True) * scaling
+    if attention_mask is not None:
+        scores = scores.reshape([batch, kv_heads, heads // kv_heads, length, keys])
+        scores = scores + attention_mask[:, :, :, :keys].unsqueeze(2)
+        scores = scores.reshape([batch, kv_heads, heads // kv_heads * length, keys])
+    probs = paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(query.dtype)
+    out = paddle.matmul(probs, value).reshape([batch, heads, length, dim])
+    return out.transpose([0, 2, 1, 3]).reshape([batch, length, heads * dim])
+
+
+class FastTextAttention(Qwen2_5_VLAttention):
+    """Qwen2.5-VL text attention over already merged rotary tables (``MergedMRoPE``)."""
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None,
+                output_attentions=False, use_cache=False, position_embeddings=None, **kwargs):
+        batch, length = hidden_states.shape[:2]
+        groups = self.num_key_value_groups
+        mixed = self.qkv_proj(hidden_states).reshape([batch, length, self.num_key_value_heads, (groups + 2) * self.head_dim])
+        query, key, value = paddle.split(mixed, [groups * self.head_dim, self.head_dim, self.head_dim], axis=-1)
+        query = query.reshape([batch, length, self.num_heads, self.head_dim]).transpose([0, 2, 1, 3])
+        key, value = key.transpose([0, 2, 1, 3]), value.transpose([0, 2, 1, 3])
+        cos, sin = position_embeddings
+        query = query * cos + rotate_half(query) * sin
+        key = key * cos + rotate_half(key) * sin
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)
+        if self.config._attn_implementation == "eager":
+            out = grouped_eager_attention(query, key, value, attention_mask, self.scaling)
+        else:
+            out, _ = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation](
+                self, query, key, value, attention_mask=attention_mask, dropout=0.0 if not self.training else
+                self.attention_dropout, scaling=self.scaling, **kwargs)
+        return self.o_proj(out), None
+
+
+def install_fast_text_attention(text_model) -> None:
+    """Swap the text decoder's rotary embedding and attention classes for the ones above (same parameters and
+    buffers, so loading and saving are untouched). Sequence parallelism keeps paddleformers' forward."""
+    if text_model.config.sequence_parallel:
+        return
+    text_model.rotary_emb.__class__ = MergedMRoPE
+    for layer in text_model.layers:
+        layer.self_attn.__class__ = FastTextAttention

@@ -1,0 +1,38 @@
+"""The text attention paddle_r1 installs over paddleformers' computes what paddleformers' own does."""
+import numpy as np
+import paddle
+from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding
+
+from paddle_r1.generation.generator import build_prompt_batch
+from paddle_r1.models.text_attention import FastTextAttention, MergedMRoPE
+
+
+def _use(model, rotary_cls, attention_cls):
+    text = model.model.language_model
+    text.rotary_emb.__class__ = rotary_cls
+    for layer in text.layers:
+        layer.self_attn.__class__ = attention_cls
+
+
+def test_logits_and_gradients_equal_paddleformers_attention(tiny, rec_samples):
+    """Images (M-RoPE's three axes differ), left padding and grouped-query heads (4 heads over 2 KV heads)."""
+    model, processor = tiny
+    prompt, _ = build_prompt_batch(rec_samples[:3], processor, "{Question}")
+    assert isinstance(model.model.language_model.layers[0].self_attn, FastTextAttention)
+    inputs = dict(input_ids=prompt.input_ids, attention_mask=prompt.attention_mask,
+                  pixel_values=prompt.pixel_values, image_grid_thw=prompt.image_grid_thw)
+    results = []
+    try:
+        for classes in ((MergedMRoPE, FastTextAttention), (Qwen2_5_VLRotaryEmbedding, Qwen2_5_VLAttention)):
+            _use(model, *classes)
+            model.model.rope_deltas = None
+            logits = model(**inputs).logits
+            (logits * prompt.attention_mask.unsqueeze(-1).astype(logits.dtype)).sum().backward()
+            weight = model.model.language_model.layers[0].self_attn.qkv_proj.weight
+            results.append((logits.numpy(), weight.grad.numpy().copy()))
+            model.clear_gradients()
+    finally:
+        _use(model, MergedMRoPE, FastTextAttention)
+    (fast_logits, fast_grad), (own_logits, own_grad) = results
+    np.testing.assert_allclose(fast_logits, own_logits, atol=1e-5)
+    np.testing.assert_allclose(fast_grad, own_grad, rtol=1e-4, atol=1e-5)
