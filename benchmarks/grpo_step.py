@@ -102,7 +102,7 @@ def _paddle_trainer(model_dir: str, work: str, total_steps: int):
     sys.path.insert(0, HERE)  # the reward below is found as grpo_step:length_reward
     config = GRPOConfig(model_name_or_path=model_dir, output_dir=os.path.join(work, "out"),
                         reward_funcs=["grpo_step:length_reward"], num_generations=GENERATIONS,
-                        per_device_train_batch_size=PROMPTS, max_completion_length=NEW_TOKENS, beta=0.04,
+                        per_device_train_batch_size=PROMPTS * GENERATIONS, max_completion_length=NEW_TOKENS, beta=0.04,
                         learning_rate=1e-5, temperature=1.0, question_template="{Question}", max_steps=total_steps,
                         save_steps=10**9, use_visualdl=False, disable_tqdm=True, log_completions_steps=0, seed=0)
     samples = _write_samples(os.path.join(work, "images"), PROMPTS * (total_steps + 2))
