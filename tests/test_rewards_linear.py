@@ -1,6 +1,7 @@
 """Every reward in the registry is linear-time in the completion's length (issue 19 item 4): 100k-character
 adversarial completions (whitespace runs, nested tags, digit runs, brackets) are scored well under a second each.
-A guard against quadratic regexes and parsers, not a benchmark: the bound is generous (2 s for the whole set)."""
+A guard against quadratic regexes and parsers, not a benchmark: the bound is generous (10 s for the whole set, ~0.5 s
+alone on 2 cores; a quadratic reader takes minutes on these inputs), so a loaded machine does not fail it."""
 import json
 import time
 
@@ -51,4 +52,4 @@ def test_reward_is_linear_in_completion_length(name):
     scores = reward(ADVERSARIAL, **columns)
     seconds = time.perf_counter() - start
     assert len(scores) == n and all(s is None or 0.0 <= s <= 1.0 for s in scores)
-    assert seconds < 2.0, f"{name}: {seconds:.2f} s for {n} adversarial completions of ~{N} characters"
+    assert seconds < 10.0, f"{name}: {seconds:.2f} s for {n} adversarial completions of ~{N} characters"
