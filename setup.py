@@ -33,6 +33,8 @@ setup(
         "tqdm",
         "visualdl",
     ],
-    extras_require={"test": ["pytest>=7", "pytest-timeout", "openai>=1.0"]},  # openai: the serve test's client
+    # openai: the serve test's client; nbclient, nbformat, ipykernel: tests/test_notebooks.py runs notebooks/ in a kernel
+    # of the test environment
+    extras_require={"test": ["pytest>=7", "pytest-timeout", "openai>=1.0", "nbclient", "nbformat", "ipykernel"]},
     entry_points={"console_scripts": ["paddle-r1=paddle_r1.cli:main"]},
 )

@@ -88,7 +88,7 @@ def _demo(args, extra: list[str]) -> int:
     from .config import GRPOConfig, parse_overrides
     from .demo import run_demo
 
-    run_demo(args.output_dir, args.family, **parse_overrides(extra, GRPOConfig))
+    run_demo(args.output_dir, args.family, sft_steps=args.sft_steps, **parse_overrides(extra, GRPOConfig))
     return 0
 
 
@@ -155,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="a few GRPO steps of a tiny model on synthetic shapes, on CPU")
     demo.add_argument("--output-dir", default="demo_output")
     demo.add_argument("--family", default="qwen2_5_vl", help="tiny model family: qwen2_5_vl or qwen2_vl")
+    demo.add_argument("--sft_steps", type=int, default=100, help="answer-format SFT steps before GRPO (0: none)")
     demo.set_defaults(run=_demo)
     memory = sub.add_parser("estimate-memory", help="per-GPU memory of a GRPO config, from config.json alone; "
                             "exit 1 when it does not fit; --key value overrides any config key")

@@ -175,6 +175,9 @@ class OutputKeys:
     logging_steps: int = 1
     save_steps: int = 500
     save_total_limit: Optional[int] = None
+    # checkpoints without the optimizer state (AdamW's moments and master weights, twice the fp32 weights) nor a
+    # synced ref_model/: a resume from one is a warm start (weights, step, data position; fresh AdamW state)
+    save_only_model: bool = False
     use_visualdl: bool = True
     disable_tqdm: bool = False
     # a checkpoint folder; "latest": output_dir's newest (an error when there is none); "auto": the newest when
@@ -699,8 +702,6 @@ SOURCE_KEYS: dict[str, SourceKey] = {
     "use_peft": SourceKey(TRL, _alias("lora")),
     "lora_r": SourceKey(TRL, _alias("lora_rank")),
     "lora_task_type": SourceKey(TRL, _no_effect("LoRA adapts the language model's projections here")),
-    "save_only_model": SourceKey(TRL, _no_effect("checkpoints also hold the optimizer state, for an exact resume; the "
-                                                 "model files in them load with from_pretrained as they are")),
     "deepspeed": SourceKey(TRL, _no_effect("DeepSpeed does not apply to Paddle; sharding: stage1 / stage2 splits the "
                                            "optimizer state")),
 }

@@ -7,10 +7,12 @@ switched off in every sub-config there.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from typing import Optional
 
@@ -95,6 +97,27 @@ def check_model_path(path: str) -> None:
         raise FileNotFoundError(f"model folder not found: {path}")
 
 
+MIRROR_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "paddle_r1", "model_mirrors")
+
+
+@contextlib.contextmanager
+def read_only_view(path: str):
+    """The folder to hand paddleformers' ``from_pretrained`` for ``path``: paddleformers' flex-checkpoint loader
+    writes ``flex-ckpt.auto_generated.metadata`` into the folder it loads from, which fails on a read-only mount
+    (AI Studio's datasets) and leaves a stray file in the user's folder otherwise. A local folder is therefore
+    loaded through a temporary mirror of symlinks to its entries under ``MIRROR_ROOT``, removed after the load
+    (the weights are read by then); a hub id is passed through (paddleformers downloads it into its cache)."""
+    if not os.path.isdir(path):
+        yield path
+        return
+    source = os.path.abspath(path)
+    os.makedirs(MIRROR_ROOT, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="model-", dir=MIRROR_ROOT) as mirror:
+        for name in os.listdir(source):
+            os.symlink(os.path.join(source, name), os.path.join(mirror, name))
+        yield mirror
+
+
 def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False,
                gradient_checkpointing: bool = False, attn_implementation: Optional[str] = None) -> paddle.nn.Layer:
     """One model from a folder or hub id. ``gradient_checkpointing`` recomputes each decoder and vision block
@@ -113,7 +136,8 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False,
             sub.fuse_rms_norm = False
         if gradient_checkpointing:
             sub.recompute_granularity, sub.recompute_method, sub.recompute_num_layers = "full", "uniform", 1
-    model = cls.from_pretrained(path, config=config, dtype=dtype)
+    with read_only_view(path) as folder:
+        model = cls.from_pretrained(folder, config=config, dtype=dtype)
     if freeze_vision:
         for param in model.visual.parameters():
             param.stop_gradient = True

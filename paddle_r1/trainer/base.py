@@ -146,8 +146,14 @@ class Trainer:
         self.step = state["global_step"]
         self.skipped_steps = state.get("skipped_steps", 0)
         self.sampler.load_state_dict(state["sampler"])
-        ckpt.load_optimizer_state(self.optimizer, self.policy,
-                                  ckpt.read_optimizer_state(path, rank=self.rank, world_size=self.world_size))
+        if state.get("config", {}).get("save_only_model"):
+            self.scheduler.step(self.step)  # its state lives in the optimizer's, which this checkpoint lacks
+            if self.is_main:
+                print(f"{path} was saved with save_only_model: no optimizer state, so this is a warm start "
+                      "(its weights, step and data position; a fresh AdamW state), not an exact resume")
+        else:
+            ckpt.load_optimizer_state(self.optimizer, self.policy,
+                                      ckpt.read_optimizer_state(path, rank=self.rank, world_size=self.world_size))
         self.restore_job(path, state)
         ckpt.load_rng_state(path)
 
@@ -218,7 +224,7 @@ class Trainer:
         sharded = self.update.shards_optimizer_state
         with ckpt.removed_if_disk_fills(tmp_dir):
             self.save_rank_files(tmp_dir)
-            if sharded:
+            if sharded and not cfg.save_only_model:
                 ckpt.save_optimizer(tmp_dir, self.optimizer, self.policy, shard=self.rank)
         barrier(self.world_size)
         final = ckpt.checkpoint_dir(cfg.output_dir, self.step)
@@ -229,8 +235,10 @@ class Trainer:
             with replica_io(self.world_size):
                 ckpt.finish_checkpoint(tmp, final, write_model=lambda folder: write_model_folder(self.policy, folder, cfg),
                                        policy=self.policy, processor=self.processor,
-                                       optimizer=None if sharded else self.optimizer, trainer_state=state,
-                                       reference=self.reference if self.saves_reference else None,
+                                       optimizer=None if sharded or cfg.save_only_model else self.optimizer,
+                                       trainer_state=state,
+                                       reference=self.reference if self.saves_reference and not cfg.save_only_model
+                                       else None,
                                        save_total_limit=cfg.save_total_limit)
         barrier(self.world_size)
         return final
