@@ -1,12 +1,11 @@
 """Tiny, seeded Qwen-VL checkpoints in the published layout, for tests and the demo.
 
-The folder looks like a download from a model hub (Qwen2-VL, Qwen2.5-VL or Qwen3-VL): its ``config.json`` (flat, or
-nested for Qwen3-VL), one
-``model.safetensors`` with the published weight names (``visual.blocks.0.attn.qkv.weight``,
-``model.layers.0.self_attn.q_proj.weight``, Qwen3-VL's ``model.language_model.layers.0...``, ``lm_head.weight``) in
-PyTorch orientation,
-a byte-level BPE ``tokenizer.json`` carrying Qwen's special tokens, the chat template and
-``preprocessor_config.json``. It is loaded through exactly the code path of a real checkpoint.
+The folder looks like a download from a model hub (Qwen2-VL, Qwen2.5-VL or Qwen3-VL): its ``config.json`` (flat;
+nested in ``text_config`` / ``vision_config`` for Qwen3-VL), one ``model.safetensors`` with the published weight
+names (``visual.blocks.0.attn.qkv.weight``, ``model.layers.0.self_attn.q_proj.weight``, Qwen3-VL's
+``model.visual...`` and ``model.language_model...``, ``lm_head.weight``) in PyTorch orientation, a byte-level BPE
+``tokenizer.json`` carrying Qwen's special tokens, the chat template and ``preprocessor_config.json``.
+It is loaded through exactly the code path of a real checkpoint.
 """
 from __future__ import annotations
 
