@@ -1,4 +1,4 @@
-"""Qwen2-VL next to Qwen2.5-VL: tiny checkpoint -> loader -> rollout -> save_pretrained -> reload; Qwen3-VL status."""
+"""Qwen2-VL next to Qwen2.5-VL: tiny checkpoint -> loader -> rollout -> save_pretrained -> reload; Qwen3-VL is tests/test_qwen3_vl.py."""
 import json
 import os
 import shutil
@@ -9,9 +9,8 @@ import pytest
 from safetensors import safe_open
 
 from paddle_r1.models.loading import load_model, load_models, model_family
-from paddle_r1.models.qwen3_vl import QWEN3_VL_NOT_SUPPORTED
 from paddle_r1.models.tiny import make_tiny_model
-from paddle_r1.trainer.loss import completion_logprobs
+from model_checks import assert_completion_logprobs_match_forward
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
 
@@ -94,23 +93,7 @@ def test_qwen2_vl_cached_greedy_equals_uncached(qwen2_vl, rec_samples):
 
 @paddle.no_grad()
 def test_qwen2_vl_completion_logprobs_match_its_forward(qwen2_vl, rec_samples):
-    model, processor = qwen2_vl
-    prompt, _ = build_prompt_batch(rec_samples[:1], processor, "{Question}")
-    paddle.seed(0)
-    rollout = sample_completions(model, prompt, 2, SamplingParams(5, temperature=1.0),
-                                 [processor.tokenizer.eos_token_id], processor.tokenizer.pad_token_id)
-    got = completion_logprobs(model, rollout, chunk_size=3).numpy()
-    for row in range(2):
-        completion = rollout.completion_ids[row:row + 1]
-        ids = paddle.concat([prompt.input_ids, completion], axis=1)
-        mask = paddle.ones(ids.shape, dtype=prompt.attention_mask.dtype)
-        model.model.rope_deltas = None
-        logits = model(input_ids=ids, attention_mask=mask, pixel_values=prompt.pixel_values,
-                       image_grid_thw=prompt.image_grid_thw).logits[0, prompt.input_ids.shape[1] - 1:-1]
-        expected = paddle.take_along_axis(paddle.nn.functional.log_softmax(logits, axis=-1),
-                                          completion[0].unsqueeze(-1), axis=-1).squeeze(-1).numpy()
-        n = int(rollout.completion_mask[row].sum())
-        np.testing.assert_allclose(got[row, :n], expected[:n], rtol=1e-4, atol=1e-5)
+    assert_completion_logprobs_match_forward(*qwen2_vl, rec_samples)
 
 
 def test_qwen2_vl_save_pretrained_round_trip(qwen2_vl, qwen2_vl_dir, rec_samples, tmp_path):
@@ -150,20 +133,6 @@ def test_family_from_config_json_not_folder_name(qwen2_vl_dir, tmp_path):
     os.symlink(qwen2_vl_dir, odd)
     assert model_family(str(odd)) == "qwen2_vl"
     assert type(load_model(str(odd))).__name__ == "Qwen2VLForConditionalGeneration"
-
-
-def test_qwen3_vl_is_refused_with_the_reason(tmp_path, capsys):
-    folder = tmp_path / "qwen3"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3_vl"}))
-    with pytest.raises(ValueError, match="qwen3_vl is not supported yet: .*DeepStack"):
-        load_model(str(folder))
-    with pytest.raises(ValueError, match="qwen3_vl is not supported yet: "):
-        make_tiny_model(str(tmp_path / "tiny3"), family="qwen3_vl")
-    from paddle_r1.cli import main
-
-    assert main(["make-tiny-model", str(tmp_path / "tiny3"), "--family", "qwen3_vl"]) == 2
-    assert QWEN3_VL_NOT_SUPPORTED in capsys.readouterr().err
 
 
 def test_qwen2_vl_grpo_steps_then_eval(qwen2_vl_dir, rec_samples, tmp_path):

@@ -1,9 +1,10 @@
-"""Paddle models against Hugging Face transformers 4.51.3 (PyTorch, CPU, float32) on the same inputs.
+"""Paddle models against Hugging Face transformers (PyTorch, CPU, float32) on the same inputs: 4.51.3 for
+Qwen2-VL and Qwen2.5-VL, 4.57.1 for Qwen3-VL.
 
 The golden files in tests/fixtures/parity/<family>/ come from tests/fixtures/make_reference.py, run in its
 own environment: a tiny checkpoint in the published layout (bfloat16 weights), transformers' processor
-output for a prompt with one image, the prompt's logits and the greedy completion. Here the checkpoint is
-loaded through paddle_r1's loader exactly as a downloaded one.
+output for a prompt with one image (Qwen3-VL also a text-only and a two-image prompt), the prompt's logits and
+the greedy completion. Here the checkpoint is loaded through paddle_r1's loader exactly as a downloaded one.
 """
 import os
 
@@ -16,30 +17,39 @@ from paddle_r1.models.loading import load_model, load_processor, model_family
 from paddle_r1.generation.rollout import PromptBatch, SamplingParams, sample_completions
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "parity")
-FAMILIES = ["qwen2_vl", "qwen2_5_vl"]
+# (family, case): the case names the fixture files' suffix ("" for the one-image prompt)
+CASES = [("qwen2_vl", ""), ("qwen2_5_vl", ""), ("qwen3_vl", ""), ("qwen3_vl", "text"), ("qwen3_vl", "two_images")]
 MAX_REL_ERR = 1e-5
+_models = {}
 
 
 def rel_err(got, want) -> float:
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: "-".join(filter(None, c)))
 def case(request):
-    folder = os.path.join(FIXTURES, request.param)
+    family, name = request.param
+    folder = os.path.join(FIXTURES, family)
     checkpoint = os.path.join(folder, "checkpoint")
-    inputs = dict(np.load(os.path.join(folder, "inputs.npz")))
-    reference = dict(np.load(os.path.join(folder, "reference.npz")))
-    model = load_model(checkpoint)
-    model.eval()
-    return request.param, checkpoint, model, inputs, reference
+    suffix = f"_{name}" if name else ""
+    inputs = dict(np.load(os.path.join(folder, f"inputs{suffix}.npz")))
+    reference = dict(np.load(os.path.join(folder, f"reference{suffix}.npz")))
+    if family not in _models:  # one load per family for all its cases
+        _models[family] = load_model(checkpoint)
+        _models[family].eval()
+    return family, checkpoint, _models[family], inputs, reference
+
+
+def _optional(inputs, key):
+    return paddle.to_tensor(inputs[key]) if key in inputs else None
 
 
 def _batch(inputs) -> PromptBatch:
     return PromptBatch(input_ids=paddle.to_tensor(inputs["input_ids"]),
                        attention_mask=paddle.to_tensor(inputs["attention_mask"]),
-                       pixel_values=paddle.to_tensor(inputs["pixel_values"]),
-                       image_grid_thw=paddle.to_tensor(inputs["image_grid_thw"]))
+                       pixel_values=_optional(inputs, "pixel_values"),
+                       image_grid_thw=_optional(inputs, "image_grid_thw"))
 
 
 def test_family_from_config(case):
@@ -56,7 +66,8 @@ def test_logits_match_transformers(case):
                    pixel_values=batch.pixel_values, image_grid_thw=batch.image_grid_thw).logits[0].numpy()
     assert logits.shape == reference["logits"].shape
     err = rel_err(logits, reference["logits"])
-    print(f"{family}: max relative error of the logits {err:.2e}")
+    print(f"{family} {int(batch.image_grid_thw is not None and batch.image_grid_thw.shape[0])} image(s): "
+          f"max relative error of the logits {err:.2e}")
     assert err <= MAX_REL_ERR
 
 
@@ -67,7 +78,7 @@ def test_rollout_path_logits_match_transformers(case):
     batch = _batch(inputs)
     embeds = embed_inputs(model, batch.input_ids, batch.pixel_values, batch.image_grid_thw)
     positions, _ = rope_positions(model, batch.input_ids, batch.attention_mask, batch.image_grid_thw)
-    logits = model(inputs_embeds=embeds, attention_mask=batch.attention_mask, position_ids=positions).logits[0]
+    logits = model(**embeds.model_inputs(), attention_mask=batch.attention_mask, position_ids=positions).logits[0]
     assert rel_err(logits.numpy(), reference["logits"]) <= MAX_REL_ERR
 
 
@@ -95,7 +106,9 @@ def test_processor_matches_transformers(case):
     """paddleformers' processor, loaded from the folder, turns the same image and text into the same inputs."""
     _, checkpoint, _, inputs, _ = case
     processor = load_processor(checkpoint)
-    got = processor(text=[str(inputs["text"])], images=[inputs["image"]], return_tensors="pd")
+    images = [inputs[key] for key in ("image", "image1") if key in inputs]
+    got = processor(text=[str(inputs["text"])], images=images or None, return_tensors="pd")
     np.testing.assert_array_equal(got["input_ids"].numpy(), inputs["input_ids"])
-    np.testing.assert_array_equal(got["image_grid_thw"].numpy(), inputs["image_grid_thw"])
-    np.testing.assert_allclose(got["pixel_values"].numpy(), inputs["pixel_values"], atol=1e-5)
+    if images:
+        np.testing.assert_array_equal(got["image_grid_thw"].numpy(), inputs["image_grid_thw"])
+        np.testing.assert_allclose(got["pixel_values"].numpy(), inputs["pixel_values"], atol=1e-5)

@@ -154,9 +154,9 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         allowed = paddle.concat([mask.astype("bool"), paddle.zeros([rows, steps], "bool")], 1)
         additive = paddle.where(allowed, 0.0, float("-inf")).astype("float32").reshape([rows, 1, 1, -1])
 
-        embeds = repeat_rows(embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw), g)
+        embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw).repeat(g)
         positions, _ = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
-        dynamic = model(inputs_embeds=embeds, attention_mask=mask, position_ids=repeat_rows(positions, g, axis=1),
+        dynamic = model(**embeds.model_inputs(), attention_mask=mask, position_ids=repeat_rows(positions, g, axis=1),
                         use_cache=True).past_key_values
         for step in range(steps):
             additive[:, :, :, prompt_len + step] = 0.0

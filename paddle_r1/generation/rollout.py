@@ -115,7 +115,7 @@ def prefill(model, prompt: PromptBatch):
     [B, vocab] and each row's next M-RoPE position [B]."""
     embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw)
     positions, next_position = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
-    out = model(inputs_embeds=embeds, attention_mask=prompt.attention_mask, position_ids=positions,
+    out = model(**embeds.model_inputs(), attention_mask=prompt.attention_mask, position_ids=positions,
                 use_cache=True, logits_to_keep=1)
     return out.past_key_values, out.logits[:, -1], next_position
 

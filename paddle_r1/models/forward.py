@@ -5,19 +5,53 @@ positions are repeated for the prompt's G completions instead of re-encoding eac
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import paddle
 
 
-def embed_inputs(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> paddle.Tensor:
-    """Token embeddings with image features written over the ``<|image_pad|>`` slots."""
+@dataclass
+class InputEmbeddings:
+    """Input embeddings [B, L, D] and, for Qwen3-VL, the DeepStack features at the same positions [layers, B, L, D]
+    (zero off the image tokens; see ``qwen3_vl.py``), which the first decoder layers add to their output."""
+
+    embeds: paddle.Tensor
+    deepstack: Optional[paddle.Tensor] = None
+
+    def model_inputs(self) -> dict:
+        """The keyword arguments a model (or its ``.model``) takes them as."""
+        if self.deepstack is None:
+            return {"inputs_embeds": self.embeds}
+        return {"inputs_embeds": self.embeds, "deepstack_embeds": self.deepstack}
+
+    def repeat(self, repeats: int) -> "InputEmbeddings":
+        """Each row ``repeats`` times in a row (a prompt for its G completions)."""
+        deepstack = None if self.deepstack is None else repeat_rows(self.deepstack, repeats, axis=1)
+        return InputEmbeddings(repeat_rows(self.embeds, repeats), deepstack)
+
+    def append(self, embeds: paddle.Tensor) -> "InputEmbeddings":
+        """Text embeddings [B, T, D] after these positions; they carry no DeepStack feature."""
+        embeds = embeds.astype(self.embeds.dtype)
+        deepstack = self.deepstack
+        if deepstack is not None:
+            deepstack = paddle.concat([deepstack, paddle.zeros([deepstack.shape[0], *embeds.shape], deepstack.dtype)],
+                                      axis=2)
+        return InputEmbeddings(paddle.concat([self.embeds, embeds], axis=1), deepstack)
+
+
+def embed_inputs(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> InputEmbeddings:
+    """Token embeddings with image features written over the ``<|image_pad|>`` slots (and Qwen3-VL's DeepStack)."""
     inner = model.model
+    if hasattr(inner, "embed_prompt"):  # Qwen3-VL
+        return InputEmbeddings(*inner.embed_prompt(input_ids, pixel_values, image_grid_thw))
     embeds = inner.get_input_embeddings()(input_ids)
     if pixel_values is not None:
         image_embeds = paddle.concat(inner.get_image_features(pixel_values, image_grid_thw), axis=0)
         image_embeds = image_embeds.astype(embeds.dtype)
         image_mask, _ = inner.get_placeholder_mask(input_ids, inputs_embeds=embeds, image_features=image_embeds)
         embeds = embeds.masked_scatter(image_mask, image_embeds)
-    return embeds
+    return InputEmbeddings(embeds)
 
 
 def rope_positions(model, input_ids: paddle.Tensor, attention_mask: paddle.Tensor, image_grid_thw=None):

@@ -1,7 +1,8 @@
 """Load policy, reference and processor from a local folder or a hub id.
 
 The family comes from ``config.json``'s ``model_type``, never from the folder's name; each family has its
-model class (Qwen2.5-VL: paddleformers' with a save fix; Qwen2-VL: written in ``qwen2_vl.py``), whose
+model class (Qwen2.5-VL: paddleformers' with a save fix; Qwen2-VL: written in ``qwen2_vl.py``; Qwen3-VL:
+paddleformers' plain-Paddle one with dense DeepStack, ``qwen3_vl.py``), whose
 ``config_class`` reads the published config.json. On CPU the fused RMSNorm kernel is missing, so it is
 switched off in every sub-config there.
 """
@@ -21,13 +22,19 @@ import paddle
 from ..config import ConfigError
 from .coords import FAMILY_COORD_SYSTEM
 from .precision import precision_for_this_device
-from .qwen3_vl import QWEN3_VL_NOT_SUPPORTED
 
 # family (config.json model_type) -> its Paddle model class, imported on first use
 MODEL_CLASSES = {
     "qwen2_vl": (".qwen2_vl", "Qwen2VLForConditionalGeneration"),
     "qwen2_5_vl": (".qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
+    "qwen3_vl": (".qwen3_vl", "Qwen3VLForConditionalGeneration"),
 }
+# The mixture-of-experts Qwen3-VL shares the dense one's vision tower but not its decoder, and paddleformers
+# 1.2.0 builds that decoder only on paddlefleet (not on PyPI): no plain-Paddle variant exists to build on.
+QWEN3_VL_MOE_NOT_SUPPORTED = (
+    "qwen3_vl_moe (Qwen3-VL-30B-A3B, Qwen3-VL-235B-A22B) is not supported yet: paddleformers 1.2.0 builds its "
+    "mixture-of-experts decoder only on paddlefleet, which is not on PyPI; the dense Qwen3-VL models (qwen3_vl) load"
+)
 SUPPORTED_FAMILIES = tuple(MODEL_CLASSES)
 
 
@@ -51,8 +58,8 @@ def model_family(path: str) -> str:
             family = json.load(f).get("model_type")
     else:
         family = _hub_config(path).get("model_type")
-    if family == "qwen3_vl":
-        raise ConfigError(f"{config_file}: {QWEN3_VL_NOT_SUPPORTED}")
+    if family == "qwen3_vl_moe":
+        raise ConfigError(f"{config_file}: {QWEN3_VL_MOE_NOT_SUPPORTED}")
     if family not in SUPPORTED_FAMILIES:
         raise ConfigError(
             f"{config_file}: model_type {family!r} is not supported yet (supported: {', '.join(SUPPORTED_FAMILIES)})"

@@ -1,20 +1,106 @@
-"""Qwen3-VL: why paddle_r1 does not load it yet (no paddle import here: tiny.py shares the message).
+"""Qwen3-VL (dense): PaddleFormers' plain-Paddle Qwen3-VL, with DeepStack carried as dense per-position features.
 
-Tried on paddlepaddle 3.3.1 (CPU) + paddleformers 1.2.0 with a tiny Qwen3-VL config:
+PaddleFormers 1.2.0's ``Qwen3VLForConditionalGeneration`` (what its auto classes pick) is built on ``paddlefleet``,
+which is not on PyPI. Its ``Qwen3VLForConditionalGenerationDeprecated`` is plain Paddle and is what runs here: the
+vision tower (16-pixel patches, a learned position table interpolated to each image's grid, 2D rotary, LayerNorm
+blocks, the 2 x 2 patch merger), DeepStack (mergers over intermediate vision blocks whose outputs are added to the
+image positions after the first decoder layers), interleaved M-RoPE and the Qwen3 decoder (RMSNorm on each head's
+q and k). On a tiny published-layout checkpoint its logits equal transformers 4.57's (tests/test_parity.py).
 
-- ``Qwen3VLForConditionalGeneration`` (what paddleformers' auto classes pick for ``qwen3_vl``) is built on
-  ``paddlefleet``, which paddleformers 1.2.0 does not install; the import fails.
-- ``Qwen3VLForConditionalGenerationDeprecated`` (plain Paddle) runs forward and ``generate`` on CPU, but its
-  vision tower returns DeepStack features besides the image embeddings, and the decoder adds them to the
-  image positions of its first layers. The rollout and log-prob code computes input embeddings once
-  (``forward.embed_inputs``) and then calls the model with ``inputs_embeds`` only, so the DeepStack
-  features would be silently dropped. Supporting Qwen3-VL needs ``embed_inputs`` to carry
-  ``visual_pos_masks`` and ``deepstack_visual_embeds`` through rollout (repeated per completion) and
-  log-probs, and a reference to check it against (transformers 4.51 has no Qwen3-VL).
+What this module changes, and why:
+
+- DeepStack as dense tensors. PaddleFormers passes the DeepStack features as a flat list of image-token rows plus
+  a mask, so they cannot follow the rollout and log-prob path, which embeds each prompt once, repeats it for its
+  G completions and appends completion tokens. Here ``embed_prompt`` lays each DeepStack feature over the prompt's
+  positions, [layers, B, L, D], zero off the image tokens; it repeats and extends like the embeddings, and adding it
+  is the same float addition at the image tokens (and ``x + 0 = x`` elsewhere). The decode steps after the prefill
+  see no image tokens, so they carry no DeepStack, as in transformers.
+- Gradient checkpointing of the vision blocks: PaddleFormers' recompute helper does not take the per-image
+  attention bounds its own forward passes it (a TypeError); the override passes them through.
+- Images only: the video path (timestamps between frames) is not used by paddle_r1 and is refused.
+
+Checkpoints load from and save to the published names (``model.visual...``, ``model.language_model...``,
+``lm_head.weight``) through PaddleFormers' name mappings, and config.json keeps its published nested layout.
 """
+from __future__ import annotations
 
-QWEN3_VL_NOT_SUPPORTED = (
-    "qwen3_vl is not supported yet: paddleformers 1.2.0's Qwen3VLForConditionalGeneration needs paddlefleet, "
-    "and its plain-Paddle variant feeds DeepStack vision features into the first decoder layers, which "
-    "paddle_r1's rollout and log-prob path (input embeddings computed once, then inputs_embeds) does not carry"
+from typing import Optional
+
+import paddle
+from paddle.distributed.fleet.utils import recompute
+from paddleformers.nn.criterion.interface import CriterionLayer
+from paddleformers.nn.lm_head import LMHead
+from paddleformers.transformers.qwen3_vl.configuration import Qwen3VLConfig
+from paddleformers.transformers.qwen3_vl.modeling import (
+    Qwen3VLForConditionalGenerationDeprecated,
+    Qwen3VLModelDeprecated,
+    Qwen3VLTextModel as _PaddleFormersTextModel,
+    Qwen3VLVisionModel as _PaddleFormersVisionModel,
 )
+
+class Qwen3VLVisionModel(_PaddleFormersVisionModel):
+    @paddle.jit.not_to_static
+    def recompute_training_full(self, layer_module, hidden_states, cu_seqlens, rotary_pos_emb=None,
+                                position_embeddings=None, attn_mask_startend_row_indices=None):
+        """One vision block recomputed in the backward pass, with the per-image attention bounds."""
+        return recompute(layer_module, hidden_states, cu_seqlens, rotary_pos_emb, position_embeddings,
+                         attn_mask_startend_row_indices)
+
+
+class Qwen3VLTextModel(_PaddleFormersTextModel):
+    def forward(self, *args, deepstack_embeds: Optional[paddle.Tensor] = None, **kwargs):
+        """``deepstack_embeds`` [layers, B, L, D]: added to the output of decoder layer i, for i < layers."""
+        if deepstack_embeds is not None:
+            kwargs.update(visual_pos_masks=None, deepstack_visual_embeds=deepstack_embeds)
+        return super().forward(*args, **kwargs)
+
+    def _deepstack_process(self, hidden_states, visual_pos_masks, visual_embeds):
+        """Dense features (zero off the image tokens): a plain addition, which also keeps sequence rows aligned
+        when a prompt's rows are repeated for its completions."""
+        return hidden_states + visual_embeds.astype(hidden_states.dtype)
+
+
+class Qwen3VLModel(Qwen3VLModelDeprecated):
+    def __init__(self, config: Qwen3VLConfig) -> None:
+        # skip the parent's __init__ (it builds paddleformers' towers); the same attributes with this module's classes
+        super(Qwen3VLModelDeprecated, self).__init__(config)
+        self.visual = Qwen3VLVisionModel._from_config(config.vision_config)
+        self.language_model = Qwen3VLTextModel._from_config(config.text_config)
+        self.rope_deltas = None
+
+    def embed_prompt(self, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None):
+        """Input embeddings [B, L, D] with the image features at the ``<|image_pad|>`` tokens, and the DeepStack
+        features at the same tokens [layers, B, L, D] (None without images)."""
+        embeds = self.get_input_embeddings()(input_ids)
+        if pixel_values is None:
+            return embeds, None
+        image_embeds, deepstack = self.get_image_features(pixel_values, image_grid_thw)
+        image_mask, _ = self.get_placeholder_mask(input_ids, inputs_embeds=embeds,
+                                                  image_features=paddle.concat(image_embeds, axis=0))
+        embeds = embeds.masked_scatter(image_mask, paddle.concat(image_embeds, axis=0).astype(embeds.dtype))
+        zeros = paddle.zeros_like(embeds)
+        deepstack = paddle.stack([zeros.masked_scatter(image_mask, f.astype(embeds.dtype)) for f in deepstack])
+        return embeds, deepstack
+
+    def forward(self, input_ids=None, inputs_embeds=None, pixel_values=None, image_grid_thw=None,
+                deepstack_embeds=None, pixel_values_videos=None, **kwargs):
+        """paddleformers' forward (positions from ``get_rope_index``, generation's position offsets) on embeddings
+        made by ``embed_prompt``; ``inputs_embeds`` may come with their ``deepstack_embeds`` instead of pixels."""
+        if pixel_values_videos is not None:
+            raise NotImplementedError("paddle_r1's Qwen3-VL takes images only, not videos")
+        if inputs_embeds is None:
+            inputs_embeds, deepstack_embeds = self.embed_prompt(input_ids, pixel_values, image_grid_thw)
+        if deepstack_embeds is not None:
+            kwargs["deepstack_embeds"] = deepstack_embeds
+        return super().forward(input_ids=input_ids, inputs_embeds=inputs_embeds, image_grid_thw=image_grid_thw,
+                               **kwargs)
+
+
+class Qwen3VLForConditionalGeneration(Qwen3VLForConditionalGenerationDeprecated):
+    def __init__(self, config: Qwen3VLConfig) -> None:
+        # skip the parent's __init__ (it builds paddleformers' Qwen3VLModelDeprecated); same parts otherwise
+        super(Qwen3VLForConditionalGenerationDeprecated, self).__init__(config)
+        self.model = Qwen3VLModel(config)
+        self.lm_head = LMHead(config.text_config)
+        self.criterion = CriterionLayer(config.text_config)
+        self.tie_weights()

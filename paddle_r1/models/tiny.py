@@ -1,10 +1,11 @@
 """Tiny, seeded Qwen-VL checkpoints in the published layout, for tests and the demo.
 
-The folder looks like a download from a model hub (Qwen2-VL or Qwen2.5-VL): a flat ``config.json``, one
-``model.safetensors`` with the published weight names (``visual.blocks.0.attn.qkv.weight``,
-``model.layers.0.self_attn.q_proj.weight``, ``lm_head.weight``) in PyTorch orientation,
-a byte-level BPE ``tokenizer.json`` carrying Qwen's special tokens, the chat template and
-``preprocessor_config.json``. It is loaded through exactly the code path of a real checkpoint.
+The folder looks like a download from a model hub (Qwen2-VL, Qwen2.5-VL or Qwen3-VL): its ``config.json`` (flat;
+nested in ``text_config`` / ``vision_config`` for Qwen3-VL), one ``model.safetensors`` with the published weight
+names (``visual.blocks.0.attn.qkv.weight``, ``model.layers.0.self_attn.q_proj.weight``, Qwen3-VL's
+``model.visual...`` and ``model.language_model...``, ``lm_head.weight``) in PyTorch orientation, a byte-level BPE
+``tokenizer.json`` carrying Qwen's special tokens, the chat template and ``preprocessor_config.json``.
+It is loaded through exactly the code path of a real checkpoint.
 """
 from __future__ import annotations
 
@@ -15,12 +16,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ConfigError
-from .qwen3_vl import QWEN3_VL_NOT_SUPPORTED
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl")
-ARCHITECTURES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration"}
-PROCESSOR_CLASSES = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+ARCHITECTURES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+                 "qwen3_vl": "Qwen3VLForConditionalGeneration"}
+PROCESSOR_CLASSES = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}
 QWEN2_VL_MLP_RATIO = 4  # every published Qwen2-VL; its vision MLP is mlp_ratio * embed_dim wide
+QWEN3_VL_PATCH = 16  # Qwen3-VL's patches are 16 pixels (Qwen2/2.5-VL: 14); merged 2 x 2, a token covers 32 x 32
+QWEN2_VL_NORMALIZATION = {"image_mean": [0.48145466, 0.4578275, 0.40821073],  # CLIP's, Qwen2/2.5-VL
+                          "image_std": [0.26862954, 0.26130258, 0.27577711]}
+QWEN3_VL_NORMALIZATION = {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
+QWEN3_VL_POSITION_TABLE = 64  # learned vision positions, an 8 x 8 grid interpolated to each image (published: 48 x 48)
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",
@@ -99,61 +105,109 @@ def build_tokenizer(vocab_size: int):
     return tok
 
 
+class _Weights(dict):
+    """Seeded weights by published name, PyTorch orientation ([out, in])."""
+
+    def __init__(self, rng: np.random.Generator):
+        super().__init__()
+        self.rng = rng
+
+    def normal(self, name, shape):
+        self[name] = (self.rng.standard_normal(shape) * 0.02).astype("float32")
+
+    def linear(self, name, out_dim, in_dim, bias):
+        self.normal(f"{name}.weight", (out_dim, in_dim))
+        if bias:
+            self.normal(f"{name}.bias", (out_dim,))
+
+    def norm(self, name, dim, bias=False):
+        self[f"{name}.weight"] = np.ones(dim, "float32")
+        if bias:
+            self[f"{name}.bias"] = np.zeros(dim, "float32")
+
+    def vision_block_attention(self, prefix: str, width: int, norm_bias: bool) -> None:
+        """A vision block's two norms and its attention (fused qkv and the output projection, both with bias)."""
+        self.norm(f"{prefix}.norm1", width, bias=norm_bias)
+        self.norm(f"{prefix}.norm2", width, bias=norm_bias)
+        self.linear(f"{prefix}.attn.qkv", 3 * width, width, True)
+        self.linear(f"{prefix}.attn.proj", width, width, True)
+
+    def decoder(self, prefix: str, size: TinySize, vocab: int, qk_norm: bool) -> None:
+        """The Qwen2 decoder (q/k/v biases) or, with ``qk_norm``, Qwen3's (no biases, RMSNorm on each head's q and k)."""
+        h, i, head_dim = size.hidden_size, size.intermediate_size, size.hidden_size // size.num_attention_heads
+        kv = size.num_key_value_heads * head_dim
+        self.normal(f"{prefix}.embed_tokens.weight", (vocab, h))
+        for layer in range(size.num_hidden_layers):
+            p = f"{prefix}.layers.{layer}"
+            self.linear(f"{p}.self_attn.q_proj", h, h, not qk_norm)
+            self.linear(f"{p}.self_attn.k_proj", kv, h, not qk_norm)
+            self.linear(f"{p}.self_attn.v_proj", kv, h, not qk_norm)
+            self.linear(f"{p}.self_attn.o_proj", h, h, False)
+            if qk_norm:
+                self.norm(f"{p}.self_attn.q_norm", head_dim)
+                self.norm(f"{p}.self_attn.k_norm", head_dim)
+            self.linear(f"{p}.mlp.gate_proj", i, h, False)
+            self.linear(f"{p}.mlp.up_proj", i, h, False)
+            self.linear(f"{p}.mlp.down_proj", h, i, False)
+            self.norm(f"{p}.input_layernorm", h)
+            self.norm(f"{p}.post_attention_layernorm", h)
+        self.norm(f"{prefix}.norm", h)
+        self.linear("lm_head", vocab, h, False)
+
+
 def _random_weights(size: TinySize, vocab: int, rng: np.random.Generator,
                    family: str = "qwen2_5_vl") -> dict[str, np.ndarray]:
     """Weights named and shaped as in the family's published safetensors (PyTorch [out, in])."""
-    weights: dict[str, np.ndarray] = {}
-
-    def normal(shape):
-        return (rng.standard_normal(shape) * 0.02).astype("float32")
-
-    def linear(name, out_dim, in_dim, bias):
-        weights[f"{name}.weight"] = normal((out_dim, in_dim))
-        if bias:
-            weights[f"{name}.bias"] = normal((out_dim,))
-
-    def norm(name, dim, bias=False):
-        weights[f"{name}.weight"] = np.ones(dim, "float32")
-        if bias:
-            weights[f"{name}.bias"] = np.zeros(dim, "float32")
-
+    if family == "qwen3_vl":
+        return _qwen3_vl_weights(size, vocab, rng)
+    w = _Weights(rng)
     vh, vi = size.vision_hidden_size, size.vision_intermediate_size
-    weights["visual.patch_embed.proj.weight"] = normal((vh, 3, 2, 14, 14))
+    w.normal("visual.patch_embed.proj.weight", (vh, 3, 2, 14, 14))
     qwen2_vl = family == "qwen2_vl"  # LayerNorms with bias and an fc1/fc2 MLP; Qwen2.5-VL: RMSNorms, gated MLP
     for b in range(size.vision_depth):
         p = f"visual.blocks.{b}"
-        norm(f"{p}.norm1", vh, bias=qwen2_vl)
-        norm(f"{p}.norm2", vh, bias=qwen2_vl)
-        linear(f"{p}.attn.qkv", 3 * vh, vh, True)
-        linear(f"{p}.attn.proj", vh, vh, True)
+        w.vision_block_attention(p, vh, norm_bias=qwen2_vl)
         if qwen2_vl:
-            linear(f"{p}.mlp.fc1", QWEN2_VL_MLP_RATIO * vh, vh, True)
-            linear(f"{p}.mlp.fc2", vh, QWEN2_VL_MLP_RATIO * vh, True)
+            w.linear(f"{p}.mlp.fc1", QWEN2_VL_MLP_RATIO * vh, vh, True)
+            w.linear(f"{p}.mlp.fc2", vh, QWEN2_VL_MLP_RATIO * vh, True)
         else:
-            linear(f"{p}.mlp.gate_proj", vi, vh, True)
-            linear(f"{p}.mlp.up_proj", vi, vh, True)
-            linear(f"{p}.mlp.down_proj", vh, vi, True)
-    norm("visual.merger.ln_q", vh, bias=qwen2_vl)
-    linear("visual.merger.mlp.0", 4 * vh, 4 * vh, True)
-    linear("visual.merger.mlp.2", size.hidden_size, 4 * vh, True)
+            w.linear(f"{p}.mlp.gate_proj", vi, vh, True)
+            w.linear(f"{p}.mlp.up_proj", vi, vh, True)
+            w.linear(f"{p}.mlp.down_proj", vh, vi, True)
+    w.norm("visual.merger.ln_q", vh, bias=qwen2_vl)
+    w.linear("visual.merger.mlp.0", 4 * vh, 4 * vh, True)
+    w.linear("visual.merger.mlp.2", size.hidden_size, 4 * vh, True)
+    w.decoder("model", size, vocab, qk_norm=False)
+    return dict(w)
 
-    h, i = size.hidden_size, size.intermediate_size
-    kv = size.num_key_value_heads * (h // size.num_attention_heads)
-    weights["model.embed_tokens.weight"] = normal((vocab, h))
-    for layer in range(size.num_hidden_layers):
-        p = f"model.layers.{layer}"
-        linear(f"{p}.self_attn.q_proj", h, h, True)
-        linear(f"{p}.self_attn.k_proj", kv, h, True)
-        linear(f"{p}.self_attn.v_proj", kv, h, True)
-        linear(f"{p}.self_attn.o_proj", h, h, False)
-        linear(f"{p}.mlp.gate_proj", i, h, False)
-        linear(f"{p}.mlp.up_proj", i, h, False)
-        linear(f"{p}.mlp.down_proj", h, i, False)
-        norm(f"{p}.input_layernorm", h)
-        norm(f"{p}.post_attention_layernorm", h)
-    norm("model.norm", h)
-    linear("lm_head", vocab, h, False)
-    return weights
+
+def _qwen3_vl_weights(size: TinySize, vocab: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Qwen3-VL's published names (``model.visual...``, ``model.language_model...``): a patch embedding with bias,
+    a learned position table, LayerNorm blocks with an fc1/fc2 MLP, the merger and one DeepStack merger per
+    DeepStack layer (LayerNorm over the merged 4 x width vector)."""
+    w = _Weights(rng)
+    vh, vi, merged = size.vision_hidden_size, size.vision_intermediate_size, 4 * size.vision_hidden_size
+    w.normal("model.visual.patch_embed.proj.weight", (vh, 3, 2, QWEN3_VL_PATCH, QWEN3_VL_PATCH))
+    w.normal("model.visual.patch_embed.proj.bias", (vh,))
+    w.normal("model.visual.pos_embed.weight", (QWEN3_VL_POSITION_TABLE, vh))
+    for b in range(size.vision_depth):
+        p = f"model.visual.blocks.{b}"
+        w.vision_block_attention(p, vh, norm_bias=True)
+        w.linear(f"{p}.mlp.linear_fc1", vi, vh, True)
+        w.linear(f"{p}.mlp.linear_fc2", vh, vi, True)
+    mergers = ["model.visual.merger"] + [f"model.visual.deepstack_merger_list.{i}"
+                                         for i in range(len(_deepstack_indexes(size)))]
+    for m, merger in enumerate(mergers):
+        w.norm(f"{merger}.norm", merged if m else vh, bias=True)  # DeepStack mergers norm after the 2 x 2 merge
+        w.linear(f"{merger}.linear_fc1", merged, merged, True)
+        w.linear(f"{merger}.linear_fc2", size.hidden_size, merged, True)
+    w.decoder("model.language_model", size, vocab, qk_norm=True)
+    return dict(w)
+
+
+def _deepstack_indexes(size: TinySize) -> list[int]:
+    """Vision blocks whose output feeds DeepStack: one per decoder layer, as far as both go (published: 3 of 24+)."""
+    return list(range(min(size.vision_depth, size.num_hidden_layers)))
 
 
 def _mrope_section(head_dim: int) -> list[int]:
@@ -167,8 +221,6 @@ def _mrope_section(head_dim: int) -> list[int]:
 def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, size: TinySize | None = None,
                     max_pixels: int = 112 * 112, min_pixels: int = 56 * 56) -> str:
     """Write a complete, loadable tiny checkpoint folder and return its path."""
-    if family == "qwen3_vl":
-        raise ConfigError(QWEN3_VL_NOT_SUPPORTED)
     if family not in FAMILIES:
         raise ConfigError(f"make-tiny-model: family {family!r} is not supported yet (supported: {', '.join(FAMILIES)})")
     from safetensors.numpy import save_file
@@ -183,38 +235,7 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
     weights = _random_weights(size, vocab, np.random.default_rng(seed), family)
     save_file(weights, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
 
-    head_dim = size.hidden_size // size.num_attention_heads
-    config = {
-        "architectures": [ARCHITECTURES[family]],
-        "model_type": family,
-        "vocab_size": vocab,
-        "hidden_size": size.hidden_size,
-        "intermediate_size": size.intermediate_size,
-        "num_hidden_layers": size.num_hidden_layers,
-        "num_attention_heads": size.num_attention_heads,
-        "num_key_value_heads": size.num_key_value_heads,
-        "hidden_act": "silu",
-        "max_position_embeddings": 32768,
-        "max_window_layers": size.num_hidden_layers,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "rope_scaling": {"type": "mrope", "mrope_section": _mrope_section(head_dim)},
-        "sliding_window": 32768,
-        "use_sliding_window": False,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
-        "torch_dtype": "float32",
-        "use_cache": True,
-        "bos_token_id": ids["<|endoftext|>"],
-        "eos_token_id": ids["<|im_end|>"],
-        "pad_token_id": ids["<|endoftext|>"],
-        "vision_start_token_id": ids["<|vision_start|>"],
-        "vision_end_token_id": ids["<|vision_end|>"],
-        "vision_token_id": ids["<|vision_pad|>"],
-        "image_token_id": ids["<|image_pad|>"],
-        "video_token_id": ids["<|video_pad|>"],
-        "vision_config": _vision_config(family, size),
-    }
+    config = _model_config(family, size, vocab, ids)
     _write_json(out_dir, "config.json", config)
     _write_json(out_dir, "generation_config.json", {
         "bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
@@ -242,19 +263,77 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
     _write_json(out_dir, "preprocessor_config.json", {
         "min_pixels": min_pixels,
         "max_pixels": max_pixels,
-        "patch_size": 14,
+        "patch_size": QWEN3_VL_PATCH if family == "qwen3_vl" else 14,
         "temporal_patch_size": 2,
         "merge_size": 2,
-        "image_mean": [0.48145466, 0.4578275, 0.40821073],
-        "image_std": [0.26862954, 0.26130258, 0.27577711],
+        **(QWEN3_VL_NORMALIZATION if family == "qwen3_vl" else QWEN2_VL_NORMALIZATION),
         "image_processor_type": "Qwen2VLImageProcessor",
         "processor_class": PROCESSOR_CLASSES[family],
     })
     return out_dir
 
 
+def _model_config(family: str, size: TinySize, vocab: int, ids: dict[str, int]) -> dict:
+    """The published config.json: flat text fields for Qwen2/2.5-VL; Qwen3-VL nests them in ``text_config``."""
+    head_dim = size.hidden_size // size.num_attention_heads
+    text = {
+        "vocab_size": vocab,
+        "hidden_size": size.hidden_size,
+        "intermediate_size": size.intermediate_size,
+        "num_hidden_layers": size.num_hidden_layers,
+        "num_attention_heads": size.num_attention_heads,
+        "num_key_value_heads": size.num_key_value_heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "use_cache": True,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "pad_token_id": ids["<|endoftext|>"],
+    }
+    tokens = {"vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"],
+              "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"]}
+    if family == "qwen3_vl":
+        # interleaved M-RoPE: frequency i rotates by the time, height or width position as i % 3 (sections
+        # bound how many go to height and width); Qwen3's head_dim is its own field
+        text.update({"model_type": "qwen3_vl_text", "head_dim": head_dim, "attention_bias": False,
+                     "rope_theta": 5000000.0,
+                     "rope_scaling": {"rope_type": "default", "mrope_section": _mrope_section(head_dim),
+                                      "mrope_interleaved": True}})
+        return {"architectures": [ARCHITECTURES[family]], "model_type": family, "tie_word_embeddings": False,
+                "torch_dtype": "float32", "text_config": text, **tokens,
+                "vision_config": _vision_config(family, size)}
+    return {
+        "architectures": [ARCHITECTURES[family]], "model_type": family, **text,
+        "max_window_layers": size.num_hidden_layers, "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": _mrope_section(head_dim)},
+        "sliding_window": 32768, "use_sliding_window": False, "vision_token_id": ids["<|vision_pad|>"], **tokens,
+        "vision_config": _vision_config(family, size),
+    }
+
+
 def _vision_config(family: str, size: TinySize) -> dict:
     """The published ``vision_config``: Qwen2-VL's names its width ``embed_dim`` and its output ``hidden_size``."""
+    if family == "qwen3_vl":
+        return {
+            "model_type": "qwen3_vl",
+            "depth": size.vision_depth,
+            "hidden_size": size.vision_hidden_size,
+            "hidden_act": "gelu_pytorch_tanh",
+            "intermediate_size": size.vision_intermediate_size,
+            "num_heads": size.vision_num_heads,
+            "in_channels": 3,
+            "out_hidden_size": size.hidden_size,
+            "patch_size": QWEN3_VL_PATCH,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": QWEN3_VL_POSITION_TABLE,
+            "deepstack_visual_indexes": _deepstack_indexes(size),
+            "initializer_range": 0.02,
+        }
     if family == "qwen2_vl":
         return {
             "depth": size.vision_depth,

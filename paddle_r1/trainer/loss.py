@@ -51,13 +51,12 @@ def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: f
     prompt_embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw)
     positions, next_position = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
     completion_len = rollout.completion_ids.shape[1]
-    completion_embeds = model.model.get_input_embeddings()(rollout.completion_ids)
-    embeds = paddle.concat([repeat_rows(prompt_embeds, g), completion_embeds.astype(prompt_embeds.dtype)], axis=1)
+    embeds = prompt_embeds.repeat(g).append(model.model.get_input_embeddings()(rollout.completion_ids))
     positions = paddle.concat([repeat_rows(positions, g, axis=1),
                                text_positions(repeat_rows(next_position, g), completion_len)], axis=2)
     prompt_mask = repeat_rows(prompt.attention_mask, g)
     attention_mask = paddle.concat([prompt_mask, paddle.ones_like(rollout.completion_ids, dtype=prompt_mask.dtype)], axis=1)
-    hidden = model.model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions,
+    hidden = model.model(**embeds.model_inputs(), attention_mask=attention_mask, position_ids=positions,
                          use_cache=False, return_dict=True).last_hidden_state
     prompt_len = prompt.input_ids.shape[1]
     # the state at position i predicts token i + 1

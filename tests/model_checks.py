@@ -1,0 +1,28 @@
+"""Checks every model family passes the same way (tests/test_models.py, tests/test_qwen3_vl.py)."""
+import numpy as np
+import paddle
+
+from paddle_r1.generation.generator import build_prompt_batch
+from paddle_r1.generation.rollout import SamplingParams, sample_completions
+from paddle_r1.trainer.loss import completion_logprobs
+
+
+def assert_completion_logprobs_match_forward(model, processor, samples) -> None:
+    """Log-probs of sampled completions (prompt embedded once, repeated for G = 2) equal the model's own forward
+    over prompt + completion with the image."""
+    prompt, _ = build_prompt_batch(samples[:1], processor, "{Question}")
+    paddle.seed(0)
+    rollout = sample_completions(model, prompt, 2, SamplingParams(5, temperature=1.0),
+                                 [processor.tokenizer.eos_token_id], processor.tokenizer.pad_token_id)
+    got = completion_logprobs(model, rollout, chunk_size=3).numpy()
+    for row in range(2):
+        completion = rollout.completion_ids[row:row + 1]
+        ids = paddle.concat([prompt.input_ids, completion], axis=1)
+        mask = paddle.ones(ids.shape, dtype=prompt.attention_mask.dtype)
+        model.model.rope_deltas = None
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=prompt.pixel_values,
+                       image_grid_thw=prompt.image_grid_thw).logits[0, prompt.input_ids.shape[1] - 1:-1]
+        expected = paddle.take_along_axis(paddle.nn.functional.log_softmax(logits, axis=-1),
+                                          completion[0].unsqueeze(-1), axis=-1).squeeze(-1).numpy()
+        n = int(rollout.completion_mask[row].sum())
+        np.testing.assert_allclose(got[row, :n], expected[:n], rtol=1e-4, atol=1e-5)
