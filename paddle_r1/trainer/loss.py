@@ -16,7 +16,8 @@ import paddle
 from paddle.distributed.fleet.utils import recompute
 
 from ..generation.rollout import Rollout
-from ..models.forward import embed_inputs, repeat_rows, rope_positions, text_positions
+from ..models.forward import (RepeatedPrompt, embed_inputs, recomputes_layers, repeat_rows, rope_positions,
+                              text_positions)
 
 
 def _token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, temperature: float) -> paddle.Tensor:
@@ -46,23 +47,51 @@ def chunked_token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tenso
 
 
 def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: float = 1.0) -> paddle.Tensor:
-    """[B*G, T] log-probs of ``rollout.completion_ids`` under ``model`` (grad flows if enabled)."""
+    """[B*G, T] log-probs of ``rollout.completion_ids`` under ``model`` (grad flows if enabled).
+
+    The prompt goes through the decoder once per prompt and its K/V are repeated for its G completions
+    (``RepeatedPrompt``). Under gradient checkpointing each row runs whole instead: a recomputed layer's K/V
+    are made without gradient, so a shared prompt would get none from the completions."""
+    text = model.model.language_model
+    run = _full_rows_hidden if recomputes_layers(text.config) else _shared_prompt_hidden
+    hidden = run(model, rollout)  # [B*G, T, hidden]: the state before each completion token
+    return chunked_token_logprobs(model.lm_head, hidden, rollout.completion_ids, chunk_size, temperature)
+
+
+def _completion_inputs(model, rollout: Rollout):
+    """The prompts' embeddings (images once per prompt) and M-RoPE positions, the completions' embeddings and
+    positions (continuing each prompt's), and the 2D mask over prompt + completion of every row."""
     prompt, g = rollout.prompt, rollout.num_generations
     prompt_embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw)
     positions, next_position = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
-    completion_len = rollout.completion_ids.shape[1]
-    completion_embeds = model.model.get_input_embeddings()(rollout.completion_ids)
-    embeds = paddle.concat([repeat_rows(prompt_embeds, g), completion_embeds.astype(prompt_embeds.dtype)], axis=1)
-    positions = paddle.concat([repeat_rows(positions, g, axis=1),
-                               text_positions(repeat_rows(next_position, g), completion_len)], axis=2)
+    completion_embeds = model.model.get_input_embeddings()(rollout.completion_ids).astype(prompt_embeds.dtype)
+    completion_positions = text_positions(repeat_rows(next_position, g), rollout.completion_ids.shape[1])
     prompt_mask = repeat_rows(prompt.attention_mask, g)
-    attention_mask = paddle.concat([prompt_mask, paddle.ones_like(rollout.completion_ids, dtype=prompt_mask.dtype)], axis=1)
-    hidden = model.model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions,
-                         use_cache=False, return_dict=True).last_hidden_state
-    prompt_len = prompt.input_ids.shape[1]
-    # the state at position i predicts token i + 1
-    hidden = hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]
-    return chunked_token_logprobs(model.lm_head, hidden, rollout.completion_ids, chunk_size, temperature)
+    mask = paddle.concat([prompt_mask, paddle.ones_like(rollout.completion_ids, dtype=prompt_mask.dtype)], axis=1)
+    return prompt_embeds, positions, completion_embeds, completion_positions, mask
+
+
+def _shared_prompt_hidden(model, rollout: Rollout) -> paddle.Tensor:
+    g, text = rollout.num_generations, model.model.language_model
+    prompt_embeds, positions, completion_embeds, completion_positions, mask = _completion_inputs(model, rollout)
+    prompt_out = text(inputs_embeds=prompt_embeds, attention_mask=rollout.prompt.attention_mask,
+                      position_ids=positions, use_cache=True, return_dict=True)
+    hidden = text(inputs_embeds=completion_embeds, attention_mask=mask, position_ids=completion_positions,
+                  past_key_values=RepeatedPrompt(prompt_out.past_key_values, g), use_cache=True,
+                  return_dict=True).last_hidden_state
+    # the prompt's last state predicts the first completion token, completion state i the token i + 1
+    return paddle.concat([repeat_rows(prompt_out.last_hidden_state[:, -1:], g), hidden[:, :-1]], axis=1)
+
+
+def _full_rows_hidden(model, rollout: Rollout) -> paddle.Tensor:
+    g = rollout.num_generations
+    prompt_embeds, positions, completion_embeds, completion_positions, mask = _completion_inputs(model, rollout)
+    embeds = paddle.concat([repeat_rows(prompt_embeds, g), completion_embeds], axis=1)
+    positions = paddle.concat([repeat_rows(positions, g, axis=1), completion_positions], axis=2)
+    hidden = model.model.language_model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions,
+                                        use_cache=False, return_dict=True).last_hidden_state
+    prompt_len, completion_len = rollout.prompt.input_ids.shape[1], rollout.completion_ids.shape[1]
+    return hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]
 
 
 def _nan_mean(x: paddle.Tensor, valid: paddle.Tensor, axis=None) -> paddle.Tensor:
