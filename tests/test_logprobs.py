@@ -7,23 +7,30 @@ from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
 
 
-def test_chunked_equals_full_log_softmax_with_gradients():
+@pytest.mark.parametrize("chunk_size", [4, 64])  # recomputed chunks; one chunk (no recompute)
+def test_chunked_equals_full_log_softmax_with_gradients(chunk_size):
+    """Values and gradients against the same log-softmax in float64; the last row's logits spread over hundreds:
+    targets with log-probs far below -64, where Paddle's ``log_softmax`` and ``cross_entropy`` clamp."""
     paddle.seed(0)
     head = paddle.nn.Linear(16, 50, bias_attr=False)
-    hidden = paddle.randn([3, 7, 16])
+    hidden = paddle.randn([3, 7, 16]) * paddle.to_tensor([1.0, 1.0, 300.0]).reshape([3, 1, 1])
     hidden.stop_gradient = False
     targets = paddle.randint(0, 50, [3, 7])
-    full = paddle.take_along_axis(paddle.nn.functional.log_softmax(head(hidden) / 0.7, axis=-1),
-                                  targets.unsqueeze(-1), axis=-1).squeeze(-1)
-    (full * paddle.arange(21, dtype="float32").reshape([3, 7])).sum().backward()
-    grad_full, head_grad_full = hidden.grad.numpy().copy(), head.weight.grad.numpy().copy()
-    hidden.clear_gradient()
-    head.weight.clear_gradient()
-    chunked = chunked_token_logprobs(head, hidden, targets, chunk_size=4, temperature=0.7)
-    (chunked * paddle.arange(21, dtype="float32").reshape([3, 7])).sum().backward()
-    np.testing.assert_allclose(chunked.numpy(), full.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(hidden.grad.numpy(), grad_full, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(head.weight.grad.numpy(), head_grad_full, rtol=1e-4, atol=1e-6)
+    weights = np.arange(21, dtype="float32").reshape([3, 7])
+    chunked = chunked_token_logprobs(head, hidden, targets, chunk_size=chunk_size, temperature=0.7)
+    (chunked * paddle.to_tensor(weights)).sum().backward()
+
+    h, w = hidden.numpy().astype("float64"), head.weight.numpy().astype("float64")  # weight: [in, out]
+    logits = h @ w / 0.7
+    log_probs = logits - logits.max(-1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+    onehot = np.eye(50)[targets.numpy()]
+    d_logits = weights[..., None] * (onehot - np.exp(log_probs)) / 0.7
+    expected = (log_probs * onehot).sum(-1)
+    assert expected.min() < -100
+    np.testing.assert_allclose(chunked.numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(hidden.grad.numpy(), d_logits @ w.T, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(head.weight.grad.numpy(), np.einsum("bti,btj->ij", h, d_logits), rtol=1e-4, atol=1e-3)
 
 
 @paddle.no_grad()

@@ -3,7 +3,7 @@ loss-type normalisations).
 
 Log-probs are computed without a full [N, T, vocab] log-softmax: the decoder runs once over prompt +
 completion; the LM head and log-softmax then run on chunks of at most ``chunk_size`` completion positions. With
-gradients on, each chunk is recomputed in the backward pass, so only one chunk's logits exist at a time in
+gradients on and more than one chunk, each chunk is recomputed in the backward pass, so only one chunk's logits exist at a time in
 either direction. The recompute is Paddle's reentrant one: the non-reentrant one (``use_reentrant=False``) keeps
 every chunk's recomputed logits until the whole backward ends, so its peak grew with the total tokens
 (2 x 1024 tokens at vocab 151,936, chunk 128: +2.4 GB against +0.26 GB; ``benchmarks/logprob_memory.py``).
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import paddle
+from paddle.autograd import PyLayer
 from paddle.distributed.fleet.utils import recompute
 
 from ..generation.rollout import Rollout
@@ -20,20 +21,46 @@ from ..models.forward import (RepeatedPrompt, embed_inputs, recomputes_layers, r
                               text_positions)
 
 
+class _TargetLogSoftmax(PyLayer):
+    """log softmax(logits)[target] for each row of [N, V] float32 logits; gradient g * (onehot(target) - softmax).
+    One softmax kernel serves both directions; the log-sum-exp is read back from the softmax at each row's largest
+    logit (a probability >= 1/V there, so it never underflows: no clamp as in ``cross_entropy``, which stops at
+    -64); targets are picked by flat index (``take_along_axis`` cost as much as the softmax here on CPU)."""
+
+    @staticmethod
+    def forward(ctx, logits, targets):
+        probs = paddle.nn.functional.softmax(logits, axis=-1)
+        offsets = paddle.arange(logits.shape[0], dtype=targets.dtype) * logits.shape[1]
+        top = paddle.gather(probs.reshape([-1]), offsets + logits.argmax(axis=-1))
+        log_normalizer = logits.max(axis=-1) - paddle.log(top)
+        picked = offsets + targets
+        ctx.save_for_backward(probs, picked)
+        return paddle.gather(logits.reshape([-1]), picked) - log_normalizer
+
+    @staticmethod
+    def backward(ctx, grad):
+        probs, picked = ctx.saved_tensor()
+        flat = (probs * -grad.unsqueeze(-1)).reshape([-1])
+        paddle.scatter_(flat, picked, paddle.gather(flat, picked) + grad)
+        return flat.reshape(probs.shape), None
+
+
 def _token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, temperature: float) -> paddle.Tensor:
     logits = lm_head(hidden).astype("float32")
-    if temperature > 0:
+    if temperature > 0 and temperature != 1:
         logits = logits / temperature
-    target_logits = paddle.take_along_axis(logits, targets.unsqueeze(-1), axis=-1).squeeze(-1)
-    return target_logits - paddle.logsumexp(logits, axis=-1)
+    return _TargetLogSoftmax.apply(logits, targets)
 
 
 def chunked_token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, chunk_size: int,
                            temperature: float = 1.0) -> paddle.Tensor:
-    """log softmax(lm_head(hidden) / temperature)[targets], shape of ``targets``, ``chunk_size`` rows at a time."""
+    """log softmax(lm_head(hidden) / temperature)[targets], shape of ``targets``, ``chunk_size`` rows at a time.
+    When one chunk holds every row there is no memory to bound: no slicing and no recompute."""
     shape = targets.shape
     flat_hidden = hidden.reshape([-1, hidden.shape[-1]])
     flat_targets = targets.reshape([-1])
+    if flat_targets.shape[0] <= chunk_size:
+        return _token_logprobs(lm_head, flat_hidden, flat_targets, temperature).reshape(shape)
     use_recompute = not flat_hidden.stop_gradient
     pieces = []
     for start in range(0, flat_targets.shape[0], chunk_size):
