@@ -8,6 +8,8 @@ Two costs of paddleformers 1.2.0's text decoder, seen in a profile of a GRPO ste
 - Grouped-query attention under ``eager``: ``repeat_kv`` copies K and V ``num_heads / num_key_value_heads``
   times. Here the query heads of a group are stacked instead, [B, kv_heads, group * L, head_dim], and multiply
   the group's one K and V: the same dot products, no copies.
+- Broadcasting: Paddle's CPU kernels add or multiply a broadcast operand (the rotary tables over heads, the mask
+  over heads) 20-50x slower than the same operation on an expanded copy; the tables and the mask are expanded.
 
 The numbers are the same operations in the same order per element, so the logits match paddleformers' own
 forward (tests/test_models.py) and transformers' (tests/test_parity.py). Other attention implementations (sdpa
@@ -37,6 +39,13 @@ class MergedMRoPE(Qwen2_5_VLRotaryEmbedding):
         return merge_mrope_sections(cos, section), merge_mrope_sections(sin, section)
 
 
+def rotate(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.Tensor:
+    """x * cos + rotate_half(x) * sin, the [B, 1, L, D] tables expanded over x's heads first: Paddle's CPU kernels
+    multiply (and differentiate) a broadcast operand 20x slower than an expanded copy of it."""
+    cos, sin = cos.expand(x.shape), sin.expand(x.shape)
+    return x * cos + rotate_half(x) * sin
+
+
 def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
     """softmax(q k^T * scaling + mask) v for query [B, H, L, D] and key/value [B, kv_heads, S, D], without
     repeating K and V over each group's heads; returns [B, L, H * D]."""
@@ -46,7 +55,7 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
     scores = paddle.matmul(grouped, key, transpose_y=True) * scaling
     if attention_mask is not None:
         scores = scores.reshape([batch, kv_heads, heads // kv_heads, length, keys])
-        scores = scores + attention_mask[:, :, :, :keys].unsqueeze(2)
+        scores = scores + attention_mask[:, :, :, :keys].unsqueeze(2).expand(scores.shape)
         scores = scores.reshape([batch, kv_heads, heads // kv_heads * length, keys])
     probs = paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(query.dtype)
     out = paddle.matmul(probs, value).reshape([batch, heads, length, dim])
@@ -64,9 +73,7 @@ class FastTextAttention(Qwen2_5_VLAttention):
         query, key, value = paddle.split(mixed, [groups * self.head_dim, self.head_dim, self.head_dim], axis=-1)
         query = query.reshape([batch, length, self.num_heads, self.head_dim]).transpose([0, 2, 1, 3])
         key, value = key.transpose([0, 2, 1, 3]), value.transpose([0, 2, 1, 3])
-        cos, sin = position_embeddings
-        query = query * cos + rotate_half(query) * sin
-        key = key * cos + rotate_half(key) * sin
+        query, key = rotate(query, *position_embeddings), rotate(key, *position_embeddings)
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
         if self.config._attn_implementation == "eager":
