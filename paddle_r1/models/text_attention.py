@@ -17,10 +17,12 @@ on GPU) keep paddleformers' kernel dispatch; only the rotation and the cache han
 """
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import paddle
 from paddleformers.nn.attention.interface import ALL_ATTENTION_FUNCTIONS
-from paddleformers.transformers.qwen2_5_vl.modeling import (Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding,
-                                                            rotate_half)
+from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding
 
 
 def merge_mrope_sections(table: paddle.Tensor, mrope_section) -> paddle.Tensor:
@@ -39,11 +41,22 @@ class MergedMRoPE(Qwen2_5_VLRotaryEmbedding):
         return merge_mrope_sections(cos, section), merge_mrope_sections(sin, section)
 
 
+@functools.lru_cache(maxsize=None)
+def half_rotation(dim: int, dtype) -> paddle.Tensor:
+    """R [dim, dim] with x @ R == rotate_half(x) == concat(-x2, x1) exactly: each column holds one +-1, the other
+    products are zeros. One matrix product (and one for its gradient) instead of two slices, a negation and a
+    concatenation, whose gradients cost 5x as much on CPU."""
+    half = dim // 2
+    r = np.zeros([dim, dim], "float32")
+    r[half:, :half], r[:half, half:] = -np.eye(half), np.eye(half)
+    return paddle.to_tensor(r, dtype=dtype)
+
+
 def rotate(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.Tensor:
     """x * cos + rotate_half(x) * sin, the [B, 1, L, D] tables expanded over x's heads first: Paddle's CPU kernels
     multiply (and differentiate) a broadcast operand 20x slower than an expanded copy of it."""
     cos, sin = cos.expand(x.shape), sin.expand(x.shape)
-    return x * cos + rotate_half(x) * sin
+    return x * cos + paddle.matmul(x, half_rotation(x.shape[-1], x.dtype)) * sin
 
 
 def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
