@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import paddle
 
 from paddle_r1.trainer.loss import chunked_token_logprobs, completion_logprobs
@@ -6,23 +7,30 @@ from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
 
 
-def test_chunked_equals_full_log_softmax_with_gradients():
+@pytest.mark.parametrize("chunk_size", [4, 64])  # recomputed chunks; one chunk (no recompute)
+def test_chunked_equals_full_log_softmax_with_gradients(chunk_size):
+    """Values and gradients against the same log-softmax in float64; the last row's logits spread over hundreds:
+    targets with log-probs far below -64, where Paddle's ``log_softmax`` and ``cross_entropy`` clamp."""
     paddle.seed(0)
     head = paddle.nn.Linear(16, 50, bias_attr=False)
-    hidden = paddle.randn([3, 7, 16])
+    hidden = paddle.randn([3, 7, 16]) * paddle.to_tensor([1.0, 1.0, 300.0]).reshape([3, 1, 1])
     hidden.stop_gradient = False
     targets = paddle.randint(0, 50, [3, 7])
-    full = paddle.take_along_axis(paddle.nn.functional.log_softmax(head(hidden) / 0.7, axis=-1),
-                                  targets.unsqueeze(-1), axis=-1).squeeze(-1)
-    (full * paddle.arange(21, dtype="float32").reshape([3, 7])).sum().backward()
-    grad_full, head_grad_full = hidden.grad.numpy().copy(), head.weight.grad.numpy().copy()
-    hidden.clear_gradient()
-    head.weight.clear_gradient()
-    chunked = chunked_token_logprobs(head, hidden, targets, chunk_size=4, temperature=0.7)
-    (chunked * paddle.arange(21, dtype="float32").reshape([3, 7])).sum().backward()
-    np.testing.assert_allclose(chunked.numpy(), full.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(hidden.grad.numpy(), grad_full, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(head.weight.grad.numpy(), head_grad_full, rtol=1e-4, atol=1e-6)
+    weights = np.arange(21, dtype="float32").reshape([3, 7])
+    chunked = chunked_token_logprobs(head, hidden, targets, chunk_size=chunk_size, temperature=0.7)
+    (chunked * paddle.to_tensor(weights)).sum().backward()
+
+    h, w = hidden.numpy().astype("float64"), head.weight.numpy().astype("float64")  # weight: [in, out]
+    logits = h @ w / 0.7
+    log_probs = logits - logits.max(-1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+    onehot = np.eye(50)[targets.numpy()]
+    d_logits = weights[..., None] * (onehot - np.exp(log_probs)) / 0.7
+    expected = (log_probs * onehot).sum(-1)
+    assert expected.min() < -100
+    np.testing.assert_allclose(chunked.numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(hidden.grad.numpy(), d_logits @ w.T, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(head.weight.grad.numpy(), np.einsum("bti,btj->ij", h, d_logits), rtol=1e-4, atol=1e-3)
 
 
 @paddle.no_grad()
@@ -34,8 +42,17 @@ def test_completion_logprobs_match_the_models_own_forward(tiny, rec_samples):
     rollout = sample_completions(model, prompt, 2, SamplingParams(6, temperature=1.0), eos,
                                  processor.tokenizer.pad_token_id)
     got = completion_logprobs(model, rollout, chunk_size=5, temperature=1.0).numpy()
-    for row in range(4):
-        p = row // 2
+    expected = _per_row_logprobs(model, rollout).numpy()
+    mask = rollout.completion_mask.numpy().astype(bool)
+    np.testing.assert_allclose(got[mask], expected[mask], rtol=1e-4, atol=1e-5)
+
+
+def _per_row_logprobs(model, rollout):
+    """Each completion after its own copy of its prompt, through the model's own forward (the reference)."""
+    prompt, g = rollout.prompt, rollout.num_generations
+    rows = []
+    for row in range(rollout.completion_ids.shape[0]):
+        p = row // g
         ids = paddle.concat([prompt.input_ids[p:p + 1], rollout.completion_ids[row:row + 1]], axis=1)
         mask = paddle.concat([prompt.attention_mask[p:p + 1],
                               paddle.ones([1, rollout.completion_ids.shape[1]], dtype="int64")], axis=1)
@@ -43,8 +60,35 @@ def test_completion_logprobs_match_the_models_own_forward(tiny, rec_samples):
         patches = int(prompt.image_grid_thw[:p].prod(axis=1).sum()) if p else 0
         pixels = prompt.pixel_values[patches:patches + int(grid.prod())]
         model.model.rope_deltas = None
-        logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid).logits
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid,
+                       use_cache=False).logits
         logp = paddle.nn.functional.log_softmax(logits[0, prompt.input_ids.shape[1] - 1:-1], axis=-1)
-        expected = paddle.take_along_axis(logp, rollout.completion_ids[row].unsqueeze(-1), axis=-1).squeeze(-1)
-        n = int(rollout.completion_mask[row].sum())
-        np.testing.assert_allclose(got[row, :n], expected.numpy()[:n], rtol=1e-4, atol=1e-5)
+        rows.append(paddle.take_along_axis(logp, rollout.completion_ids[row].unsqueeze(-1), axis=-1).squeeze(-1))
+    return paddle.stack(rows)
+
+
+def _gradients(model, logprobs_fn, weights):
+    (logprobs_fn() * weights).sum().backward()
+    grads = {name: p.grad.numpy().copy() for name, p in model.named_parameters() if p.grad is not None}
+    model.clear_gradients()
+    return grads
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_completion_logprobs_gradients_equal_each_row_run_whole(tiny_model_dir, rec_samples, recompute):
+    """The prompt shared by its G completions (its K/V repeated) gives every parameter the gradient of running
+    each completion after its own copy of the prompt; so does the whole-row path taken under gradient
+    checkpointing. Rows of different lengths (left padding) and an image per prompt."""
+    from paddle_r1.models.loading import load_model, load_processor
+
+    model, processor = load_model(tiny_model_dir, gradient_checkpointing=recompute), load_processor(tiny_model_dir)
+    prompt, _ = build_prompt_batch(rec_samples[:2], processor, "{Question}")
+    paddle.seed(4)
+    rollout = sample_completions(model, prompt, 3, SamplingParams(5, temperature=1.0),
+                                 [processor.tokenizer.eos_token_id], processor.tokenizer.pad_token_id)
+    weights = paddle.to_tensor(np.random.default_rng(0).normal(size=rollout.completion_ids.shape).astype("float32"))
+    expected = _gradients(model, lambda: _per_row_logprobs(model, rollout), weights)
+    got = _gradients(model, lambda: completion_logprobs(model, rollout, chunk_size=4, temperature=1.0), weights)
+    assert got.keys() == expected.keys() and any("visual" in name for name in got)
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-3, atol=1e-6, err_msg=name)

@@ -139,7 +139,7 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
     """decode_step over the preallocated cache (prefilled once per prompt, rows repeated) gives the logits of
     paddleformers' forward with its growing DynamicCache over the repeated prompt (the loop before StaticKVCache)."""
     from paddle_r1.generation.rollout import StaticKVCache, decode_step, prefill
-    from paddle_r1.models.forward import embed_inputs, repeat_rows, rope_positions, text_positions
+    from paddle_r1.models.forward import RepeatedPrompt, embed_inputs, repeat_rows, rope_positions, text_positions
 
     model, _ = tiny
     prompt, _ = _prompts(tiny, rec_samples)
@@ -150,7 +150,7 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         next_position = repeat_rows(next_position, g)
         mask = repeat_rows(prompt.attention_mask, g)
         rows, prompt_len = mask.shape
-        static = StaticKVCache(cache, g, prompt_len + steps)
+        static = StaticKVCache(RepeatedPrompt(cache, g), prompt_len + steps)
         allowed = paddle.concat([mask.astype("bool"), paddle.zeros([rows, steps], "bool")], 1)
         additive = paddle.where(allowed, 0.0, float("-inf")).astype("float32").reshape([rows, 1, 1, -1])
 

@@ -36,3 +36,12 @@ def test_logits_and_gradients_equal_paddleformers_attention(tiny, rec_samples):
     (fast_logits, fast_grad), (own_logits, own_grad) = results
     np.testing.assert_allclose(fast_logits, own_logits, atol=1e-5)
     np.testing.assert_allclose(fast_grad, own_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_half_rotation_is_rotate_half_exactly():
+    from paddleformers.transformers.qwen2_5_vl.modeling import rotate_half
+
+    from paddle_r1.models.text_attention import half_rotation
+
+    x = paddle.randn([2, 3, 5, 8]) * 100
+    np.testing.assert_array_equal(paddle.matmul(x, half_rotation(8, x.dtype)).numpy(), rotate_half(x).numpy())

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import paddle
 
-from ..models.forward import embed_inputs, repeat_rows, rope_positions, text_positions
+from ..models.forward import RepeatedPrompt, embed_inputs, repeat_rows, rope_positions, text_positions
 
 
 @dataclass
@@ -83,14 +83,12 @@ class StaticKVCache:
     the same shapes: the form a compiled step (``paddle.jit.to_static``, CUDA graphs) needs. It answers the
     two calls paddleformers' attention makes of a cache (``update``, ``get_seq_length``)."""
 
-    def __init__(self, prefill, repeats: int, capacity: int):
-        """From the prompt's prefill cache (one row per prompt): each row repeated ``repeats`` times, the prompt in
-        the first slots."""
-        self.length = prefill.get_seq_length()
+    def __init__(self, prompt: RepeatedPrompt, capacity: int):
+        """From the prompt's keys and values (already repeated per completion), in the first slots."""
+        self.length = prompt.get_seq_length()
         self.keys, self.values = [], []
-        for layer in prefill.layers:
-            for buffers, filled in ((self.keys, layer.keys), (self.values, layer.values)):
-                filled = repeat_rows(filled, repeats)
+        for buffers, filled_layers in ((self.keys, prompt.keys), (self.values, prompt.values)):
+            for filled in filled_layers:
                 shape = filled.shape
                 buffer = paddle.zeros([shape[0], shape[1], capacity, shape[3]], dtype=filled.dtype)
                 buffer[:, :, :self.length] = filled
@@ -151,7 +149,7 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
         logits, next_position = repeat_rows(logits, num_generations), repeat_rows(next_position, num_generations)
         prompt_mask = repeat_rows(prompt.attention_mask, num_generations)
         rows, prompt_len = prompt_mask.shape
-        cache = StaticKVCache(cache, num_generations, prompt_len + params.max_new_tokens)
+        cache = StaticKVCache(RepeatedPrompt(cache, num_generations), prompt_len + params.max_new_tokens)
         # additive mask over the whole cache: the prompt's padding and the slots not yet written are -inf
         allowed = paddle.concat([prompt_mask.astype("bool"), paddle.zeros([rows, params.max_new_tokens], "bool")], 1)
         additive_mask = paddle.where(allowed, 0.0, float("-inf")).astype(logits.dtype).reshape([rows, 1, 1, -1])

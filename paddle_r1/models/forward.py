@@ -1,7 +1,8 @@
 """Pieces of the Qwen-VL forward pass that rollout and log-prob computation share.
 
-Images go through the vision tower once per prompt; the resulting input embeddings and M-RoPE
-positions are repeated for the prompt's G completions instead of re-encoding each image G times.
+Images go through the vision tower once per prompt, and the prompt through the decoder once per prompt: its
+keys and values in every layer are repeated for the prompt's G completions (``RepeatedPrompt``) instead of
+re-encoding the image and re-running the prompt G times.
 """
 from __future__ import annotations
 
@@ -70,3 +71,28 @@ def text_positions(next_position: paddle.Tensor, length: int) -> paddle.Tensor:
 
 def repeat_rows(x: paddle.Tensor, repeats: int, axis: int = 0) -> paddle.Tensor:
     return x if repeats == 1 else paddle.repeat_interleave(x, repeats, axis=axis)
+
+
+def recomputes_layers(config) -> bool:
+    """paddleformers' switches for recomputing every decoder (or vision) block in the backward pass."""
+    return (config.recompute_granularity == "full" and config.recompute_method == "uniform"
+            and config.recompute_num_layers == 1)
+
+
+class RepeatedPrompt:
+    """A prompt batch's keys and values in every layer (from a forward with ``use_cache=True``), each row repeated
+    for the prompt's G completions: a cache the completions' forward attends to. ``update`` returns the prompt's
+    K/V followed by the new tokens' without storing anything, so a layer may run twice (recompute) and, with
+    gradients on, the gradient of every completion flows back into its prompt's one K/V through the repeat: the
+    same gradient as running each completion after its own copy of the prompt."""
+
+    def __init__(self, cache, repeats: int):
+        self.keys = [repeat_rows(layer.keys, repeats) for layer in cache.layers]
+        self.values = [repeat_rows(layer.values, repeats) for layer in cache.layers]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.keys[layer_idx].shape[2]
+
+    def update(self, key: paddle.Tensor, value: paddle.Tensor, layer_idx: int, *args, **kwargs):
+        return (paddle.concat([self.keys[layer_idx], key], axis=2),
+                paddle.concat([self.values[layer_idx], value], axis=2))

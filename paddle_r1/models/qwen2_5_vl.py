@@ -5,11 +5,13 @@ inverse mapping, used by ``save_pretrained``, leaves the q/k/v biases under
 ``model.language_model.layers.N...``: the saved folder then fails to load. This subclass adds the
 missing renames so every checkpoint paddle_r1 writes loads with ``from_pretrained`` as it is.
 It also writes config.json flat, as published: a nested ``text_config`` does not load in transformers 4.51.
-Its text attention runs ``text_attention.py``'s forward (M-RoPE tables merged once per forward, grouped heads).
+Its text attention runs ``text_attention.py``'s forward (M-RoPE tables merged once per forward, grouped heads), its
+unfused RMSNorms ``rms_norm.py``'s.
 """
 from paddleformers.transformers import Qwen2_5_VLConfig as _PaddleFormersQwen2_5_VLConfig
 from paddleformers.transformers import Qwen2_5_VLForConditionalGeneration as _PaddleFormersQwen2_5_VL
 
+from .rms_norm import install_fast_rms_norm
 from .text_attention import install_fast_text_attention
 
 
@@ -32,6 +34,7 @@ class Qwen2_5_VLForConditionalGeneration(_PaddleFormersQwen2_5_VL):
     def __init__(self, config):
         super().__init__(config)
         install_fast_text_attention(self.model.language_model)
+        install_fast_rms_norm(self)
 
     @classmethod
     def _gen_inv_aoa_config(cls, config):

@@ -34,6 +34,7 @@ from paddleformers.transformers.qwen2_5_vl.modeling import (
     Qwen2_5_VLVisionAttention,
 )
 
+from .forward import recomputes_layers
 from .qwen2_5_vl import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
 
@@ -164,9 +165,7 @@ class Qwen2VisionTransformer(Qwen2_5_VisionTransformerPretrainedModel):
 
     def _recompute_blocks(self, hidden_states: paddle.Tensor) -> bool:
         """Full recompute per block, under the same config switches as Qwen2.5-VL's tower."""
-        config = self.config
-        return (not hidden_states.stop_gradient and config.recompute_granularity == "full"
-                and config.recompute_method == "uniform" and config.recompute_num_layers == 1)
+        return not hidden_states.stop_gradient and recomputes_layers(self.config)
 
 
 class Qwen2VLModel(Qwen2_5_VLModel):

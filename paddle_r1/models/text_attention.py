@@ -8,6 +8,8 @@ Two costs of paddleformers 1.2.0's text decoder, seen in a profile of a GRPO ste
 - Grouped-query attention under ``eager``: ``repeat_kv`` copies K and V ``num_heads / num_key_value_heads``
   times. Here the query heads of a group are stacked instead, [B, kv_heads, group * L, head_dim], and multiply
   the group's one K and V: the same dot products, no copies.
+- Broadcasting: Paddle's CPU kernels add or multiply a broadcast operand (the rotary tables over heads, the mask
+  over heads) 20-50x slower than the same operation on an expanded copy; the tables and the mask are expanded.
 
 The numbers are the same operations in the same order per element, so the logits match paddleformers' own
 forward (tests/test_models.py) and transformers' (tests/test_parity.py). Other attention implementations (sdpa
@@ -15,10 +17,12 @@ on GPU) keep paddleformers' kernel dispatch; only the rotation and the cache han
 """
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import paddle
 from paddleformers.nn.attention.interface import ALL_ATTENTION_FUNCTIONS
-from paddleformers.transformers.qwen2_5_vl.modeling import (Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding,
-                                                            rotate_half)
+from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding
 
 
 def merge_mrope_sections(table: paddle.Tensor, mrope_section) -> paddle.Tensor:
@@ -37,6 +41,24 @@ class MergedMRoPE(Qwen2_5_VLRotaryEmbedding):
         return merge_mrope_sections(cos, section), merge_mrope_sections(sin, section)
 
 
+@functools.lru_cache(maxsize=None)
+def half_rotation(dim: int, dtype) -> paddle.Tensor:
+    """R [dim, dim] with x @ R == rotate_half(x) == concat(-x2, x1) exactly: each column holds one +-1, the other
+    products are zeros. One matrix product (and one for its gradient) instead of two slices, a negation and a
+    concatenation, whose gradients cost 5x as much on CPU."""
+    half = dim // 2
+    r = np.zeros([dim, dim], "float32")
+    r[half:, :half], r[:half, half:] = -np.eye(half), np.eye(half)
+    return paddle.to_tensor(r, dtype=dtype)
+
+
+def rotate(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.Tensor:
+    """x * cos + rotate_half(x) * sin, the [B, 1, L, D] tables expanded over x's heads first: Paddle's CPU kernels
+    multiply (and differentiate) a broadcast operand 20x slower than an expanded copy of it."""
+    cos, sin = cos.expand(x.shape), sin.expand(x.shape)
+    return x * cos + paddle.matmul(x, half_rotation(x.shape[-1], x.dtype)) * sin
+
+
 def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
     """softmax(q k^T * scaling + mask) v for query [B, H, L, D] and key/value [B, kv_heads, S, D], without
     repeating K and V over each group's heads; returns [B, L, H * D]."""
@@ -46,7 +68,7 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
     scores = paddle.matmul(grouped, key, transpose_y=True) * scaling
     if attention_mask is not None:
         scores = scores.reshape([batch, kv_heads, heads // kv_heads, length, keys])
-        scores = scores + attention_mask[:, :, :, :keys].unsqueeze(2)
+        scores = scores + attention_mask[:, :, :, :keys].unsqueeze(2).expand(scores.shape)
         scores = scores.reshape([batch, kv_heads, heads // kv_heads * length, keys])
     probs = paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(query.dtype)
     out = paddle.matmul(probs, value).reshape([batch, heads, length, dim])
@@ -64,9 +86,7 @@ class FastTextAttention(Qwen2_5_VLAttention):
         query, key, value = paddle.split(mixed, [groups * self.head_dim, self.head_dim, self.head_dim], axis=-1)
         query = query.reshape([batch, length, self.num_heads, self.head_dim]).transpose([0, 2, 1, 3])
         key, value = key.transpose([0, 2, 1, 3]), value.transpose([0, 2, 1, 3])
-        cos, sin = position_embeddings
-        query = query * cos + rotate_half(query) * sin
-        key = key * cos + rotate_half(key) * sin
+        query, key = rotate(query, *position_embeddings), rotate(key, *position_embeddings)
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
         if self.config._attn_implementation == "eager":

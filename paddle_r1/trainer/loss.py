@@ -3,7 +3,7 @@ loss-type normalisations).
 
 Log-probs are computed without a full [N, T, vocab] log-softmax: the decoder runs once over prompt +
 completion; the LM head and log-softmax then run on chunks of at most ``chunk_size`` completion positions. With
-gradients on, each chunk is recomputed in the backward pass, so only one chunk's logits exist at a time in
+gradients on and more than one chunk, each chunk is recomputed in the backward pass, so only one chunk's logits exist at a time in
 either direction. The recompute is Paddle's reentrant one: the non-reentrant one (``use_reentrant=False``) keeps
 every chunk's recomputed logits until the whole backward ends, so its peak grew with the total tokens
 (2 x 1024 tokens at vocab 151,936, chunk 128: +2.4 GB against +0.26 GB; ``benchmarks/logprob_memory.py``).
@@ -13,26 +13,54 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import paddle
+from paddle.autograd import PyLayer
 from paddle.distributed.fleet.utils import recompute
 
 from ..generation.rollout import Rollout
-from ..models.forward import embed_inputs, repeat_rows, rope_positions, text_positions
+from ..models.forward import (RepeatedPrompt, embed_inputs, recomputes_layers, repeat_rows, rope_positions,
+                              text_positions)
+
+
+class _TargetLogSoftmax(PyLayer):
+    """log softmax(logits)[target] for each row of [N, V] float32 logits; gradient g * (onehot(target) - softmax).
+    One softmax kernel serves both directions; the log-sum-exp is read back from the softmax at each row's largest
+    logit (a probability >= 1/V there, so it never underflows: no clamp as in ``cross_entropy``, which stops at
+    -64); targets are picked by flat index (``take_along_axis`` cost as much as the softmax here on CPU)."""
+
+    @staticmethod
+    def forward(ctx, logits, targets):
+        probs = paddle.nn.functional.softmax(logits, axis=-1)
+        offsets = paddle.arange(logits.shape[0], dtype=targets.dtype) * logits.shape[1]
+        top = paddle.gather(probs.reshape([-1]), offsets + logits.argmax(axis=-1))
+        log_normalizer = logits.max(axis=-1) - paddle.log(top)
+        picked = offsets + targets
+        ctx.save_for_backward(probs, picked)
+        return paddle.gather(logits.reshape([-1]), picked) - log_normalizer
+
+    @staticmethod
+    def backward(ctx, grad):
+        probs, picked = ctx.saved_tensor()
+        flat = (probs * -grad.unsqueeze(-1)).reshape([-1])
+        paddle.scatter_(flat, picked, paddle.gather(flat, picked) + grad)
+        return flat.reshape(probs.shape), None
 
 
 def _token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, temperature: float) -> paddle.Tensor:
     logits = lm_head(hidden).astype("float32")
-    if temperature > 0:
+    if temperature > 0 and temperature != 1:
         logits = logits / temperature
-    target_logits = paddle.take_along_axis(logits, targets.unsqueeze(-1), axis=-1).squeeze(-1)
-    return target_logits - paddle.logsumexp(logits, axis=-1)
+    return _TargetLogSoftmax.apply(logits, targets)
 
 
 def chunked_token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, chunk_size: int,
                            temperature: float = 1.0) -> paddle.Tensor:
-    """log softmax(lm_head(hidden) / temperature)[targets], shape of ``targets``, ``chunk_size`` rows at a time."""
+    """log softmax(lm_head(hidden) / temperature)[targets], shape of ``targets``, ``chunk_size`` rows at a time.
+    When one chunk holds every row there is no memory to bound: no slicing and no recompute."""
     shape = targets.shape
     flat_hidden = hidden.reshape([-1, hidden.shape[-1]])
     flat_targets = targets.reshape([-1])
+    if flat_targets.shape[0] <= chunk_size:
+        return _token_logprobs(lm_head, flat_hidden, flat_targets, temperature).reshape(shape)
     use_recompute = not flat_hidden.stop_gradient
     pieces = []
     for start in range(0, flat_targets.shape[0], chunk_size):
@@ -46,22 +74,54 @@ def chunked_token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tenso
 
 
 def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: float = 1.0) -> paddle.Tensor:
-    """[B*G, T] log-probs of ``rollout.completion_ids`` under ``model`` (grad flows if enabled)."""
+    """[B*G, T] log-probs of ``rollout.completion_ids`` under ``model`` (grad flows if enabled).
+
+    The prompt goes through the decoder once per prompt and its K/V are repeated for its G completions
+    (``RepeatedPrompt``). Each row runs whole instead under gradient checkpointing (a recomputed layer's K/V are
+    made without gradient, so a shared prompt would get none from the completions) and for Qwen3-VL (its DeepStack
+    features enter through the full model's forward)."""
+    inputs = _completion_inputs(model, rollout)
+    shared = inputs[0].deepstack is None and hasattr(model.model, "language_model") \
+        and not recomputes_layers(model.model.language_model.config)
+    hidden = (_shared_prompt_hidden if shared else _full_rows_hidden)(model, rollout, inputs)
+    return chunked_token_logprobs(model.lm_head, hidden, rollout.completion_ids, chunk_size, temperature)
+
+
+def _completion_inputs(model, rollout: Rollout):
+    """The prompts' embeddings (images once per prompt; ``InputEmbeddings``) and M-RoPE positions, the completions'
+    embeddings and positions (continuing each prompt's), and the 2D mask over prompt + completion of every row."""
     prompt, g = rollout.prompt, rollout.num_generations
     prompt_embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw)
     positions, next_position = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
-    completion_len = rollout.completion_ids.shape[1]
-    embeds = prompt_embeds.repeat(g).append(model.model.get_input_embeddings()(rollout.completion_ids))
-    positions = paddle.concat([repeat_rows(positions, g, axis=1),
-                               text_positions(repeat_rows(next_position, g), completion_len)], axis=2)
+    completion_embeds = model.model.get_input_embeddings()(rollout.completion_ids).astype(prompt_embeds.embeds.dtype)
+    completion_positions = text_positions(repeat_rows(next_position, g), rollout.completion_ids.shape[1])
     prompt_mask = repeat_rows(prompt.attention_mask, g)
-    attention_mask = paddle.concat([prompt_mask, paddle.ones_like(rollout.completion_ids, dtype=prompt_mask.dtype)], axis=1)
-    hidden = model.model(**embeds.model_inputs(), attention_mask=attention_mask, position_ids=positions,
-                         use_cache=False, return_dict=True).last_hidden_state
-    prompt_len = prompt.input_ids.shape[1]
+    mask = paddle.concat([prompt_mask, paddle.ones_like(rollout.completion_ids, dtype=prompt_mask.dtype)], axis=1)
+    return prompt_embeds, positions, completion_embeds, completion_positions, mask
+
+
+def _shared_prompt_hidden(model, rollout: Rollout, inputs) -> paddle.Tensor:
+    g, text = rollout.num_generations, model.model.language_model
+    prompt_embeds, positions, completion_embeds, completion_positions, mask = inputs
+    prompt_out = text(inputs_embeds=prompt_embeds.embeds, attention_mask=rollout.prompt.attention_mask,
+                      position_ids=positions, use_cache=True, return_dict=True)
+    hidden = text(inputs_embeds=completion_embeds, attention_mask=mask, position_ids=completion_positions,
+                  past_key_values=RepeatedPrompt(prompt_out.past_key_values, g), use_cache=True,
+                  return_dict=True).last_hidden_state
+    # the prompt's last state predicts the first completion token, completion state i the token i + 1
+    return paddle.concat([repeat_rows(prompt_out.last_hidden_state[:, -1:], g), hidden[:, :-1]], axis=1)
+
+
+def _full_rows_hidden(model, rollout: Rollout, inputs) -> paddle.Tensor:
+    g = rollout.num_generations
+    prompt_embeds, positions, completion_embeds, completion_positions, mask = inputs
+    embeds = prompt_embeds.repeat(g).append(completion_embeds)
+    positions = paddle.concat([repeat_rows(positions, g, axis=1), completion_positions], axis=2)
+    hidden = model.model(**embeds.model_inputs(), attention_mask=mask, position_ids=positions, use_cache=False,
+                         return_dict=True).last_hidden_state
+    prompt_len, completion_len = rollout.prompt.input_ids.shape[1], rollout.completion_ids.shape[1]
     # the state at position i predicts token i + 1
-    hidden = hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]
-    return chunked_token_logprobs(model.lm_head, hidden, rollout.completion_ids, chunk_size, temperature)
+    return hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]
 
 
 def _nan_mean(x: paddle.Tensor, valid: paddle.Tensor, axis=None) -> paddle.Tensor:

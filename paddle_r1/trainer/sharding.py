@@ -38,7 +38,9 @@ def clip_by_global_norm(parameters, max_norm: float, world_size: int = 1) -> flo
     """g <- g * max_norm / max(||g||, max_norm), ||g|| over the gradients of ``parameters`` on all ranks
     (each rank passes its own share; with ``world_size`` 1 the norm is local). Returns ||g|| before clipping."""
     grads = [p.grad for p in parameters if p.grad is not None]
-    squares = sum(float((g.astype("float32") ** 2).sum()) for g in grads)
+    # x * x, not x ** 2 (Paddle's generic power kernel), and one read of the device for all parameters
+    per_grad = [(g * g).sum() for g in (g.astype("float32") for g in grads)]
+    squares = float(paddle.stack(per_grad).astype("float64").sum()) if per_grad else 0.0
     norm = math.sqrt(sum_across_ranks(squares, world_size))
     if max_norm > 0 and norm > max_norm:
         for g in grads:
