@@ -39,8 +39,9 @@ def test_sdpa_and_eager_attention_give_the_same_logprobs_and_gradients(family, r
         grads = {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None}
         results[name] = (logp.numpy(), grads, len(calls))
     assert results["eager"][2] == 0
-    # every decoder layer, and every vision block once per image
-    assert results["sdpa"][2] == sdpa.config.text_config.num_hidden_layers + 2 * sdpa.config.vision_config.depth
+    # every decoder layer twice (the prompts once, then the completions over their shared K/V), and every vision
+    # block once per image
+    assert results["sdpa"][2] == 2 * sdpa.config.text_config.num_hidden_layers + 2 * sdpa.config.vision_config.depth
     np.testing.assert_allclose(results["sdpa"][0], results["eager"][0], rtol=1e-5, atol=1e-5)
     assert results["sdpa"][1].keys() == results["eager"][1].keys()
     for name, grad in results["eager"][1].items():

@@ -108,8 +108,11 @@ def test_gradient_checkpointing_gives_the_same_step(tiny_model_dir, rec_samples,
     a, b = plain.train()["history"][0], recomputed.train()["history"][0]
     assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
     assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+    # without recompute a prompt's K/V are computed once and shared by its completions, with it each row runs
+    # whole: the same sums in another order. Adam's m / sqrt(v) turns that into up to ~7e-5 for near-zero gradients,
+    # so weights agree to 1% of one Adam step (lr 2e-2); the gradient norm above agrees to 1e-5
     for (name, x), y in zip(plain.policy.named_parameters(), recomputed.policy.parameters()):
-        np.testing.assert_allclose(y.numpy(), x.numpy(), rtol=1e-5, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(y.numpy(), x.numpy(), rtol=1e-4, atol=2e-4, err_msg=name)
 
 
 def test_the_reference_is_weights_only(tiny_model_dir, rec_samples, tmp_path):
