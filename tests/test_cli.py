@@ -32,19 +32,19 @@ def test_make_tiny_model(tmp_path):
 def test_train_stops_on_bad_input_with_one_line(tmp_path, tiny_model_dir, rec_jsonl):
     config = tmp_path / "c.yaml"
     config.write_text(f"model_name_or_path: {tiny_model_dir}\ndata_path: {rec_jsonl}\nnum_generation: 4\n")
-    result = paddle_r1("train", "--config", str(config))
+    result = paddle_r1("train", "--config", str(config), cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == \
         f"paddle-r1 train: error: {config}: unknown config key(s) 'num_generation'"
     config.write_text(f"model_name_or_path: {tmp_path}/missing\ndata_path: {rec_jsonl}\n")
-    result = paddle_r1("train", "--config", str(config))
+    result = paddle_r1("train", "--config", str(config), cwd=tmp_path)
     assert result.returncode == 2 and f"model folder not found: {tmp_path}/missing" in result.stderr
     config.write_text(f"model_name_or_path: {tiny_model_dir}\ndata_path: {rec_jsonl}\nnum_generations: 1\n")
-    assert "'num_generations': 1 < 2" in paddle_r1("train", "--config", str(config)).stderr
+    assert "'num_generations': 1 < 2" in paddle_r1("train", "--config", str(config), cwd=tmp_path).stderr
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     config.write_text(f"model_name_or_path: {tiny_model_dir}\ndata_path: {empty}\n")
-    assert "the dataset is empty" in paddle_r1("train", "--config", str(config)).stderr
+    assert "the dataset is empty" in paddle_r1("train", "--config", str(config), cwd=tmp_path).stderr
 
 
 def test_train_and_resume_from_the_command_line(tmp_path, tiny_model_dir, rec_jsonl):
