@@ -66,7 +66,7 @@ def main() -> None:
     same = bool((generated_ids[:, -n:] == cached.completion_ids).all())
 
     print(f"model: hidden {args.hidden}, {args.layers} layers; {rows} sequences x {n} new tokens (greedy)")
-    print(f"| decode | seconds | tokens/s |\n|---|---|---|")
+    print("| decode | seconds | tokens/s |\n|---|---|---|")
     print(f"| paddle_r1 cached loop | {cached_s:.2f} | {rows * n / cached_s:.0f} |")
     print(f"| paddleformers generate | {generate_s:.2f} | {rows * n / generate_s:.0f} |")
     print(f"speed-up: {generate_s / cached_s:.1f}x; same tokens: {same}")

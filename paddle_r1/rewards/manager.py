@@ -23,7 +23,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..config import ConfigError
-from . import BadSolution, get_reward
+from . import BadSolution, CountedReward, get_reward
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class RewardManager:
 
     def _bind(self, name: str, settings: dict) -> Callable:
         fn = bind_reward(name, settings)
-        if hasattr(fn, "count"):  # a reward object that counts: its counts go to the step's metrics
+        if isinstance(fn, CountedReward):  # its counts go to the step's metrics
 
             def report(key: str, n: float, prefix=f"rewards/{name}/") -> None:
                 with self._lock:
