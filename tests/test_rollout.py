@@ -135,13 +135,17 @@ def test_inverse_cdf_draw_matches_the_distribution():
     np.testing.assert_allclose(np.bincount(picks, minlength=4) / n, [0.5, 0.3, 0.15, 0.05], atol=0.03)
 
 
-def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samples):
-    """decode_step over the preallocated cache (prefilled once per prompt, rows repeated) gives the logits of
-    paddleformers' forward with its growing DynamicCache over the repeated prompt (the loop before StaticKVCache)."""
-    from paddle_r1.generation.rollout import StaticKVCache, decode_step, prefill
+@pytest.mark.parametrize("engine", ["layers", "one_token"])
+def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samples, engine):
+    """Both decode steps over their preallocated caches (prefilled once per prompt, rows repeated) give the logits
+    of paddleformers' forward with its growing DynamicCache over the repeated prompt: the model's own layers
+    (``LayerDecoder``) and the plain-tensor step over transposed weights and keys (``OneTokenDecoder``)."""
+    from paddle_r1.generation.decoder import OneTokenDecoder, supports
+    from paddle_r1.generation.rollout import LayerDecoder, prefill
     from paddle_r1.models.forward import RepeatedPrompt, embed_inputs, repeat_rows, rope_positions, text_positions
 
     model, _ = tiny
+    assert supports(model)
     prompt, _ = _prompts(tiny, rec_samples)
     g, steps = 2, 4
     tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [prompt.size * g, steps]))
@@ -150,7 +154,8 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         next_position = repeat_rows(next_position, g)
         mask = repeat_rows(prompt.attention_mask, g)
         rows, prompt_len = mask.shape
-        static = StaticKVCache(RepeatedPrompt(cache, g), prompt_len + steps)
+        decoder = {"layers": LayerDecoder, "one_token": OneTokenDecoder}[engine](model, next_position, steps)
+        static = decoder.cache(RepeatedPrompt(cache, g), prompt_len + steps)
         allowed = paddle.concat([mask.astype("bool"), paddle.zeros([rows, steps], "bool")], 1)
         additive = paddle.where(allowed, 0.0, float("-inf")).astype("float32").reshape([rows, 1, 1, -1])
 
@@ -160,7 +165,7 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
                         use_cache=True).past_key_values
         for step in range(steps):
             additive[:, :, :, prompt_len + step] = 0.0
-            got = decode_step(model, tokens[:, step], next_position + step, static, additive)
+            got = decoder.step(tokens[:, step], step, static, additive)
             static.advance()
             mask = paddle.concat([mask, paddle.ones([rows, 1], dtype=mask.dtype)], axis=1)
             out = model(input_ids=tokens[:, step:step + 1], attention_mask=mask, past_key_values=dynamic,

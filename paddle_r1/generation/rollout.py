@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 import paddle
 
 from ..models.forward import RepeatedPrompt, embed_inputs, repeat_rows, rope_positions, text_positions
+from .decoder import OneTokenDecoder, supports
 
 
 @dataclass
@@ -118,18 +119,33 @@ def prefill(model, prompt: PromptBatch):
     return out.past_key_values, out.logits[:, -1], next_position
 
 
-def decode_step(model, token: paddle.Tensor, position: paddle.Tensor, cache: StaticKVCache,
-                additive_mask: paddle.Tensor) -> paddle.Tensor:
-    """One token per row through the text decoder: token [rows], position [rows], additive_mask
-    [rows, 1, 1, capacity] (0 where a row may attend, -inf elsewhere). Returns next-token logits [rows, vocab].
-    Every input keeps its shape from step to step."""
-    text = model.model.language_model
-    hidden = text.embed_tokens(token.unsqueeze(-1))
-    position_embeddings = text.rotary_emb(hidden, text_positions(position, 1))
-    for layer in text.layers:
-        hidden = layer(hidden, attention_mask=additive_mask, position_embeddings=position_embeddings,
-                       past_key_values=cache, use_cache=True)[0]
-    return model.lm_head(text.norm(hidden))[:, -1]
+class LayerDecoder:
+    """Any decoder (Qwen3-VL's included): the model's own layers, one token per row and step, over a
+    ``StaticKVCache``; M-RoPE positions continue from each prompt's last."""
+
+    def __init__(self, model, next_position: paddle.Tensor, steps: int):
+        self.model, self.next_position = model, next_position
+
+    def cache(self, prompt: RepeatedPrompt, capacity: int) -> StaticKVCache:
+        return StaticKVCache(prompt, capacity)
+
+    def step(self, token: paddle.Tensor, index: int, cache: StaticKVCache, additive_mask: paddle.Tensor
+             ) -> paddle.Tensor:
+        """Next-token logits [rows, vocab] for ``token`` [rows], the ``index``-th completion token; additive_mask
+        [rows, 1, 1, capacity] is 0 where a row may attend (this token's slot included), -inf elsewhere."""
+        text = self.model.model.language_model
+        hidden = text.embed_tokens(token.unsqueeze(-1))
+        position_embeddings = text.rotary_emb(hidden, text_positions(self.next_position + index, 1))
+        for layer in text.layers:
+            hidden = layer(hidden, attention_mask=additive_mask, position_embeddings=position_embeddings,
+                           past_key_values=cache, use_cache=True)[0]
+        return self.model.lm_head(text.norm(hidden))[:, -1]
+
+
+def make_decoder(model, next_position: paddle.Tensor, steps: int):
+    """The one-token step for ``model``: plain tensor operations where the decoder is one ``decoder.py`` knows
+    (Qwen2/2.5-VL), else the model's own layers."""
+    return (OneTokenDecoder if supports(model) else LayerDecoder)(model, next_position, steps)
 
 
 @paddle.no_grad()
@@ -149,7 +165,8 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
         logits, next_position = repeat_rows(logits, num_generations), repeat_rows(next_position, num_generations)
         prompt_mask = repeat_rows(prompt.attention_mask, num_generations)
         rows, prompt_len = prompt_mask.shape
-        cache = StaticKVCache(RepeatedPrompt(cache, num_generations), prompt_len + params.max_new_tokens)
+        decoder = make_decoder(model, next_position, params.max_new_tokens)
+        cache = decoder.cache(RepeatedPrompt(cache, num_generations), prompt_len + params.max_new_tokens)
         # additive mask over the whole cache: the prompt's padding and the slots not yet written are -inf
         allowed = paddle.concat([prompt_mask.astype("bool"), paddle.zeros([rows, params.max_new_tokens], "bool")], 1)
         additive_mask = paddle.where(allowed, 0.0, float("-inf")).astype(logits.dtype).reshape([rows, 1, 1, -1])
@@ -166,7 +183,7 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
             if last or ((step + 1) % eos_check_every == 0 and bool(finished.all())):
                 break
             additive_mask[:, :, :, prompt_len + step] = 0.0
-            logits = decode_step(model, token, next_position + step, cache, additive_mask)
+            logits = decoder.step(token, step, cache, additive_mask)
             cache.advance()
     finally:
         model.train(was_training)

@@ -14,15 +14,20 @@ from paddle.amp.auto_cast import amp_state
 from paddleformers.nn.norm import RMSNorm
 
 
+def rms_norm(hidden_states: paddle.Tensor, weight: paddle.Tensor, epsilon: float) -> paddle.Tensor:
+    """hidden * rsqrt(mean(hidden^2) + epsilon) * weight, the statistics in float32 (``FastRMSNorm`` outside AMP)."""
+    x = hidden_states.astype("float32")
+    hidden_states = hidden_states * paddle.rsqrt((x * x).mean(-1, keepdim=True) + epsilon)
+    if weight.dtype in (paddle.float16, paddle.bfloat16):
+        hidden_states = hidden_states.astype(weight.dtype)
+    return hidden_states * weight
+
+
 class FastRMSNorm(RMSNorm):
     def forward(self, hidden_states):
         if amp_state() is not None:
             return super().forward(hidden_states)
-        x = hidden_states.astype("float32")
-        hidden_states = hidden_states * paddle.rsqrt((x * x).mean(-1, keepdim=True) + self.variance_epsilon)
-        if self.weight.dtype in (paddle.float16, paddle.bfloat16):
-            hidden_states = hidden_states.astype(self.weight.dtype)
-        return hidden_states * self.weight
+        return rms_norm(hidden_states, self.weight, self.variance_epsilon)
 
 
 def install_fast_rms_norm(model) -> None:

@@ -1,0 +1,148 @@
+"""The rollout's one-token decode step for Qwen2-VL / Qwen2.5-VL text decoders, as plain tensor operations over the
+decoder's weights, arranged once per rollout.
+
+Calling the decoder layers token by token costs more than their arithmetic at rollout sizes (16 rows of one token):
+each layer call is Python dispatch, hooks and a dozen small kernels. A profile of the speed anchor's rollout on CPU
+put three avoidable costs on top of that (``benchmarks/rollout.py``):
+
+- Paddle's bundled MKL multiplies a 16-row activation by a [in, out] weight 1.3-1.8x slower than by the same
+  weight stored [out, in] (``transpose_y``) whenever out >= in (qkv, o_proj, gate/up; the down projection is the
+  other way round). On CPU those weights are copied transposed once per rollout: one extra copy of the decoder's
+  projection weights for the rollout's duration. On GPU the weights are used as they are.
+- q @ K^T over the cache as a batched ``transpose_y`` product is ~3x slower than over keys stored transposed:
+  the cache keeps keys as [rows, kv_heads, head_dim, capacity].
+- The rotary tables of every step are computed in one call before the loop, not one call per token.
+
+The arithmetic is the model's (``FastTextAttention``, ``FastRMSNorm``, paddleformers' Qwen2 MLP) in the same order,
+so the logits equal the model's own forward up to float rounding of the reordered products
+(``tests/test_rollout.py``). Other decoders (Qwen3-VL's q/k norms and DeepStack) take the layer-by-layer step
+in ``rollout.py``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import paddle
+
+from ..models.forward import RepeatedPrompt, text_positions
+from ..models.rms_norm import FastRMSNorm, rms_norm
+from ..models.text_attention import FastTextAttention, rotate
+
+
+@dataclass
+class Projection:
+    """A linear layer's weight as the decode step multiplies it: stored [out, in] when ``transposed``."""
+
+    weight: paddle.Tensor
+    bias: Optional[paddle.Tensor]
+    transposed: bool
+
+    @classmethod
+    def of(cls, linear: paddle.nn.Linear) -> "Projection":
+        in_features, out_features = linear.weight.shape
+        transpose = linear.weight.place.is_cpu_place() and out_features >= in_features
+        weight = linear.weight.T.contiguous() if transpose else linear.weight
+        return cls(weight, linear.bias, transpose)
+
+    def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
+        out = paddle.matmul(x, self.weight, transpose_y=self.transposed)
+        return out if self.bias is None else out + self.bias
+
+
+@dataclass
+class LayerWeights:
+    input_norm: paddle.Tensor
+    qkv: Projection
+    out: Projection
+    post_norm: paddle.Tensor
+    up_gate: Projection
+    down: Projection
+
+
+def supports(model) -> bool:
+    """Whether this step can run ``model``'s decoder: Qwen2/2.5-VL's attention and norms as paddle_r1 installs them,
+    the gated MLP with fused gate/up weights."""
+    text = getattr(model.model, "language_model", None)
+    if text is None or not isinstance(text.norm, FastRMSNorm):
+        return False
+    return all(type(layer.self_attn) is FastTextAttention and isinstance(layer.input_layernorm, FastRMSNorm)
+               and getattr(layer.mlp, "fuse_up_gate", False) for layer in text.layers)
+
+
+class OneTokenDecoder:
+    """The text decoder's weights arranged for one-token steps (see the module docstring). Made per rollout: the
+    policy's weights change between rollouts."""
+
+    def __init__(self, model, next_position: paddle.Tensor, steps: int):
+        """For rows whose completions start at M-RoPE position ``next_position`` [rows] and run ``steps`` tokens."""
+        text = model.model.language_model
+        attention = text.layers[0].self_attn
+        self.model, self.text = model, text
+        self.heads, self.kv_heads, self.head_dim = attention.num_heads, attention.num_key_value_heads, attention.head_dim
+        self.scaling = attention.scaling
+        self.epsilon = text.norm.variance_epsilon
+        self.act_fn = text.layers[0].mlp.act_fn
+        self.layers = [LayerWeights(
+            input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj),
+            out=Projection.of(layer.self_attn.o_proj), post_norm=layer.post_attention_layernorm.weight,
+            up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name)), down=Projection.of(layer.mlp.down_proj),
+        ) for layer in text.layers]
+        # cos and sin [rows, 1, steps, head_dim] of every step's text position, in one call
+        probe = paddle.zeros([1], dtype=model.lm_head.weight.dtype)
+        self.cos, self.sin = text.rotary_emb(probe, text_positions(next_position, steps))
+
+    def cache(self, prompt: RepeatedPrompt, capacity: int) -> "TransposedKVCache":
+        return TransposedKVCache(prompt, capacity)
+
+    def step(self, token: paddle.Tensor, index: int, cache: "TransposedKVCache", additive_mask: paddle.Tensor
+             ) -> paddle.Tensor:
+        """Next-token logits [rows, vocab] for ``token`` [rows], the ``index``-th completion token; its keys and
+        values are written into ``cache`` at ``cache.length``. ``additive_mask`` [rows, 1, 1, capacity]: 0 where a
+        row may attend (this token's slot included), -inf elsewhere."""
+        rows, groups = token.shape[0], self.heads // self.kv_heads
+        cos, sin = self.cos[:, :, index:index + 1], self.sin[:, :, index:index + 1]
+        mask = additive_mask.expand([rows, self.kv_heads, groups, additive_mask.shape[-1]])
+        hidden = self.text.embed_tokens(token).unsqueeze(1)  # [rows, 1, hidden]
+        for index, layer in enumerate(self.layers):
+            mixed = layer.qkv(rms_norm(hidden, layer.input_norm, self.epsilon))
+            mixed = mixed.reshape([rows, 1, self.kv_heads, (groups + 2) * self.head_dim])
+            query, key, value = paddle.split(mixed, [groups * self.head_dim, self.head_dim, self.head_dim], axis=-1)
+            query = rotate(query.reshape([rows, self.heads, 1, self.head_dim]), cos, sin)
+            key = rotate(key.reshape([rows, self.kv_heads, 1, self.head_dim]), cos, sin)
+            keys, values = cache.write(index, key, value.reshape([rows, self.kv_heads, 1, self.head_dim]))
+            grouped = query.reshape([rows, self.kv_heads, groups, self.head_dim])
+            scores = paddle.matmul(grouped, keys) * self.scaling + mask
+            probs = paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(query.dtype)
+            attended = paddle.matmul(probs, values).reshape([rows, 1, self.heads * self.head_dim])
+            hidden = hidden + layer.out(attended)
+            gate, up = layer.up_gate(rms_norm(hidden, layer.post_norm, self.epsilon)).chunk(2, axis=-1)
+            hidden = hidden + layer.down(self.act_fn(gate) * up)
+        return self.model.lm_head(rms_norm(hidden, self.text.norm.weight, self.epsilon))[:, -1]
+
+
+class TransposedKVCache:
+    """Every layer's keys [rows, kv_heads, head_dim, capacity] (transposed: see the module docstring) and values
+    [rows, kv_heads, capacity, head_dim] in buffers allocated once; the prompt's in the first slots, a step writes
+    its token at ``length``. Every step sees the same shapes (the mask hides slots not yet written)."""
+
+    def __init__(self, prompt: RepeatedPrompt, capacity: int):
+        self.length = prompt.get_seq_length()
+        self.keys, self.values = [], []
+        for keys, values in zip(prompt.keys, prompt.values):
+            rows, kv_heads, _, head_dim = keys.shape
+            key_buffer = paddle.zeros([rows, kv_heads, head_dim, capacity], dtype=keys.dtype)
+            key_buffer[:, :, :, :self.length] = keys.transpose([0, 1, 3, 2])
+            value_buffer = paddle.zeros([rows, kv_heads, capacity, head_dim], dtype=values.dtype)
+            value_buffer[:, :, :self.length] = values
+            self.keys.append(key_buffer)
+            self.values.append(value_buffer)
+
+    def write(self, layer: int, key: paddle.Tensor, value: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """This token's key and value [rows, kv_heads, 1, head_dim] into their slot; the layer's whole buffers."""
+        self.keys[layer][:, :, :, self.length] = key.squeeze(2)
+        self.values[layer][:, :, self.length:self.length + 1] = value
+        return self.keys[layer], self.values[layer]
+
+    def advance(self) -> None:
+        self.length += 1
