@@ -33,6 +33,52 @@ def test_chunked_equals_full_log_softmax_with_gradients(chunk_size):
     np.testing.assert_allclose(head.weight.grad.numpy(), np.einsum("bti,btj->ij", h, d_logits), rtol=1e-4, atol=1e-3)
 
 
+def test_entropy_by_hand():
+    """Logits that are the hidden states themselves, temperature 0.5: [0, ln 3] / 0.5 -> p = (1/4, 3/4),
+    H = -(1/4 ln 1/4 + 3/4 ln 3/4) = 0.5623; equal logits -> ln 2; one logit 100 above the other -> 0."""
+    hidden = paddle.to_tensor([[0.0, 0.5 * np.log(3.0)], [1.0, 1.0], [0.0, 50.0]])
+    logp, entropy = chunked_token_logprobs(lambda h: h, hidden, paddle.to_tensor([1, 0, 1]), chunk_size=2,
+                                           temperature=0.5, with_entropy=True)
+    np.testing.assert_allclose(entropy.numpy(), [-(0.25 * np.log(0.25) + 0.75 * np.log(0.75)), np.log(2.0), 0.0],
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(logp.numpy(), [np.log(0.75), np.log(0.5), 0.0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk_size", [4, 64])  # recomputed chunks; one chunk (no recompute)
+def test_entropy_from_the_log_prob_chunks(chunk_size):
+    """Each position's entropy of softmax(logits / T) against numpy's -sum p log p in float64 (rows flat, spread
+    and peaked); asking for it leaves the log-probs and their gradients exactly as they were, and it carries no
+    gradient itself."""
+    paddle.seed(1)
+    head = paddle.nn.Linear(16, 50, bias_attr=False)
+    hidden = paddle.randn([3, 7, 16]) * paddle.to_tensor([0.05, 1.0, 30.0]).reshape([3, 1, 1])
+    hidden.stop_gradient = False
+    targets = paddle.randint(0, 50, [3, 7])
+    weights = paddle.to_tensor(np.arange(21, dtype="float32").reshape([3, 7]))
+
+    def run(with_entropy):
+        head.clear_gradients()
+        hidden.clear_gradient()
+        out = chunked_token_logprobs(head, hidden, targets, chunk_size=chunk_size, temperature=0.7,
+                                     with_entropy=with_entropy)
+        ((out[0] if with_entropy else out) * weights).sum().backward()
+        return out, hidden.grad.numpy().copy(), head.weight.grad.numpy().copy()
+
+    (logp, entropy), hidden_grad, weight_grad = run(True)
+    plain, plain_hidden_grad, plain_weight_grad = run(False)
+    assert entropy.stop_gradient and entropy.shape == targets.shape
+    np.testing.assert_array_equal(logp.numpy(), plain.numpy())
+    np.testing.assert_array_equal(hidden_grad, plain_hidden_grad)
+    np.testing.assert_array_equal(weight_grad, plain_weight_grad)
+
+    logits = hidden.numpy().astype("float64") @ head.weight.numpy().astype("float64") / 0.7
+    log_p = logits - logits.max(-1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
+    expected = -(np.exp(log_p) * log_p).sum(-1)
+    assert expected[0].min() > 0.99 * np.log(50) and expected[2].max() < 1.0  # nearly flat rows; peaked rows
+    np.testing.assert_allclose(entropy.numpy(), expected, rtol=1e-5, atol=2e-5)
+
+
 @paddle.no_grad()
 def test_completion_logprobs_match_the_models_own_forward(tiny, rec_samples):
     model, processor = tiny

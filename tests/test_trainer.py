@@ -25,7 +25,9 @@ def _weights(model):
 
 
 def test_steps_log_save_and_reload(tiny_model_dir, rec_samples, tmp_path):
-    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, use_visualdl=True, beta=0.04), samples=rec_samples)
+    # chunks of 16 completion tokens: the training forward's log-probs and entropies are recomputed chunks
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, use_visualdl=True, beta=0.04, logprob_chunk_size=16),
+                          samples=rec_samples)
     before = _weights(trainer.policy)
     result = trainer.train()
     after = _weights(trainer.policy)
@@ -33,11 +35,13 @@ def test_steps_log_save_and_reload(tiny_model_dir, rec_samples, tmp_path):
 
     metrics = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     assert [m["step"] for m in metrics] == [1, 2]
-    for key in ("loss", "reward", "reward_std", "kl", "clip_ratio/region_mean", "completion_length",
+    for key in ("loss", "reward", "reward_std", "kl", "entropy", "clip_ratio/region_mean", "completion_length",
                 "learning_rate", "grad_norm", "step_seconds", "tokens_per_second",
                 "rewards/reward_helpers:short_reward/mean", "rewards/iou/std"):
         assert key in metrics[0], key
     assert metrics[0]["grad_norm"] > 0 and metrics[1]["kl"] > 0
+    vocab = trainer.policy.config.vocab_size
+    assert all(0 < m["entropy"] <= np.log(vocab) for m in metrics), [m["entropy"] for m in metrics]
     completions = [json.loads(line) for line in open(tmp_path / "completions.jsonl")]
     assert len(completions) == 2 * 2 * 3
     assert {"problem", "completion", "reward", "advantage", "reward/iou"} <= set(completions[0])

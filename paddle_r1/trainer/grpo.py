@@ -245,11 +245,12 @@ class GRPOTrainer(Trainer):
         if self.step % cfg.num_iterations == 0:
             self.buffer = [self.make_experience(i) for i in range(cfg.gradient_accumulation_steps)]
         # dapo divides by the step's completion tokens over all ranks; gradients are then averaged over ranks
-        tokens_in_step = sum_across_ranks(float(sum(float(e.mask.sum()) for e in self.buffer)),
-                                          self.world_size) / self.world_size
-        losses, stats = [], []
+        local_tokens = float(sum(float(e.mask.sum()) for e in self.buffer))
+        tokens_in_step = sum_across_ranks(local_tokens, self.world_size) / self.world_size
+        losses, stats, entropy_sums = [], [], []
         for exp in self.buffer:
-            logp = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
+            logp, entropy = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature, with_entropy=True)
+            entropy_sums.append((entropy * exp.mask.astype(entropy.dtype)).sum())
             old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
             loss, loss_stats = grpo_loss(
                 logp, old_logp, exp.ref_logp, exp.advantages, exp.mask,
@@ -264,7 +265,10 @@ class GRPOTrainer(Trainer):
             stats.append(loss_stats)
         update = self.apply_update(losses)
         self._update_reference()
-        metrics = self._step_metrics(losses, stats, update, time.perf_counter() - start)
+        # TRL's entropy: the policy's mean entropy over this rank's (masked) completion tokens of the step (TRL
+        # averages the micro-batches' means instead); one host read; reduce_metrics averages it over ranks
+        entropy = float(paddle.stack(entropy_sums).sum()) / max(local_tokens, 1.0)
+        metrics = self._step_metrics(losses, stats, update, time.perf_counter() - start, entropy)
         return reduce_metrics(metrics, self.world_size)
 
     @paddle.no_grad()
@@ -287,7 +291,7 @@ class GRPOTrainer(Trainer):
             for name, ref_param in self.reference.named_parameters():
                 ref_param.set_value(alpha * policy_params[name] + (1 - alpha) * ref_param)
 
-    def _step_metrics(self, losses, stats, update: dict, seconds) -> dict:
+    def _step_metrics(self, losses, stats, update: dict, seconds, entropy: float) -> dict:
         """The step's numbers; completions no reward scored (reward NaN) are left out of the reward statistics."""
         exps = self.buffer
         g = self.config.num_generations
@@ -301,6 +305,7 @@ class GRPOTrainer(Trainer):
             "reward": _nan_mean(rewards),
             "reward_std": _nan_mean(_nan_std_rows(rewards.reshape(-1, g))),
             "kl": float(np.mean([s.kl for s in stats])),
+            "entropy": entropy,
             "clip_ratio/low_mean": float(np.mean([s.clip_low for s in stats])),
             "clip_ratio/high_mean": float(np.mean([s.clip_high for s in stats])),
             "clip_ratio/region_mean": float(np.mean([s.clip_region for s in stats])),

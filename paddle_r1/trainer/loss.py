@@ -7,6 +7,8 @@ gradients on and more than one chunk, each chunk is recomputed in the backward p
 either direction. The recompute is Paddle's reentrant one: the non-reentrant one (``use_reentrant=False``) keeps
 every chunk's recomputed logits until the whole backward ends, so its peak grew with the total tokens
 (2 x 1024 tokens at vocab 151,936, chunk 128: +2.4 GB against +0.26 GB; ``benchmarks/logprob_memory.py``).
+The training forward also asks for the policy's entropy at each completion position (the ``entropy`` metric),
+read from the same chunk's softmax.
 """
 from __future__ import annotations
 
@@ -25,56 +27,83 @@ class _TargetLogSoftmax(PyLayer):
     """log softmax(logits)[target] for each row of [N, V] float32 logits; gradient g * (onehot(target) - softmax).
     One softmax kernel serves both directions; the log-sum-exp is read back from the softmax at each row's largest
     logit (a probability >= 1/V there, so it never underflows: no clamp as in ``cross_entropy``, which stops at
-    -64); targets are picked by flat index (``take_along_axis`` cost as much as the softmax here on CPU)."""
+    -64); targets are picked by flat index (``take_along_axis`` cost as much as the softmax here on CPU).
+
+    With ``with_entropy`` also each row's entropy H = -sum_v p_v log p_v = log-sum-exp - sum_v p_v logit_v, from
+    the same softmax (a batched dot product per row: no [N, V] temporary), as a second output without gradient
+    (a metric; ``mark_non_differentiable``, and ``backward`` ignores the zeros it receives for it). Rounding can
+    leave a peaked row's entropy a hair below 0; it is clipped there. The float32 dot product over the vocabulary
+    is within ~2e-3 of float64 at vocab 151,936 with logits up to ~30 (exact to ~1e-5 at small vocabularies)."""
 
     @staticmethod
-    def forward(ctx, logits, targets):
+    def forward(ctx, logits, targets, with_entropy=False):
         probs = paddle.nn.functional.softmax(logits, axis=-1)
         offsets = paddle.arange(logits.shape[0], dtype=targets.dtype) * logits.shape[1]
         top = paddle.gather(probs.reshape([-1]), offsets + logits.argmax(axis=-1))
         log_normalizer = logits.max(axis=-1) - paddle.log(top)
         picked = offsets + targets
         ctx.save_for_backward(probs, picked)
-        return paddle.gather(logits.reshape([-1]), picked) - log_normalizer
+        logp = paddle.gather(logits.reshape([-1]), picked) - log_normalizer
+        if not with_entropy:
+            return logp
+        expected_logit = paddle.bmm(probs.unsqueeze(1), logits.unsqueeze(2)).reshape([-1])
+        entropy = (log_normalizer - expected_logit).clip(min=0.0)
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, *_entropy_grad):
         probs, picked = ctx.saved_tensor()
         flat = (probs * -grad.unsqueeze(-1)).reshape([-1])
         paddle.scatter_(flat, picked, paddle.gather(flat, picked) + grad)
         return flat.reshape(probs.shape), None
 
 
-def _token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, temperature: float) -> paddle.Tensor:
+def _token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, temperature: float,
+                    with_entropy: bool = False):
     logits = lm_head(hidden).astype("float32")
     if temperature > 0 and temperature != 1:
         logits = logits / temperature
-    return _TargetLogSoftmax.apply(logits, targets)
+    return _TargetLogSoftmax.apply(logits, targets, with_entropy)
 
 
 def chunked_token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, chunk_size: int,
-                           temperature: float = 1.0) -> paddle.Tensor:
+                           temperature: float = 1.0, with_entropy: bool = False):
     """log softmax(lm_head(hidden) / temperature)[targets], shape of ``targets``, ``chunk_size`` rows at a time.
-    When one chunk holds every row there is no memory to bound: no slicing and no recompute."""
+    When one chunk holds every row there is no memory to bound: no slicing and no recompute.
+
+    ``with_entropy``: (log-probs, entropies), the entropy of softmax(lm_head(hidden) / temperature) at every
+    position, from the same pass over each chunk (recomputed chunks compute it again in the backward, one dot
+    product per row); the entropies carry no gradient."""
     shape = targets.shape
     flat_hidden = hidden.reshape([-1, hidden.shape[-1]])
     flat_targets = targets.reshape([-1])
     if flat_targets.shape[0] <= chunk_size:
-        return _token_logprobs(lm_head, flat_hidden, flat_targets, temperature).reshape(shape)
-    use_recompute = not flat_hidden.stop_gradient
-    pieces = []
-    for start in range(0, flat_targets.shape[0], chunk_size):
-        h = flat_hidden[start:start + chunk_size]
-        t = flat_targets[start:start + chunk_size]
-        if use_recompute:
-            pieces.append(recompute(_token_logprobs, lm_head, h, t, temperature, use_reentrant=True))
-        else:
-            pieces.append(_token_logprobs(lm_head, h, t, temperature))
-    return paddle.concat(pieces).reshape(shape)
+        pieces = [_token_logprobs(lm_head, flat_hidden, flat_targets, temperature, with_entropy)]
+    else:
+        use_recompute = not flat_hidden.stop_gradient
+        pieces = []
+        for start in range(0, flat_targets.shape[0], chunk_size):
+            h = flat_hidden[start:start + chunk_size]
+            t = flat_targets[start:start + chunk_size]
+            if use_recompute:
+                pieces.append(recompute(_token_logprobs, lm_head, h, t, temperature, with_entropy,
+                                        use_reentrant=True))
+            else:
+                pieces.append(_token_logprobs(lm_head, h, t, temperature, with_entropy))
+    if not with_entropy:
+        return _joined(pieces, shape)
+    return _joined([p[0] for p in pieces], shape), _joined([p[1] for p in pieces], shape).detach()
 
 
-def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: float = 1.0) -> paddle.Tensor:
-    """[B*G, T] log-probs of ``rollout.completion_ids`` under ``model`` (grad flows if enabled).
+def _joined(pieces: list, shape) -> paddle.Tensor:
+    return (pieces[0] if len(pieces) == 1 else paddle.concat(pieces)).reshape(shape)
+
+
+def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: float = 1.0,
+                        with_entropy: bool = False):
+    """[B*G, T] log-probs of ``rollout.completion_ids`` under ``model`` (grad flows if enabled); with
+    ``with_entropy`` (log-probs, [B*G, T] entropies of the policy at each completion position, no gradient).
 
     The prompt goes through the decoder once per prompt and its K/V are repeated for its G completions
     (``RepeatedPrompt``). Each row runs whole instead under gradient checkpointing (a recomputed layer's K/V are
@@ -84,7 +113,8 @@ def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: f
     shared = inputs[0].deepstack is None and hasattr(model.model, "language_model") \
         and not recomputes_layers(model.model.language_model.config)
     hidden = (_shared_prompt_hidden if shared else _full_rows_hidden)(model, rollout, inputs)
-    return chunked_token_logprobs(model.lm_head, hidden, rollout.completion_ids, chunk_size, temperature)
+    return chunked_token_logprobs(model.lm_head, hidden, rollout.completion_ids, chunk_size, temperature,
+                                  with_entropy)
 
 
 def _completion_inputs(model, rollout: Rollout):

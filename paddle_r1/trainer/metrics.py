@@ -55,7 +55,7 @@ class MetricsLogger:
         if self.writer is not None:
             for key, value in metrics.items():
                 self.writer.add_scalar(tag=key, value=float(value), step=step)
-        shown = ("loss", "reward", "reward_std", "kl", "completion_length", "learning_rate", "grad_norm",
+        shown = ("loss", "reward", "reward_std", "kl", "entropy", "completion_length", "learning_rate", "grad_norm",
                  "step_seconds", "tokens_per_second")
         echo(f"step {step}: " + "  ".join(f"{k}={metrics[k]:.4g}" for k in shown if k in metrics))
 

@@ -55,8 +55,8 @@ class PolicyLogprobs(paddle.nn.Layer):
         super().__init__()
         self.policy = policy
 
-    def forward(self, rollout, chunk_size: int, temperature: float) -> paddle.Tensor:
-        return completion_logprobs(self.policy, rollout, chunk_size, temperature)
+    def forward(self, rollout, chunk_size: int, temperature: float, with_entropy: bool = False):
+        return completion_logprobs(self.policy, rollout, chunk_size, temperature, with_entropy)
 
 
 class ReplicatedUpdate:
