@@ -139,9 +139,10 @@ def test_inverse_cdf_draw_matches_the_distribution():
 def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samples, engine):
     """Both decode steps over their preallocated caches (prefilled once per prompt, rows repeated) give the logits
     of paddleformers' forward with its growing DynamicCache over the repeated prompt: the model's own layers
-    (``LayerDecoder``) and the plain-tensor step over transposed weights and keys (``OneTokenDecoder``)."""
-    from paddle_r1.generation.decoder import OneTokenDecoder, supports
-    from paddle_r1.generation.rollout import LayerDecoder, prefill
+    (``LayerDecoder``) and the plain-tensor step over transposed weights and keys (``OneTokenDecoder``, whose
+    write slot and rotary row live on the device: the same call, step after step, moves through the cache)."""
+    from paddle_r1.generation.decoder import LayerDecoder, OneTokenDecoder, supports
+    from paddle_r1.generation.rollout import prefill
     from paddle_r1.models.forward import RepeatedPrompt, embed_inputs, repeat_rows, rope_positions, text_positions
 
     model, _ = tiny
@@ -153,20 +154,16 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         cache, _, next_position = prefill(model, prompt)
         next_position = repeat_rows(next_position, g)
         mask = repeat_rows(prompt.attention_mask, g)
-        rows, prompt_len = mask.shape
-        decoder = {"layers": LayerDecoder, "one_token": OneTokenDecoder}[engine](model, next_position, steps)
-        static = decoder.cache(RepeatedPrompt(cache, g), prompt_len + steps)
-        allowed = paddle.concat([mask.astype("bool"), paddle.zeros([rows, steps], "bool")], 1)
-        additive = paddle.where(allowed, 0.0, float("-inf")).astype("float32").reshape([rows, 1, 1, -1])
+        rows = mask.shape[0]
+        decoder = {"layers": LayerDecoder, "one_token": OneTokenDecoder}[engine](
+            model, RepeatedPrompt(cache, g), mask, next_position, steps)
 
         embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw).repeat(g)
         positions, _ = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
         dynamic = model(**embeds.model_inputs(), attention_mask=mask, position_ids=repeat_rows(positions, g, axis=1),
                         use_cache=True).past_key_values
         for step in range(steps):
-            additive[:, :, :, prompt_len + step] = 0.0
-            got = decoder.step(tokens[:, step], step, static, additive)
-            static.advance()
+            got = decoder.step(tokens[:, step])
             mask = paddle.concat([mask, paddle.ones([rows, 1], dtype=mask.dtype)], axis=1)
             out = model(input_ids=tokens[:, step:step + 1], attention_mask=mask, past_key_values=dynamic,
                         position_ids=text_positions(next_position + step, 1), use_cache=True)

@@ -1,5 +1,7 @@
-"""The rollout's one-token decode step for Qwen2-VL / Qwen2.5-VL text decoders, as plain tensor operations over the
-decoder's weights, arranged once per rollout.
+"""The rollout's decode step: one token per row through the text decoder, over a KV cache allocated once.
+
+``make_decoder`` picks ``OneTokenDecoder`` for Qwen2-VL / Qwen2.5-VL text decoders (plain tensor operations over
+the decoder's weights, arranged once per rollout) and ``LayerDecoder`` (the model's own layers) for the rest.
 
 Calling the decoder layers token by token costs more than their arithmetic at rollout sizes (16 rows of one token):
 each layer call is Python dispatch, hooks and a dozen small kernels. A profile of the speed anchor's rollout on CPU
@@ -9,9 +11,12 @@ put three avoidable costs on top of that (``benchmarks/rollout.py``):
   weight stored [out, in] (``transpose_y``) whenever out >= in (qkv, o_proj, gate/up; the down projection is the
   other way round). On CPU those weights are copied transposed once per rollout: one extra copy of the decoder's
   projection weights for the rollout's duration. On GPU the weights are used as they are.
-- q @ K^T over the cache as a batched ``transpose_y`` product is ~3x slower than over keys stored transposed:
-  the cache keeps keys as [rows, kv_heads, head_dim, capacity].
+- q @ K^T over the cache as a batched ``transpose_y`` product is ~3x slower than over keys stored transposed
+  (``kv_cache.TransposedKVCache``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
+
+Its step reads nothing from the host: the slot it writes and the rotary row it takes are tensors on the device, so
+the step can later be captured (CUDA graphs) as it is.
 
 The arithmetic is the model's (``FastTextAttention``, ``FastRMSNorm``, paddleformers' Qwen2 MLP) in the same order,
 so the logits equal the model's own forward up to float rounding of the reordered products
@@ -28,6 +33,38 @@ import paddle
 from ..models.forward import RepeatedPrompt, text_positions
 from ..models.rms_norm import FastRMSNorm, rms_norm
 from ..models.text_attention import FastTextAttention, rotate
+from .kv_cache import StaticKVCache, TransposedKVCache
+
+
+def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
+                 max_new_tokens: int):
+    """The decode step for ``model`` with its cache holding ``prompt`` (keys and values already repeated per
+    completion; ``prompt_mask`` [rows, prompt_len]) and room for ``max_new_tokens``; the completions' M-RoPE
+    positions start at ``next_position`` [rows]."""
+    decoder = OneTokenDecoder if supports(model) else LayerDecoder
+    return decoder(model, prompt, prompt_mask, next_position, max_new_tokens)
+
+
+class LayerDecoder:
+    """Any decoder (Qwen3-VL's included): the model's own layers over a ``StaticKVCache``."""
+
+    def __init__(self, model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
+                 max_new_tokens: int):
+        self.model, self.next_position, self.steps = model, next_position, 0
+        self.cache = StaticKVCache(prompt, prompt_mask, prompt_mask.shape[1] + max_new_tokens)
+
+    def step(self, token: paddle.Tensor) -> paddle.Tensor:
+        """Next-token logits [rows, vocab] after ``token`` [rows], the next completion token of each row."""
+        text = self.model.model.language_model
+        self.cache.open_next()
+        hidden = text.embed_tokens(token.unsqueeze(-1))
+        position_embeddings = text.rotary_emb(hidden, text_positions(self.next_position + self.steps, 1))
+        for layer in text.layers:
+            hidden = layer(hidden, attention_mask=self.cache.mask, position_embeddings=position_embeddings,
+                           past_key_values=self.cache, use_cache=True)[0]
+        self.cache.advance()
+        self.steps += 1
+        return self.model.lm_head(text.norm(hidden))[:, -1]
 
 
 @dataclass
@@ -61,8 +98,8 @@ class LayerWeights:
 
 
 def supports(model) -> bool:
-    """Whether this step can run ``model``'s decoder: Qwen2/2.5-VL's attention and norms as paddle_r1 installs them,
-    the gated MLP with fused gate/up weights."""
+    """Whether ``OneTokenDecoder`` can run ``model``'s decoder: Qwen2/2.5-VL's attention and norms as paddle_r1
+    installs them, the gated MLP with fused gate/up weights."""
     text = getattr(model.model, "language_model", None)
     if text is None or not isinstance(text.norm, FastRMSNorm):
         return False
@@ -71,11 +108,11 @@ def supports(model) -> bool:
 
 
 class OneTokenDecoder:
-    """The text decoder's weights arranged for one-token steps (see the module docstring). Made per rollout: the
-    policy's weights change between rollouts."""
+    """The text decoder's weights arranged for one-token steps (see the module docstring), over a
+    ``TransposedKVCache``. Made per rollout: the policy's weights change between rollouts."""
 
-    def __init__(self, model, next_position: paddle.Tensor, steps: int):
-        """For rows whose completions start at M-RoPE position ``next_position`` [rows] and run ``steps`` tokens."""
+    def __init__(self, model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
+                 max_new_tokens: int):
         text = model.model.language_model
         attention = text.layers[0].self_attn
         self.model, self.text = model, text
@@ -88,21 +125,21 @@ class OneTokenDecoder:
             out=Projection.of(layer.self_attn.o_proj), post_norm=layer.post_attention_layernorm.weight,
             up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name)), down=Projection.of(layer.mlp.down_proj),
         ) for layer in text.layers]
-        # cos and sin [rows, 1, steps, head_dim] of every step's text position, in one call
+        prompt_len = prompt_mask.shape[1]
+        capacity = prompt_len + max_new_tokens
+        self.cache = TransposedKVCache(prompt, prompt_mask, capacity)
+        # cos and sin [rows, 1, capacity, head_dim] of the text position each cache slot's token takes (the prompt's
+        # slots unused), in one call; a step takes the row of its slot
         probe = paddle.zeros([1], dtype=model.lm_head.weight.dtype)
-        self.cos, self.sin = text.rotary_emb(probe, text_positions(next_position, steps))
+        self.cos, self.sin = text.rotary_emb(probe, text_positions(next_position - prompt_len, capacity))
 
-    def cache(self, prompt: RepeatedPrompt, capacity: int) -> "TransposedKVCache":
-        return TransposedKVCache(prompt, capacity)
-
-    def step(self, token: paddle.Tensor, index: int, cache: "TransposedKVCache", additive_mask: paddle.Tensor
-             ) -> paddle.Tensor:
-        """Next-token logits [rows, vocab] for ``token`` [rows], the ``index``-th completion token; its keys and
-        values are written into ``cache`` at ``cache.length``. ``additive_mask`` [rows, 1, 1, capacity]: 0 where a
-        row may attend (this token's slot included), -inf elsewhere."""
-        rows, groups = token.shape[0], self.heads // self.kv_heads
-        cos, sin = self.cos[:, :, index:index + 1], self.sin[:, :, index:index + 1]
-        mask = additive_mask.expand([rows, self.kv_heads, groups, additive_mask.shape[-1]])
+    def step(self, token: paddle.Tensor) -> paddle.Tensor:
+        """Next-token logits [rows, vocab] after ``token`` [rows], the next completion token of each row."""
+        rows, groups, cache = token.shape[0], self.heads // self.kv_heads, self.cache
+        cache.open_next()
+        cos = paddle.index_select(self.cos, cache.slot, axis=2)
+        sin = paddle.index_select(self.sin, cache.slot, axis=2)
+        mask = cache.mask.expand([rows, self.kv_heads, groups, cache.mask.shape[-1]])
         hidden = self.text.embed_tokens(token).unsqueeze(1)  # [rows, 1, hidden]
         for index, layer in enumerate(self.layers):
             mixed = layer.qkv(rms_norm(hidden, layer.input_norm, self.epsilon))
@@ -118,31 +155,5 @@ class OneTokenDecoder:
             hidden = hidden + layer.out(attended)
             gate, up = layer.up_gate(rms_norm(hidden, layer.post_norm, self.epsilon)).chunk(2, axis=-1)
             hidden = hidden + layer.down(self.act_fn(gate) * up)
+        cache.advance()
         return self.model.lm_head(rms_norm(hidden, self.text.norm.weight, self.epsilon))[:, -1]
-
-
-class TransposedKVCache:
-    """Every layer's keys [rows, kv_heads, head_dim, capacity] (transposed: see the module docstring) and values
-    [rows, kv_heads, capacity, head_dim] in buffers allocated once; the prompt's in the first slots, a step writes
-    its token at ``length``. Every step sees the same shapes (the mask hides slots not yet written)."""
-
-    def __init__(self, prompt: RepeatedPrompt, capacity: int):
-        self.length = prompt.get_seq_length()
-        self.keys, self.values = [], []
-        for keys, values in zip(prompt.keys, prompt.values):
-            rows, kv_heads, _, head_dim = keys.shape
-            key_buffer = paddle.zeros([rows, kv_heads, head_dim, capacity], dtype=keys.dtype)
-            key_buffer[:, :, :, :self.length] = keys.transpose([0, 1, 3, 2])
-            value_buffer = paddle.zeros([rows, kv_heads, capacity, head_dim], dtype=values.dtype)
-            value_buffer[:, :, :self.length] = values
-            self.keys.append(key_buffer)
-            self.values.append(value_buffer)
-
-    def write(self, layer: int, key: paddle.Tensor, value: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
-        """This token's key and value [rows, kv_heads, 1, head_dim] into their slot; the layer's whole buffers."""
-        self.keys[layer][:, :, :, self.length] = key.squeeze(2)
-        self.values[layer][:, :, self.length:self.length + 1] = value
-        return self.keys[layer], self.values[layer]
-
-    def advance(self) -> None:
-        self.length += 1

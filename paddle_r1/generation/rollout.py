@@ -2,8 +2,8 @@
 
 paddleformers' ``generate`` re-runs the whole prefix at each step for Qwen2.5-VL; this loop runs
 each prompt once (images through the vision tower once per prompt), repeats its KV cache for its G
-completions into buffers allocated once, and feeds one token per step with M-RoPE positions continuing from
-each prompt's last position.
+completions into buffers allocated once (``kv_cache.py``), and feeds one token per step through the decode step
+of ``decoder.py``, with M-RoPE positions continuing from each prompt's last position.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Optional, Sequence
 
 import paddle
 
-from ..models.forward import RepeatedPrompt, embed_inputs, repeat_rows, rope_positions, text_positions
-from .decoder import OneTokenDecoder, supports
+from ..models.forward import RepeatedPrompt, embed_inputs, repeat_rows, rope_positions
+from .decoder import make_decoder
 
 
 @dataclass
@@ -78,37 +78,6 @@ def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Opti
     return paddle.clip(below, max=logits.shape[-1] - 1)
 
 
-class StaticKVCache:
-    """Keys and values of every layer in buffers allocated once, [rows, kv_heads, capacity, head_dim]: a decode
-    step writes its token's slot in place, so no tensor grows (or is copied) token by token and every step has
-    the same shapes: the form a compiled step (``paddle.jit.to_static``, CUDA graphs) needs. It answers the
-    two calls paddleformers' attention makes of a cache (``update``, ``get_seq_length``)."""
-
-    def __init__(self, prompt: RepeatedPrompt, capacity: int):
-        """From the prompt's keys and values (already repeated per completion), in the first slots."""
-        self.length = prompt.get_seq_length()
-        self.keys, self.values = [], []
-        for buffers, filled_layers in ((self.keys, prompt.keys), (self.values, prompt.values)):
-            for filled in filled_layers:
-                shape = filled.shape
-                buffer = paddle.zeros([shape[0], shape[1], capacity, shape[3]], dtype=filled.dtype)
-                buffer[:, :, :self.length] = filled
-                buffers.append(buffer)
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.length
-
-    def update(self, key: paddle.Tensor, value: paddle.Tensor, layer_idx: int):
-        """Write this step's K/V at the next free slot; return the whole buffers (the mask hides empty slots)."""
-        end = self.length + key.shape[2]
-        self.keys[layer_idx][:, :, self.length:end] = key
-        self.values[layer_idx][:, :, self.length:end] = value
-        return self.keys[layer_idx], self.values[layer_idx]
-
-    def advance(self, tokens: int = 1) -> None:
-        self.length += tokens
-
-
 def prefill(model, prompt: PromptBatch):
     """The prompts once (one row each; images through the vision tower once): their KV cache, next-token logits
     [B, vocab] and each row's next M-RoPE position [B]."""
@@ -117,35 +86,6 @@ def prefill(model, prompt: PromptBatch):
     out = model(**embeds.model_inputs(), attention_mask=prompt.attention_mask, position_ids=positions,
                 use_cache=True, logits_to_keep=1)
     return out.past_key_values, out.logits[:, -1], next_position
-
-
-class LayerDecoder:
-    """Any decoder (Qwen3-VL's included): the model's own layers, one token per row and step, over a
-    ``StaticKVCache``; M-RoPE positions continue from each prompt's last."""
-
-    def __init__(self, model, next_position: paddle.Tensor, steps: int):
-        self.model, self.next_position = model, next_position
-
-    def cache(self, prompt: RepeatedPrompt, capacity: int) -> StaticKVCache:
-        return StaticKVCache(prompt, capacity)
-
-    def step(self, token: paddle.Tensor, index: int, cache: StaticKVCache, additive_mask: paddle.Tensor
-             ) -> paddle.Tensor:
-        """Next-token logits [rows, vocab] for ``token`` [rows], the ``index``-th completion token; additive_mask
-        [rows, 1, 1, capacity] is 0 where a row may attend (this token's slot included), -inf elsewhere."""
-        text = self.model.model.language_model
-        hidden = text.embed_tokens(token.unsqueeze(-1))
-        position_embeddings = text.rotary_emb(hidden, text_positions(self.next_position + index, 1))
-        for layer in text.layers:
-            hidden = layer(hidden, attention_mask=additive_mask, position_embeddings=position_embeddings,
-                           past_key_values=cache, use_cache=True)[0]
-        return self.model.lm_head(text.norm(hidden))[:, -1]
-
-
-def make_decoder(model, next_position: paddle.Tensor, steps: int):
-    """The one-token step for ``model``: plain tensor operations where the decoder is one ``decoder.py`` knows
-    (Qwen2/2.5-VL), else the model's own layers."""
-    return (OneTokenDecoder if supports(model) else LayerDecoder)(model, next_position, steps)
 
 
 @paddle.no_grad()
@@ -164,14 +104,10 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
         cache, logits, next_position = prefill(model, prompt)
         logits, next_position = repeat_rows(logits, num_generations), repeat_rows(next_position, num_generations)
         prompt_mask = repeat_rows(prompt.attention_mask, num_generations)
-        rows, prompt_len = prompt_mask.shape
-        decoder = make_decoder(model, next_position, params.max_new_tokens)
-        cache = decoder.cache(RepeatedPrompt(cache, num_generations), prompt_len + params.max_new_tokens)
-        # additive mask over the whole cache: the prompt's padding and the slots not yet written are -inf
-        allowed = paddle.concat([prompt_mask.astype("bool"), paddle.zeros([rows, params.max_new_tokens], "bool")], 1)
-        additive_mask = paddle.where(allowed, 0.0, float("-inf")).astype(logits.dtype).reshape([rows, 1, 1, -1])
+        decoder = make_decoder(model, RepeatedPrompt(cache, num_generations), prompt_mask, next_position,
+                               params.max_new_tokens)
         eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
-        finished = paddle.zeros([rows], dtype="bool")
+        finished = paddle.zeros([prompt_mask.shape[0]], dtype="bool")
         tokens = []
         for step in range(params.max_new_tokens):
             uniform = None if uniforms is None else uniforms[:, step]
@@ -182,9 +118,7 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
             last = step == params.max_new_tokens - 1
             if last or ((step + 1) % eos_check_every == 0 and bool(finished.all())):
                 break
-            additive_mask[:, :, :, prompt_len + step] = 0.0
-            logits = decoder.step(token, step, cache, additive_mask)
-            cache.advance()
+            logits = decoder.step(token)
     finally:
         model.train(was_training)
 

@@ -1,0 +1,87 @@
+"""The rollout's KV caches: every layer's keys and values in buffers allocated once for the prompt and all the
+completion tokens, with the additive attention mask over the same slots.
+
+A decode step writes its token's slot in place, so no tensor grows (or is copied) token by token and every step has
+the same shapes. The prompt's padding and the slots not yet written are -inf in the mask; a step opens its own slot
+before attending.
+"""
+from __future__ import annotations
+
+import paddle
+
+from ..models.forward import RepeatedPrompt
+
+
+def _additive_mask(prompt_mask: paddle.Tensor, capacity: int, dtype) -> paddle.Tensor:
+    """[rows, 1, 1, capacity]: 0 over the prompt's real tokens, -inf over its padding and the free slots."""
+    rows, prompt_len = prompt_mask.shape
+    allowed = paddle.concat([prompt_mask.astype("bool"), paddle.zeros([rows, capacity - prompt_len], "bool")], 1)
+    return paddle.where(allowed, 0.0, float("-inf")).astype(dtype).reshape([rows, 1, 1, capacity])
+
+
+class StaticKVCache:
+    """Keys and values [rows, kv_heads, capacity, head_dim], answering the two calls paddleformers' attention makes
+    of a cache (``update``, ``get_seq_length``): the cache of ``decoder.LayerDecoder``. The next slot is a Python
+    int, since paddleformers' layers read the cache length on the host."""
+
+    def __init__(self, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, capacity: int):
+        """From the prompt's keys and values (already repeated per completion), in the first slots."""
+        self.length = prompt.get_seq_length()
+        self.keys, self.values = [], []
+        for buffers, filled_layers in ((self.keys, prompt.keys), (self.values, prompt.values)):
+            for filled in filled_layers:
+                shape = filled.shape
+                buffer = paddle.zeros([shape[0], shape[1], capacity, shape[3]], dtype=filled.dtype)
+                buffer[:, :, :self.length] = filled
+                buffers.append(buffer)
+        self.mask = _additive_mask(prompt_mask, capacity, prompt.keys[0].dtype)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def open_next(self) -> None:
+        """Let every row attend to the slot the next token is written into."""
+        self.mask[:, :, :, self.length] = 0.0
+
+    def update(self, key: paddle.Tensor, value: paddle.Tensor, layer_idx: int):
+        """Write this step's K/V at the next free slot; return the whole buffers (the mask hides empty slots)."""
+        end = self.length + key.shape[2]
+        self.keys[layer_idx][:, :, self.length:end] = key
+        self.values[layer_idx][:, :, self.length:end] = value
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def advance(self) -> None:
+        self.length += 1
+
+
+class TransposedKVCache:
+    """Every layer's keys [rows, kv_heads, head_dim, capacity] (transposed: q @ K over keys stored this way is ~3x
+    faster on CPU than a ``transpose_y`` product) and values [rows, kv_heads, capacity, head_dim]: the cache of
+    ``decoder.OneTokenDecoder``. The next slot is a tensor on the device (``slot``, [1] int64), written and advanced
+    there, so a decode step reads nothing from the host: the form a captured step (CUDA graphs) needs."""
+
+    def __init__(self, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, capacity: int):
+        length = prompt.get_seq_length()
+        self.keys, self.values = [], []
+        for keys, values in zip(prompt.keys, prompt.values):
+            rows, kv_heads, _, head_dim = keys.shape
+            key_buffer = paddle.zeros([rows, kv_heads, head_dim, capacity], dtype=keys.dtype)
+            key_buffer[:, :, :, :length] = keys.transpose([0, 1, 3, 2])
+            value_buffer = paddle.zeros([rows, kv_heads, capacity, head_dim], dtype=values.dtype)
+            value_buffer[:, :, :length] = values
+            self.keys.append(key_buffer)
+            self.values.append(value_buffer)
+        self.mask = _additive_mask(prompt_mask, capacity, prompt.keys[0].dtype)
+        self.slot = paddle.full([1], length, dtype="int64")
+
+    def open_next(self) -> None:
+        self.mask[:, :, :, self.slot] = 0.0
+
+    def write(self, layer: int, key: paddle.Tensor, value: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """This token's key and value [rows, kv_heads, 1, head_dim] into their slot; the layer's whole buffers."""
+        self.keys[layer][:, :, :, self.slot] = key.transpose([0, 1, 3, 2])
+        self.values[layer][:, :, self.slot] = value
+        return self.keys[layer], self.values[layer]
+
+    def advance(self) -> None:
+        self.slot.add_(paddle.ones_like(self.slot))
