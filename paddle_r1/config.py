@@ -105,6 +105,7 @@ DEFAULT_QUESTION_TEMPLATE = (
 DEFAULT_ANSWER_TEMPLATE = "<think> </think><answer>{Answer}</answer>"
 DTYPES = ("float32", "bfloat16", "float16")
 SHARDING_STAGES = ("", "stage1", "stage2")  # see paddle_r1.trainer.sharding
+ROLLOUT_ENGINES = ("auto", "one_token", "layers")  # see paddle_r1.generation.decoder
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")  # paddleformers' SchedulerType
 
 
@@ -263,6 +264,7 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    rollout_engine: str = "auto"  # auto: one_token where it runs (Qwen2/2.5-VL), else layers (the model's own)
 
     # GRPO objective
     beta: float = 0.04
@@ -299,6 +301,7 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     eval_reward: str = "iou_accuracy"  # the task's accuracy reward (counting, iou_accuracy, math, ...)
 
     def check_own_keys(self) -> None:
+        _check_choice(self, "rollout_engine", ROLLOUT_ENGINES)
         _check_choice(self, "loss_type", ("grpo", "bnpo", "dr_grpo", "dapo"))
         _check_choice(self, "scale_rewards", ("group", "batch", "none"))
         _check_choice(self, "ref_model_update", ("", "none", "sync", "ema"))

@@ -37,6 +37,7 @@ def test_unknown_key_names_key_and_file(tmp_path):
     ({"loss_type": "ppo"}, "loss_type"),
     ({"reward_weights": [1.0]}, "reward_weights"),
     ({"top_p": 0}, "top_p"),
+    ({"rollout_engine": "vllm"}, "'rollout_engine': 'vllm' is not one of auto, one_token, layers"),
     ({"lr_scheduler_type": "cosin"}, "'lr_scheduler_type': 'cosin' is not one of linear, cosine"),
 ])
 def test_invalid_values(values, message):

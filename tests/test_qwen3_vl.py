@@ -45,6 +45,18 @@ def test_completion_logprobs_match_its_forward(qwen3, rec_samples):
     assert_completion_logprobs_match_forward(*qwen3, rec_samples)
 
 
+def test_rollout_engine_auto_takes_the_layers_and_one_token_refuses(qwen3, rec_samples):
+    from paddle_r1.generation.rollout import SamplingParams, sample_completions
+
+    model, processor = qwen3
+    prompt, _ = build_prompt_batch(rec_samples[:1], processor, "{Question}")
+    params = SamplingParams(max_new_tokens=3, temperature=0.0)
+    assert sample_completions(model, prompt, 2, params, [-1], 0).completion_ids.shape == [2, 3]
+    params.engine = "one_token"
+    with pytest.raises(ValueError, match="rollout_engine one_token runs the Qwen2-VL and Qwen2.5-VL"):
+        sample_completions(model, prompt, 2, params, [-1], 0)
+
+
 def test_deepstack_moves_the_logits(qwen3, rec_samples):
     """Without DeepStack the image tokens' logits differ: the features are really fed to the decoder."""
     from paddle_r1.models.forward import embed_inputs

@@ -171,6 +171,18 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
             np.testing.assert_allclose(got.numpy(), out.logits[:, -1].numpy(), atol=2e-5)
 
 
+def test_both_engines_sample_the_same_completions(tiny, rec_samples):
+    """rollout_engine one_token and layers: the same sampled tokens from the same random numbers."""
+    model, processor = tiny
+    prompt, _ = _prompts(tiny, rec_samples)
+    eos, pad = _eos(processor)
+    uniforms = paddle.to_tensor(np.random.default_rng(2).random([prompt.size * 4, 16]).astype("float32"))
+    rollouts = [sample_completions(model, prompt, 4, SamplingParams(16, temperature=1.0, engine=engine), eos, pad,
+                                   uniforms=uniforms) for engine in ("one_token", "layers")]
+    np.testing.assert_array_equal(rollouts[0].completion_ids.numpy(), rollouts[1].completion_ids.numpy())
+    np.testing.assert_array_equal(rollouts[0].completion_mask.numpy(), rollouts[1].completion_mask.numpy())
+
+
 def test_checking_eos_every_k_steps_gives_the_same_completions(tiny, rec_samples):
     """Rows end at different steps, all before step 8 (the EOS ids: each row's sixth token when nothing stops
     it); reading ``finished`` on the host every 8 steps instead of every step changes nothing: the completions

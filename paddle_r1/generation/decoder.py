@@ -37,12 +37,16 @@ from .kv_cache import StaticKVCache, TransposedKVCache
 
 
 def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
-                 max_new_tokens: int):
+                 max_new_tokens: int, engine: str = "auto"):
     """The decode step for ``model`` with its cache holding ``prompt`` (keys and values already repeated per
     completion; ``prompt_mask`` [rows, prompt_len]) and room for ``max_new_tokens``; the completions' M-RoPE
-    positions start at ``next_position`` [rows]."""
-    decoder = OneTokenDecoder if supports(model) else LayerDecoder
-    return decoder(model, prompt, prompt_mask, next_position, max_new_tokens)
+    positions start at ``next_position`` [rows]. ``engine`` (config key ``rollout_engine``): ``one_token``,
+    ``layers``, or ``auto``: ``one_token`` where it runs, else ``layers``."""
+    if engine == "one_token" and not supports(model):
+        raise ValueError("rollout_engine one_token runs the Qwen2-VL and Qwen2.5-VL text decoders as paddle_r1 loads "
+                         "them (unfused RMSNorm, paddle_r1's attention); use rollout_engine auto or layers here")
+    one_token = engine == "one_token" or (engine == "auto" and supports(model))
+    return (OneTokenDecoder if one_token else LayerDecoder)(model, prompt, prompt_mask, next_position, max_new_tokens)
 
 
 class LayerDecoder:

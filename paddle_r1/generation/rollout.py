@@ -36,6 +36,7 @@ class SamplingParams:
     temperature: float = 1.0  # 0 means greedy
     top_p: float = 1.0
     top_k: int = 0
+    engine: str = "auto"  # the decode step: auto | one_token | layers (``decoder.make_decoder``)
 
 
 @dataclass
@@ -105,7 +106,7 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
         logits, next_position = repeat_rows(logits, num_generations), repeat_rows(next_position, num_generations)
         prompt_mask = repeat_rows(prompt.attention_mask, num_generations)
         decoder = make_decoder(model, RepeatedPrompt(cache, num_generations), prompt_mask, next_position,
-                               params.max_new_tokens)
+                               params.max_new_tokens, params.engine)
         eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
         finished = paddle.zeros([prompt_mask.shape[0]], dtype="bool")
         tokens = []

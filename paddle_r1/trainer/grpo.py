@@ -95,7 +95,7 @@ class GRPOTrainer(Trainer):
     def __init__(self, config: GRPOConfig, samples: Optional[list[dict]] = None, heldout=None):
         self.rewards = RewardManager.from_config(config)  # settings checked before any model loads
         self.sampling = SamplingParams(max_new_tokens=config.max_completion_length, temperature=config.temperature,
-                                       top_p=config.top_p, top_k=config.top_k)
+                                       top_p=config.top_p, top_k=config.top_k, engine=config.rollout_engine)
         self.buffer: list[Experience] = []
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
         super().__init__(config, samples, heldout)
