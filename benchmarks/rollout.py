@@ -1,75 +1,200 @@
-"""Rollout speed: paddle_r1's KV-cached decode vs. re-running the prefix (paddleformers' generate).
+"""Rollout speed: paddle_r1's KV-cached decode against paddleformers' ``generate`` (which re-runs the prefix at
+every step) and, with ``--hf PYTHON``, Hugging Face transformers' ``generate`` on the same checkpoint.
 
     python benchmarks/rollout.py [--hidden 256 --layers 4 --prompts 4 --generations 4 --new-tokens 32]
+    python benchmarks/rollout.py --hf /path/to/torch-venv/bin/python [--model FOLDER] [--runs 3] [--paddleformers]
 
-Prints one table: seconds for the same greedy completions, and tokens per second.
+Without ``--hf`` the checkpoint is paddle_r1's tiny model (``--hidden``, ``--layers``) and the prompts synthetic
+grounding samples. With ``--hf`` the sizes default to the GRPO speed anchor's rollout (``grpo_step.py``): the
+checkpoint is the one ``trl_anchor/make_hf_tiny.py --weights`` writes with transformers in that interpreter
+(hidden 256, 4 layers, vocab 4096; ``--model FOLDER`` reuses one), 2 prompts x 8 completions x 64 tokens, one
+112x112 image per prompt. The prompts are encoded once, by paddle_r1's processor and chat template, and handed
+to ``trl_anchor/hf_generate_bench.py`` in an .npz file, so both sides decode from identical token ids and pixels
+(with transformers 5.3.0's image M-RoPE positions corrected there: huggingface/transformers#45325).
+
+Every engine decodes exactly ``--new-tokens`` greedy tokens per row (no EOS stop), G rows per prompt; seconds are
+the median of ``--runs`` runs after a warm-up, and include the prefill (vision tower and prompt); tokens/s is
+rows x new tokens / seconds. Paddle's CPU kernels run on one thread (``import paddle`` sets OMP_NUM_THREADS=1),
+so torch gets one too unless ``--hf-threads``. Greedy paths may part after a while from float differences
+between frameworks, so agreement with paddle_r1's tokens is reported (identical tokens by position, identical
+rows), not asserted.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
 
+import numpy as np
 import paddle
 
 warnings.filterwarnings("ignore")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ANCHOR_SIZES = dict(prompts=2, generations=8, new_tokens=64)  # grpo_step.py's rollout
+SMALL_SIZES = dict(prompts=4, generations=4, new_tokens=32)
+
+
+def _median_seconds(fn, runs: int):
+    """The median seconds of ``runs`` calls after a warm-up call, and the last call's result."""
+    fn()
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = fn()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds), result
+
+
+def _agreement(ids: np.ndarray, reference: np.ndarray) -> str:
+    same = ids == reference
+    prefix = np.where(same.all(1), same.shape[1], (~same).argmax(1))  # tokens before the first difference
+    return (f"{same.mean():.0%} of tokens, {int(same.all(1).sum())}/{len(same)} rows identical "
+            f"(mean common prefix {prefix.mean():.1f} of {same.shape[1]} tokens)")
+
+
+def _checkpoint(args, work: str) -> str:
+    if args.model:
+        return args.model
+    if args.hf:
+        folder = os.path.join(work, "model")
+        subprocess.run([args.hf, os.path.join(HERE, "trl_anchor", "make_hf_tiny.py"), folder, "--weights",
+                        "--hidden", str(args.hidden), "--layers", str(args.layers)],
+                       check=True, stdout=subprocess.DEVNULL)
+        return folder
+    from paddle_r1.models.tiny import TinySize, make_tiny_model
+
+    size = TinySize(hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,
+                    num_attention_heads=args.hidden // 64 * 2, num_key_value_heads=2)
+    return make_tiny_model(os.path.join(work, "model"), size=size)
+
+
+def _samples(args, work: str) -> list[dict]:
+    if args.hf:
+        sys.path.insert(0, HERE)
+        from grpo_step import _write_samples  # the anchor's prompts: a red square on white, 112x112
+
+        return _write_samples(os.path.join(work, "images"), args.prompts)
+    from paddle_r1.data.loader import load_samples
+    from paddle_r1.data.synthetic import make_synthetic_rec
+
+    return load_samples(make_synthetic_rec(os.path.join(work, "data"), args.prompts))[0]
+
+
+def _hf_generate(args, model_dir: str, prompt, work: str) -> dict:
+    """transformers' generate in the torch interpreter, from this side's encoded prompts."""
+    input_ids, grids = prompt.input_ids.numpy(), prompt.image_grid_thw.numpy()
+    images_per_prompt = (input_ids == _vision_start_id(model_dir)).sum(1)  # one <|vision_start|> per image
+    assert images_per_prompt.sum() == len(grids), (images_per_prompt, grids)
+    inputs_file = os.path.join(work, "prompts.npz")
+    np.savez(inputs_file, input_ids=input_ids, attention_mask=prompt.attention_mask.numpy(),
+             pixel_values=prompt.pixel_values.numpy(), image_grid_thw=grids, images_per_prompt=images_per_prompt)
+    script = os.path.join(HERE, "trl_anchor", "hf_generate_bench.py")
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.hf_threads))
+    result = subprocess.run([args.hf, script, model_dir, inputs_file, str(args.generations), str(args.new_tokens),
+                             str(args.runs)], check=True, capture_output=True, text=True, env=env)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _config(model_dir: str) -> dict:
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return json.load(f)
+
+
+def _vision_start_id(model_dir: str) -> int:
+    return _config(model_dir)["vision_start_token_id"]
+
+
+def _describe(model_dir: str) -> str:
+    config = _config(model_dir)
+    text = {**config, **config.get("text_config", {})}
+    return (f"{config['model_type']} (hidden {text['hidden_size']}, {text['num_hidden_layers']} layers, "
+            f"vocab {text['vocab_size']}, vision depth {config['vision_config']['depth']})")
+
+
+def _paddleformers_generate(model, prompt, g: int, n: int, runs: int):
+    """paddleformers' generate over the G-times repeated rows (one image per prompt)."""
+    inputs = dict(input_ids=paddle.repeat_interleave(prompt.input_ids, g, 0),
+                  attention_mask=paddle.repeat_interleave(prompt.attention_mask, g, 0),
+                  image_grid_thw=paddle.repeat_interleave(prompt.image_grid_thw, g, 0))
+    inputs["pixel_values"] = paddle.concat([p for p in paddle.split(prompt.pixel_values, [
+        int(x) for x in prompt.image_grid_thw.prod(axis=1)]) for _ in range(g)])
+
+    def generate():
+        with paddle.no_grad():
+            out = model.generate(**inputs, max_new_tokens=n, min_new_tokens=n, decode_strategy="greedy_search")
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+    seconds, generated = _median_seconds(generate, runs)
+    return seconds, generated[:, -n:].numpy()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--hf", metavar="PYTHON", help="a torch + transformers interpreter: adds its generate")
+    parser.add_argument("--hf-threads", type=int, default=1,
+                        help="torch's threads (default 1: Paddle's CPU kernels run on one, it sets OMP_NUM_THREADS=1)")
+    parser.add_argument("--model", help="an existing Qwen2.5-VL checkpoint folder (default: built here)")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--prompts", type=int, help="default 2 with --hf (the anchor's), else 4")
+    parser.add_argument("--generations", type=int, help="default 8 with --hf, else 4")
+    parser.add_argument("--new-tokens", type=int, help="default 64 with --hf, else 32")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per engine, after one warm-up")
+    parser.add_argument("--paddleformers", action=argparse.BooleanOptionalAction,
+                        help="time paddleformers' generate too (default: without --hf only; ~30 s a run at --hf sizes)")
     args = parser.parse_args()
+    for key, value in (ANCHOR_SIZES if args.hf else SMALL_SIZES).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
 
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries("ERROR")
-    from paddle_r1.data.loader import load_samples
-    from paddle_r1.data.synthetic import make_synthetic_rec
     from paddle_r1.models.loading import load_model, load_processor
-    from paddle_r1.models.tiny import TinySize, make_tiny_model
     from paddle_r1.generation.generator import build_prompt_batch
     from paddle_r1.generation.rollout import SamplingParams, sample_completions
 
     work = tempfile.mkdtemp()
-    size = TinySize(hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,
-                    num_attention_heads=args.hidden // 64 * 2, num_key_value_heads=2)
-    model_dir = make_tiny_model(f"{work}/model", size=size)
+    model_dir = _checkpoint(args, work)
     model, processor = load_model(model_dir), load_processor(model_dir)
     model.eval()
-    samples, _ = load_samples(make_synthetic_rec(f"{work}/data", args.prompts))
-    prompt, _ = build_prompt_batch(samples, processor, "{Question}")
+    prompt, _ = build_prompt_batch(_samples(args, work), processor, "{Question}")
     g, n = args.generations, args.new_tokens
-    params = SamplingParams(max_new_tokens=n, temperature=0.0)
-    no_eos = [-1]  # every row generates all n tokens in both paths
-
-    start = time.perf_counter()
-    cached = sample_completions(model, prompt, g, params, no_eos, processor.tokenizer.pad_token_id)
-    cached_s = time.perf_counter() - start
-
     rows = prompt.size * g
-    inputs = dict(input_ids=paddle.repeat_interleave(prompt.input_ids, g, 0),
-                  attention_mask=paddle.repeat_interleave(prompt.attention_mask, g, 0),
-                  pixel_values=prompt.pixel_values, image_grid_thw=prompt.image_grid_thw)
-    inputs["pixel_values"] = paddle.concat([p for p in paddle.split(prompt.pixel_values, [
-        int(x) for x in prompt.image_grid_thw.prod(axis=1)]) for _ in range(g)])
-    inputs["image_grid_thw"] = paddle.repeat_interleave(prompt.image_grid_thw, g, 0)
-    start = time.perf_counter()
-    with paddle.no_grad():
-        generated = model.generate(**inputs, max_new_tokens=n, min_new_tokens=n, decode_strategy="greedy_search")
-    generate_s = time.perf_counter() - start
-    generated_ids = generated[0] if isinstance(generated, (tuple, list)) else generated
-    same = bool((generated_ids[:, -n:] == cached.completion_ids).all())
+    params = SamplingParams(max_new_tokens=n, temperature=0.0)
+    no_eos = [-1]  # every row generates all n tokens
 
-    print(f"model: hidden {args.hidden}, {args.layers} layers; {rows} sequences x {n} new tokens (greedy)")
-    print("| decode | seconds | tokens/s |\n|---|---|---|")
-    print(f"| paddle_r1 cached loop | {cached_s:.2f} | {rows * n / cached_s:.0f} |")
-    print(f"| paddleformers generate | {generate_s:.2f} | {rows * n / generate_s:.0f} |")
-    print(f"speed-up: {generate_s / cached_s:.1f}x; same tokens: {same}")
+    engines = []  # (name, seconds, completion ids [rows, n])
+    seconds, rollout = _median_seconds(
+        lambda: sample_completions(model, prompt, g, params, no_eos, processor.tokenizer.pad_token_id), args.runs)
+    reference = rollout.completion_ids.numpy()
+    engines.append(("paddle_r1 `sample_completions` (KV cache)", seconds, reference))
+    if args.hf:
+        hf = _hf_generate(args, model_dir, prompt, work)
+        fixed = ", image positions fixed: transformers#45325" if hf["patched_image_positions"] else ""
+        engines.append((f"transformers {hf['transformers']} `generate` (torch {hf['torch']}, KV cache, "
+                        f"{hf['threads']} thread(s){fixed})", hf["median_s"], np.asarray(hf["completion_ids"])))
+    if args.paddleformers if args.paddleformers is not None else not args.hf:
+        import paddleformers
+
+        seconds, ids = _paddleformers_generate(model, prompt, g, n, args.runs)
+        engines.append((f"paddleformers {paddleformers.__version__} `generate` (re-runs the prefix)", seconds, ids))
+
+    print(f"{_describe(model_dir)}: {prompt.size} prompts x {g} completions x {n} new tokens "
+          f"(greedy, {rows} rows); median of {args.runs} runs after a warm-up")
+    print("| engine | seconds | decode tokens/s |\n|---|---|---|")
+    for name, seconds, _ in engines:
+        print(f"| {name} | {seconds:.2f} | {rows * n / seconds:.0f} |")
+    paddle_s = engines[0][1]
+    for name, seconds, ids in engines[1:]:
+        print(f"{name.split(' `')[0]}: paddle_r1 is {seconds / paddle_s:.2f}x its tokens/s; "
+              f"greedy tokens equal to paddle_r1's: {_agreement(ids, reference)}")
 
 
 if __name__ == "__main__":
