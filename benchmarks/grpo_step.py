@@ -10,6 +10,10 @@ With ``--trl PYTHON`` the checkpoint is the one the anchor's ``make_hf_tiny.py``
 sides load the same weights) and the anchor's TRL script runs in that interpreter; the two sides alternate
 ``--rounds`` times, so a busy machine slows both. Without it the checkpoint is paddle_r1's tiny model at the same
 sizes. Seconds per step are medians over the steps after each round's first (warm-up).
+
+Both sides run their CPU kernels on ``--threads`` threads (default 1): ``import paddle`` sets OMP_NUM_THREADS=1,
+which the TRL process would otherwise inherit without saying so; Paddle's own count is set with
+``paddle.base.core.set_num_threads``. The TRL side reports the count torch used.
 """
 from __future__ import annotations
 
@@ -126,11 +130,12 @@ def _paddle_round(trainer, clock: PhaseClock, steps: int, profile: str | None) -
     return rows
 
 
-def _trl_round(python: str, model_dir: str, steps: int) -> dict:
+def _trl_round(python: str, model_dir: str, steps: int, threads: int) -> dict:
     """The anchor's TRL script; its last line is a json summary (median step after the first)."""
     script = os.path.join(HERE, "trl_anchor", "trl_grpo_bench.py")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     result = subprocess.run([python, script, model_dir, str(steps), str(GENERATIONS), str(PROMPTS), str(NEW_TOKENS)],
-                            check=True, capture_output=True, text=True)
+                            check=True, capture_output=True, text=True, env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -145,11 +150,15 @@ def main() -> None:
     parser.add_argument("--trl", metavar="PYTHON", help="a torch + transformers 5.3 + trl 1.16 interpreter")
     parser.add_argument("--model", help="an existing checkpoint folder (default: built here)")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the last paddle_r1 step into FILE")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of each side (default 1)")
     args = parser.parse_args()
 
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries("ERROR")
+    from paddle.base import core
+
+    core.set_num_threads(args.threads)
     work = tempfile.mkdtemp()
     model_dir = args.model or _make_checkpoint(os.path.join(work, "model"), args.trl)
     trainer = _paddle_trainer(model_dir, work, args.steps * args.rounds)
@@ -157,13 +166,13 @@ def main() -> None:
     paddle_rows, trl_rows = [], []
     for round_ in range(args.rounds):
         if args.trl:
-            trl_rows.append(_trl_round(args.trl, model_dir, args.steps))
+            trl_rows.append(_trl_round(args.trl, model_dir, args.steps, args.threads))
         paddle_rows += _paddle_round(trainer, clock, args.steps, args.profile)[1:]
 
     step_s = _median(paddle_rows, "seconds")
     tokens_per_s = _median(paddle_rows, "tokens") / step_s
     print(f"{PROMPTS} prompts x {GENERATIONS} completions x {NEW_TOKENS} tokens; medians of "
-          f"{len(paddle_rows)} steps ({args.rounds} round(s), warm-up step dropped)")
+          f"{len(paddle_rows)} steps ({args.rounds} round(s), warm-up step dropped); {args.threads} thread(s)")
     print("| | seconds |\n|---|---|")
     for phase in PHASES:
         print(f"| {phase} | {_median(paddle_rows, phase):.2f} |")
@@ -173,7 +182,8 @@ def main() -> None:
         trl_s = statistics.median(r["step_s_median"] for r in trl_rows)
         trl_tokens_per_s = statistics.median(r["completion_tok_per_s"] for r in trl_rows)
         per_round = ", ".join(f"{r['step_s_median']:.2f}" for r in trl_rows)
-        print(f"TRL 1.16: {trl_s:.2f} s/step, {trl_tokens_per_s:.0f} completion tokens/s (per round: {per_round} s)")
+        print(f"TRL 1.16: {trl_s:.2f} s/step, {trl_tokens_per_s:.0f} completion tokens/s (per round: {per_round} s; "
+              f"torch on {trl_rows[0]['threads']} thread(s))")
         print(f"ratio (paddle_r1 / TRL completion tokens/s): {tokens_per_s / trl_tokens_per_s:.2f}x; "
               f"step time TRL / paddle_r1: {trl_s / step_s:.2f}x")
 
