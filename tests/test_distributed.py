@@ -1,4 +1,5 @@
-"""Data parallel and stage-1 sharding on CPU: 2 processes over gloo equal one process over the same global batch."""
+"""Data parallel and stage-1 sharding on CPU: 2 processes over gloo equal one process over the same global batch;
+the overlapping gradient reducer equals averaging each gradient after the backward."""
 import json
 import os
 

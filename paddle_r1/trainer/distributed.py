@@ -123,10 +123,10 @@ class GradientReducer:
         repeated_ids = {id(p) for p in repeated}
         newest_first = list(reversed(range(len(self.parameters))))
         self.buckets, self.after_backward = [], set()  # after_backward: reduced in reduce(), not in hooks
-        for late in (False, True):
-            group = [i for i in newest_first if (id(self.parameters[i]) in repeated_ids) == late]
+        for after in (False, True):  # buckets for the backward first, then the repeated parameters'
+            group = [i for i in newest_first if (id(self.parameters[i]) in repeated_ids) == after]
             for bucket in gradient_buckets([self.parameters[i] for i in group], bucket_bytes):
-                if late:
+                if after:
                     self.after_backward.add(len(self.buckets))
                 self.buckets.append([group[j] for j in bucket])
         self.bucket_of = {i: b for b, bucket in enumerate(self.buckets) for i in bucket}
