@@ -1,4 +1,6 @@
-"""Data parallel and stage-1 sharding on CPU: 2 processes over gloo equal one process over the same global batch."""
+"""Data parallel and stage-1 sharding on CPU: 2 processes over gloo equal one process over the same global batch;
+the overlapping gradient reducer equals averaging each gradient after the backward."""
+import json
 import os
 
 import numpy as np
@@ -6,7 +8,7 @@ import paddle
 import paddle.distributed as dist
 import pytest
 
-from dp_worker import train_and_dump
+from dp_worker import reduce_and_dump, train_and_dump
 
 
 def _settings(model_dir, data, out, prompts, **extra):
@@ -54,11 +56,70 @@ def _assert_same_training(double, single, tiny_model_dir):
     assert os.path.isdir(double / "run" / "checkpoint-2") and os.path.isfile(double / "run" / "metrics.jsonl")
 
 
+def _reducer_counts(double) -> list[dict]:
+    return [json.load(open(double / f"rank{r}_reducer.json")) for r in (0, 1)]
+
+
 @pytest.mark.timeout(600)
 def test_two_ranks_equal_one_process_over_the_same_global_batch(tmp_path, single, tiny_model_dir, rec_jsonl):
     double = _two_ranks(tmp_path, tiny_model_dir, rec_jsonl)
     _assert_same_training(double, single, tiny_model_dir)
     assert os.listdir(double / "run" / "checkpoint-2").count("optimizer.pdopt") == 1
+    # the tiny model's gradients fit one 32 MB bucket, launched from the backward in both steps; the LM head's
+    # is reduced after it
+    for counts in _reducer_counts(double):
+        assert counts == {"buckets": 2, "after_backward": 1, "launched_in_backward": 2, "late_gradients": 0}
+
+
+# gradient accumulation (only the last micro-batch's backward launches buckets), the LM head in recomputed
+# log-prob chunks (4 tokens; a rank has 3 x 6), every decoder and vision block recomputed, and small buckets so
+# that there are many to launch while the backward runs
+ACCUMULATING = dict(gradient_accumulation_steps=2, logprob_chunk_size=4, gradient_checkpointing=True)
+
+
+@pytest.fixture(scope="module")
+def single_accumulating(tmp_path_factory, tiny_model_dir, rec_jsonl):
+    out = tmp_path_factory.mktemp("single_accumulating")
+    train_and_dump(_settings(tiny_model_dir, rec_jsonl, out / "run", prompts=2, **ACCUMULATING), str(out))
+    return out
+
+
+@pytest.mark.timeout(600)
+def test_gradients_reduced_during_the_backward_train_as_one_process(tmp_path, single_accumulating, tiny_model_dir,
+                                                                     rec_jsonl):
+    double = _two_ranks(tmp_path, tiny_model_dir, rec_jsonl, bucket_bytes=4096, **ACCUMULATING)
+    _assert_same_training(double, single_accumulating, tiny_model_dir)
+    for counts in _reducer_counts(double):
+        # every bucket but the LM head's was launched from a hook of the last backward, in both steps, and no
+        # gradient arrived after its bucket left
+        assert counts["buckets"] > 20 and counts["after_backward"] == 1, counts
+        assert counts["launched_in_backward"] == 2 * (counts["buckets"] - 1), counts
+        assert counts["late_gradients"] == 0, counts
+
+
+@pytest.mark.timeout(300)
+def test_late_and_missing_gradients_are_reduced_like_after_the_backward(tmp_path):
+    """The reducer against averaging each finished gradient after the backward, on a small model whose ranks
+    differ (``dp_worker.reduce_and_dump``): a layer not declared repeated runs in 3 recomputed chunks on rank 0
+    and once on rank 1, a layer has a gradient on rank 0 only, one has none anywhere."""
+    dist.spawn(reduce_and_dump, args=(str(tmp_path),), nprocs=2, backend="gloo")
+    ranks = [json.load(open(tmp_path / f"rank{r}_reducer.json")) for r in (0, 1)]
+    for rank, report in enumerate(ranks):
+        first, second = report["steps"]
+        # step 1: the shared layer's bucket left after its first chunk; its other two chunks (weight and bias
+        # each) were kept aside and averaged on their own: equal up to rounding, nothing lost
+        assert first["late_gradients"] == (4 if rank == 0 else 0)
+        assert first["bitwise_differ"] in ([], ["shared.weight", "shared.bias"]) and first["max_abs_diff"] < 1e-5
+        # a gradient on one rank only is averaged with zeros on the other; none anywhere stays none
+        for step in (first, second):
+            assert step["missing"] == [] and step["none"] == ["unused.weight", "unused.bias"]
+        # both ranks then leave the repeated and the gradient-less buckets for after the backward, and step 2
+        # is exact, though rank 1 (no vision gradient) launches fewer buckets from its backward than rank 0
+        assert first["after_backward"] == second["after_backward"] == sorted(
+            f"{layer}.{p}" for layer in ("head", "shared", "unused") for p in ("weight", "bias"))
+        assert second["bitwise_differ"] == [] and second["late_gradients"] == first["late_gradients"]
+    launched = [r["steps"][1]["launched_in_backward"] - r["steps"][0]["launched_in_backward"] for r in ranks]
+    assert launched == [5, 2], launched
 
 
 def _moments(state: dict) -> dict:

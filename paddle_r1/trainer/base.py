@@ -10,6 +10,7 @@ stop the run, leaving the newest checkpoint as it was.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -182,9 +183,11 @@ class Trainer:
     def count(self, key: str, n: float = 1) -> None:
         self.step_counters[key] = self.step_counters.get(key, 0) + n
 
-    def backward(self, loss: paddle.Tensor) -> None:
-        """``loss.backward()``, through the float16 loss scaler when there is one."""
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+    def backward(self, loss: paddle.Tensor, last: bool = True) -> None:
+        """``loss.backward()``, through the float16 loss scaler when there is one. ``last``: the step's final
+        micro-batch, whose backward reduces gradients over ranks as they complete (earlier ones only add up)."""
+        with self.update.final_backward() if last else contextlib.nullcontext():
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def apply_update(self, losses: list[float]) -> dict:
         """Gradients synced and clipped, then the optimizer step, unless the loss (on any rank) or the gradient

@@ -1,12 +1,16 @@
 """Data parallel over ranks (``python -m paddle.distributed.launch``, or ``paddle.distributed.spawn``).
 
 Each rank generates all G completions of its own prompts; gradients are averaged across ranks with
-bucketed all-reduces before the optimizer step, so every rank applies the same update. Metrics are
-averaged (maxima taken for ``*/max`` keys) so rank 0 logs numbers for the whole global batch.
+bucketed all-reduces (``GradientReducer``), launched during the step's last backward pass as buckets fill and
+finished before the optimizer step, so every rank applies the same update. Metrics are averaged (maxima taken
+for ``*/max`` keys) so rank 0 logs numbers for the whole global batch.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
+import math
 import os
 
 import numpy as np
@@ -61,38 +65,200 @@ def in_rank_order(fn, rank: int, world_size: int):
 GRADIENT_BUCKET_BYTES = 32 << 20
 
 
-def gradient_buckets(grads: list, bucket_bytes: int = GRADIENT_BUCKET_BYTES) -> list[list]:
-    """``grads`` in order, split into runs of one dtype of at most ``bucket_bytes`` each (a larger tensor alone)."""
-    buckets, current, size = [], [], 0
-    for grad in grads:
-        nbytes = grad.numel().item() * grad.element_size()
-        if current and (size + nbytes > bucket_bytes or grad.dtype != current[0].dtype):
+def gradient_buckets(tensors: list, bucket_bytes: int = GRADIENT_BUCKET_BYTES) -> list[list[int]]:
+    """Positions of ``tensors`` in order, split into runs of one dtype of at most ``bucket_bytes`` each (a larger
+    tensor alone). Sizes come from the shapes, so parameters can be bucketed before they have gradients."""
+    buckets, current, size, dtype = [], [], 0, None
+    for i, tensor in enumerate(tensors):
+        nbytes = math.prod(tensor.shape) * tensor.element_size()
+        if current and (size + nbytes > bucket_bytes or tensor.dtype != dtype):
             buckets.append(current)
             current, size = [], 0
-        current.append(grad)
+        current.append(i)
         size += nbytes
+        dtype = tensor.dtype
     return buckets + ([current] if current else [])
 
 
-@paddle.no_grad()
-def average_gradients(parameters, world_size: int, bucket_bytes: int = GRADIENT_BUCKET_BYTES) -> None:
-    """Each gradient replaced by its mean over ranks, one bucket at a time: a bucket's gradients are packed into
-    one buffer, all-reduced and unpacked before the next bucket is packed, so the extra memory is one bucket
-    (32 MB), not a second copy of every gradient (Paddle's ``fused_allreduce_gradients`` packs all buckets
-    first). The reduction runs after the backward pass: ``paddle.DataParallel``'s overlapping reducer does not
-    support the PyLayer that recompute (chunked log-probs, gradient checkpointing) is built on."""
-    if world_size == 1:
-        return
-    grads = [p.grad for p in parameters if p.grad is not None]
-    for bucket in gradient_buckets(grads, bucket_bytes):
-        flat = paddle.concat([g.reshape([-1]) for g in bucket])
-        flat.scale_(1.0 / world_size)
-        dist.all_reduce(flat)
+class GradientReducer:
+    """Averages gradients over ranks, launching each bucket's all-reduce during the step's last backward pass as
+    soon as all its parameters have their gradient, so communication overlaps the rest of the backward.
+
+    ``paddle.DataParallel``'s reducer does the same but does not support the PyLayer that recompute (chunked
+    log-probs, gradient checkpointing) is built on; this one only hooks the parameters. How it stays correct:
+
+    - Buckets are fixed once from the parameters (reverse registration order, close to the order gradients
+      arrive; one dtype, at most ``bucket_bytes``), so they are the same on every rank. During the backward they
+      are launched strictly in bucket order, the rest at the end of that backward (``final_backward``), so every
+      rank issues the same all-reduces in the same order even when gradients arrive in another order or not at
+      all; a parameter without a gradient on this rank (a vision tower that saw no image) adds zeros, and gets a
+      gradient afterwards only if some rank had one (as one process over the whole batch would).
+    - A parameter's backward hook runs after each accumulation into ``.grad``; with a reentrant recompute every
+      recomputed block runs its own backward, so a parameter used in several of them (the LM head, once per
+      log-prob chunk, and the input embedding when tied to it) gets several. Those (``repeated``) are reduced at
+      ``reduce()``, after the backward. Anything else that receives a gradient after its bucket was launched is
+      caught by a gradient hook: the late part is kept aside (the bucket reduces what came before it) and
+      averaged on its own at ``reduce()``, so nothing is lost. A bucket with a parameter seen receiving its
+      gradient twice, or receiving none on any rank (it would hold back every later bucket), is reduced after the
+      backward from the next step on (all ranks agree: it is decided on reduced flags).
+    - Earlier micro-batches of a step only accumulate: the hooks act inside ``final_backward`` alone.
+
+    At most ``max_in_flight`` buckets are in flight; launching one more first finishes the oldest (waits for it,
+    copies it back into the gradients), so the extra memory is two buckets, not a second copy of every gradient.
+    ``launched_in_backward`` counts the buckets launched from a hook (for tests), ``late_gradients`` the
+    contributions diverted after their bucket was launched.
+
+    The all-reduces are ``sync_op=False`` (as fleet's own overlapping buffers issue them): on NCCL they run on the
+    communication stream while the backward goes on, and ``wait`` orders the copy-back after them. Gloo (CPU)
+    finishes one before returning, so on CPU the order and the results are tested, not the overlap.
+    """
+
+    max_in_flight = 2
+
+    def __init__(self, named_parameters, world_size: int, repeated=(), bucket_bytes: int = GRADIENT_BUCKET_BYTES):
+        named_parameters = list(named_parameters)
+        self.names = [name for name, _ in named_parameters]
+        self.parameters = [param for _, param in named_parameters]
+        self.world_size = world_size
+        repeated_ids = {id(p) for p in repeated}
+        newest_first = list(reversed(range(len(self.parameters))))
+        self.buckets, self.after_backward = [], set()  # after_backward: reduced in reduce(), not in hooks
+        for after in (False, True):  # buckets for the backward first, then the repeated parameters'
+            group = [i for i in newest_first if (id(self.parameters[i]) in repeated_ids) == after]
+            for bucket in gradient_buckets([self.parameters[i] for i in group], bucket_bytes):
+                if after:
+                    self.after_backward.add(len(self.buckets))
+                self.buckets.append([group[j] for j in bucket])
+        self.bucket_of = {i: b for b, bucket in enumerate(self.buckets) for i in bucket}
+        self.launched_in_backward = 0
+        self.late_gradients = 0
+        for i, param in enumerate(self.parameters):
+            param._register_backward_hook(functools.partial(self._on_gradient, i))
+            param.register_hook(functools.partial(self._divert_if_launched, i))
+        self._reset()
+
+    def _reset(self) -> None:
+        self._armed = False
+        self._had_final_backward = False
+        self._fired = [0] * len(self.parameters)
+        self._missing = [len(bucket) for bucket in self.buckets]  # parameters yet to get their gradient
+        self._in_backward = [b for b in range(len(self.buckets)) if b not in self.after_backward]
+        self._next = 0  # position in _in_backward of the next bucket to launch
+        self._launched = [False] * len(self.buckets)
+        self._in_flight: collections.deque = collections.deque()
+        self._late: dict[int, paddle.Tensor] = {}  # gradient that arrived after its bucket was launched
+        self._unowned: dict[int, paddle.Tensor] = {}  # reduced values of parameters without a local gradient
+
+    @contextlib.contextmanager
+    def final_backward(self):
+        """Around the step's last ``loss.backward()``: buckets are launched as they fill; on leaving, every bucket
+        meant for the backward is launched (before any other collective, which could otherwise pair with a
+        bucket another rank launched)."""
+        self._armed = self._had_final_backward = True
+        try:
+            yield
+        finally:
+            self._armed = False
+        self._launch_in_order(until_ready=False)
+
+    @paddle.no_grad()
+    def _on_gradient(self, i: int, *_) -> None:
+        """Backward hook: ``.grad`` of parameter ``i`` has just been accumulated."""
+        if not self._armed:
+            return
+        self._fired[i] += 1
+        if self._fired[i] == 1:
+            self._missing[self.bucket_of[i]] -= 1
+            self._launch_in_order(until_ready=True)
+
+    @paddle.no_grad()
+    def _divert_if_launched(self, i: int, grad: paddle.Tensor):
+        """Gradient hook, before accumulation: a gradient for a bucket already launched is kept aside (the
+        accumulation gets zeros) to be averaged in ``reduce()``."""
+        if not self._launched[self.bucket_of[i]]:
+            return None
+        self.late_gradients += 1
+        self._late[i] = self._late[i] + grad if i in self._late else grad.clone()
+        return paddle.zeros_like(grad)
+
+    def _launch_in_order(self, until_ready: bool) -> None:
+        while self._next < len(self._in_backward):
+            bucket = self._in_backward[self._next]
+            if until_ready and self._missing[bucket]:
+                return
+            self._launch(bucket)
+            self.launched_in_backward += until_ready
+            self._next += 1
+
+    def _launch(self, b: int) -> None:
+        if len(self._in_flight) >= self.max_in_flight:
+            self._finish(*self._in_flight.popleft())
+        params = [self.parameters[i] for i in self.buckets[b]]
+        flat = paddle.concat([(p.grad if p.grad is not None else paddle.zeros(p.shape, p.dtype)).reshape([-1])
+                              for p in params])
+        flat.scale_(1.0 / self.world_size)
+        self._launched[b] = True
+        self._in_flight.append((b, flat, dist.all_reduce(flat, sync_op=False)))
+
+    def _finish(self, b: int, flat: paddle.Tensor, task) -> None:
+        task.wait()
         offset = 0
-        for grad in bucket:
-            size = grad.numel().item()
-            grad.set_value(flat[offset:offset + size].reshape(grad.shape))
+        for i in self.buckets[b]:
+            param = self.parameters[i]
+            size = math.prod(param.shape)
+            value = flat[offset:offset + size].reshape(param.shape)
+            if param.grad is not None:
+                param.grad.set_value(value)
+            else:
+                self._unowned[i] = value.clone()
             offset += size
+
+    @paddle.no_grad()
+    def reduce(self) -> None:
+        """Every gradient replaced by its mean over ranks (before the optimizer step): the buckets left for after
+        the backward, the late contributions, then everything copied back."""
+        self._launch_in_order(until_ready=False)  # no final_backward (nothing to overlap): all of them now
+        # what each rank saw, per parameter: a gradient, a late one, one in the final backward, more than one
+        seen = np.array([[p.grad is not None, i in self._late, self._fired[i] > 0, self._fired[i] > 1]
+                         for i, p in enumerate(self.parameters)], dtype="float32").reshape([-1, 4])
+        seen = paddle.to_tensor(seen)
+        dist.all_reduce(seen)
+        has_grad, late, fired, repeated = (seen.numpy() > 0).T
+        for b in range(len(self.buckets)):
+            if not self._launched[b]:
+                self._launch(b)
+        late_means = {}
+        for i in np.flatnonzero(late):
+            param = self.parameters[i]
+            mean = self._late[i] if i in self._late else paddle.zeros(param.shape, param.dtype)
+            mean.scale_(1.0 / self.world_size)
+            dist.all_reduce(mean)
+            late_means[i] = mean
+        while self._in_flight:
+            self._finish(*self._in_flight.popleft())
+        for i, value in self._unowned.items():
+            if has_grad[i]:
+                self.parameters[i]._copy_gradient_from(value)
+        for i, mean in late_means.items():
+            self.parameters[i].grad.add_(mean)
+        if self._had_final_backward:
+            self._leave_for_after_backward(repeated, ~fired)
+        self._reset()
+
+    def _leave_for_after_backward(self, repeated, absent) -> None:
+        """Buckets whose parameters, on some rank, got a gradient more than once in the final backward (it may
+        arrive after the bucket's launch) or on no rank (it would hold back every later bucket) are reduced after
+        the backward from the next step on. Decided on reduced flags, so every rank agrees."""
+        why = []
+        for b, bucket in enumerate(self.buckets):
+            if b in self.after_backward or not any(repeated[i] or absent[i] for i in bucket):
+                continue
+            self.after_backward.add(b)
+            why += [f"{self.names[i]} ({'more than once' if repeated[i] else 'none'})"
+                    for i in bucket if repeated[i] or absent[i]]
+        if why and dist.get_rank() == 0:
+            print(f"gradient all-reduce: buckets reduced after the backward from now on; gradients in the last "
+                  f"backward pass: {', '.join(why)}")
 
 
 def sum_across_ranks(value: float, world_size: int) -> float:

@@ -248,7 +248,7 @@ class GRPOTrainer(Trainer):
         local_tokens = float(sum(float(e.mask.sum()) for e in self.buffer))
         tokens_in_step = sum_across_ranks(local_tokens, self.world_size) / self.world_size
         losses, stats, entropy_sums = [], [], []
-        for exp in self.buffer:
+        for i, exp in enumerate(self.buffer):
             logp, entropy = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature, with_entropy=True)
             entropy_sums.append((entropy * exp.mask.astype(entropy.dtype)).sum())
             old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
@@ -260,7 +260,7 @@ class GRPOTrainer(Trainer):
                 kl_estimator=cfg.kl_estimator, importance_sampling_level=cfg.importance_sampling_level)
             if cfg.loss_type != "dapo":  # dapo already divides by the whole step's token count
                 loss = loss / cfg.gradient_accumulation_steps
-            self.backward(loss)
+            self.backward(loss, last=i == len(self.buffer) - 1)
             losses.append(float(loss))
             stats.append(loss_stats)
         update = self.apply_update(losses)

@@ -1,7 +1,8 @@
 """Where the optimizer's memory lives across ranks, chosen by the config key ``sharding``.
 
 ``""``      every rank holds the gradients and AdamW state of every trainable weight; gradients are
-            all-reduced before the step (data parallel).
+            all-reduced bucket by bucket, launched during the step's last backward pass and finished before the
+            step (data parallel; ``distributed.GradientReducer``).
 ``stage1``  each rank keeps the AdamW moments (and, for bf16, the fp32 master weights) of its share of the
             weights only: fleet's ``DygraphShardingOptimizer`` reduces each gradient to the rank that owns the
             weight, the owner updates it and broadcasts the new value. Runs on any backend (tested on CPU/gloo).
@@ -17,11 +18,12 @@ paddle's ``ClipGradByGlobalNorm`` for that case, and it returns the norm the ste
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import paddle
 
-from .distributed import average_gradients, sum_across_ranks
+from .distributed import GRADIENT_BUCKET_BYTES, GradientReducer, sum_across_ranks
 from .loss import completion_logprobs
 
 def fleet_strategy(world_size: int):
@@ -59,8 +61,8 @@ class PolicyLogprobs(paddle.nn.Layer):
         return completion_logprobs(self.policy, rollout, chunk_size, temperature, with_entropy)
 
 
-class ReplicatedUpdate:
-    """No sharding: gradients all-reduced, clipped by their global norm, full optimizer on every rank."""
+class Update:
+    """What every update shares: the optimizer, the trainable weights, clipping and the guarded step."""
 
     shards_optimizer_state = False
 
@@ -74,12 +76,9 @@ class ReplicatedUpdate:
         """The training forward as the trainer calls it (only stage 2 wraps it)."""
         return forward
 
-    def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
-        """Sync gradients, clip, update, unless the loss or the gradient norm is not finite; (the gradient norm
-        before clipping, whether the update was applied). The norm is the same on every rank, so all skip
-        together. ``scaler``: float16's ``paddle.amp.GradScaler``; gradients are unscaled before the norm."""
-        average_gradients(self.parameters, self.world_size)
-        return self._clip_and_step(self.parameters, 1, finite_loss, scaler)
+    def final_backward(self):
+        """A context around the step's last ``backward``: where the update reduces gradients during it."""
+        return contextlib.nullcontext()
 
     def _clip_and_step(self, parameters, world_size: int, finite_loss: bool, scaler) -> tuple[float, bool]:
         if scaler is not None:
@@ -98,7 +97,35 @@ class ReplicatedUpdate:
         self.optimizer.clear_grad()
 
 
-class ShardedStateUpdate(ReplicatedUpdate):
+class ReplicatedUpdate(Update):
+    """No sharding: gradients all-reduced (overlapping the last backward), clipped by their global norm, full
+    optimizer on every rank."""
+
+    bucket_bytes = GRADIENT_BUCKET_BYTES  # a class attribute, so a test can make buckets small
+
+    def __init__(self, optimizer, policy: paddle.nn.Layer, max_grad_norm: float, world_size: int):
+        super().__init__(optimizer, policy, max_grad_norm, world_size)
+        # the LM head (and the embedding when tied to it: the same parameter) runs once per log-prob chunk, each
+        # chunk its own recompute backward, so its gradient is only whole after the backward
+        head = getattr(policy, "lm_head", None)
+        self.reducer = GradientReducer(
+            [(n, p) for n, p in policy.named_parameters() if not p.stop_gradient], world_size,
+            repeated=head.parameters() if head is not None else (), bucket_bytes=self.bucket_bytes) \
+            if world_size > 1 else None
+
+    def final_backward(self):
+        return self.reducer.final_backward() if self.reducer is not None else contextlib.nullcontext()
+
+    def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
+        """Sync gradients, clip, update, unless the loss or the gradient norm is not finite; (the gradient norm
+        before clipping, whether the update was applied). The norm is the same on every rank, so all skip
+        together. ``scaler``: float16's ``paddle.amp.GradScaler``; gradients are unscaled before the norm."""
+        if self.reducer is not None:
+            self.reducer.reduce()
+        return self._clip_and_step(self.parameters, 1, finite_loss, scaler)
+
+
+class ShardedStateUpdate(Update):
     """Stage 1: each rank holds the optimizer state of its share of the weights."""
 
     shards_optimizer_state = True
@@ -119,7 +146,7 @@ class ShardedStateUpdate(ReplicatedUpdate):
         return self._clip_and_step(owned, self.world_size, finite_loss, scaler)
 
 
-class ShardedGradientsUpdate(ReplicatedUpdate):
+class ShardedGradientsUpdate(Update):
     """Stage 2 (GPU/XPU): Paddle's group-sharded wrapper reduces gradients in backward hooks and clips with a
     norm over all ranks (the optimizer must carry ``ClipGradByGlobalNorm``); the norm itself is not exposed,
     so the step logs NaN for it and only a non-finite loss skips the step."""
