@@ -74,7 +74,7 @@ class Trainer:
         # the training forward (wrapped when sharding needs to see it) and the step over ranks
         self.forward, self.update = build_update(sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size)
         self.optimizer = self.update.optimizer
-        self.scaler = self.precision.make_grad_scaler()  # float16 only
+        self.scaler = self.update.wrap_scaler(self.precision.make_grad_scaler())  # float16 only
         # one global sequence of prompt batches; each rank takes its own slice of every batch
         self.sampler = PromptSampler(len(self.samples), cfg.prompts_per_device * self.world_size, cfg.prompt_order_seed)
         self.step = 0

@@ -80,6 +80,11 @@ class Update:
         """A context around the step's last ``backward``: where the update reduces gradients during it."""
         return contextlib.nullcontext()
 
+    def wrap_scaler(self, scaler):
+        """float16's loss scaler as this update needs it (replicated: as it is, every rank unscales the same
+        all-reduced gradients, so all find the same inf/NaN)."""
+        return scaler
+
     def _clip_and_step(self, parameters, world_size: int, finite_loss: bool, scaler) -> tuple[float, bool]:
         if scaler is not None:
             scaler.unscale_(self.optimizer)
@@ -139,6 +144,15 @@ class ShardedStateUpdate(Update):
         self.hcg = fleet.get_hybrid_communicate_group()
         self.optimizer = DygraphShardingOptimizer(optimizer, self.hcg)
 
+    def wrap_scaler(self, scaler):
+        """Each rank unscales only the gradients of its share, so whether any is inf/NaN must be agreed over
+        ranks (else one rank steps while another skips): fleet's ``distributed_scaler`` all-reduces it."""
+        if scaler is None:
+            return None
+        from paddle.distributed import fleet
+
+        return fleet.distributed_scaler(scaler)
+
     def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
         self.optimizer.reduce_gradients(self.parameters, self.hcg)  # each gradient, averaged, to its owner
         owned = self.optimizer.filter_parameters(self.parameters, self.hcg)
@@ -159,6 +173,15 @@ class ShardedGradientsUpdate(Update):
 
         forward, self.optimizer, _ = group_sharded_parallel(forward, self.optimizer, level="os_g")
         return forward
+
+    def wrap_scaler(self, scaler):
+        """Paddle's group-sharded scaler: unscales this rank's gradient shard and agrees on inf/NaN over ranks (what
+        ``group_sharded_parallel(..., scaler=)`` returns)."""
+        if scaler is None:
+            return None
+        from paddle.distributed.fleet.meta_parallel.sharding.group_sharded_utils import GroupShardedScaler
+
+        return GroupShardedScaler(scaler)
 
     def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
         if scaler is not None:
