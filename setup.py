@@ -33,8 +33,9 @@ setup(
         "tqdm",
         "visualdl",
     ],
-    # openai: the serve test's client; nbclient, nbformat, ipykernel: tests/test_notebooks.py runs notebooks/ in a kernel
-    # of the test environment
-    extras_require={"test": ["pytest>=7", "pytest-timeout", "openai>=1.0", "nbclient", "nbformat", "ipykernel"]},
+    # pytest-xdist: the suite runs on two workers (README "Test"); openai: the serve test's client; nbclient,
+    # nbformat, ipykernel: tests/test_notebooks.py runs notebooks/ in a kernel of the test environment
+    extras_require={"test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "openai>=1.0", "nbclient", "nbformat",
+                             "ipykernel"]},
     entry_points={"console_scripts": ["paddle-r1=paddle_r1.cli:main"]},
 )
