@@ -183,6 +183,32 @@ def test_both_engines_sample_the_same_completions(tiny, rec_samples):
     np.testing.assert_array_equal(rollouts[0].completion_mask.numpy(), rollouts[1].completion_mask.numpy())
 
 
+def test_lora_adapters_take_the_layers_path(tiny_model_dir, tiny, rec_samples):
+    """The one-token step multiplies the base weights only; with LoRA layers (whose forward adds x A B) the rollout
+    goes through the model's layers, so the adapters shape the completions."""
+    from paddle_r1.generation.decoder import supports
+    from paddle_r1.models.loading import load_model
+    from paddle_r1.models.lora import apply_lora, lora_layers
+
+    model = load_model(tiny_model_dir)
+    apply_lora(model, rank=2, alpha=4)
+    rng = np.random.default_rng(0)
+    for layer in lora_layers(model).values():
+        layer.lora_B.set_value(paddle.to_tensor(rng.normal(0, 1, layer.lora_B.shape), dtype=layer.lora_B.dtype))
+    assert not supports(model)
+    prompt, _ = _prompts(tiny, rec_samples)
+    eos, pad = _eos(tiny[1])
+    greedy = SamplingParams(8, temperature=0.0)
+    rollout = sample_completions(model, prompt, 1, greedy, eos, pad)
+    adapted, reference = rollout.completion_ids.numpy(), _uncached_greedy(model, prompt, 8, eos[0])
+    for row, length in enumerate(rollout.completion_mask.sum(axis=1).tolist()):
+        np.testing.assert_array_equal(adapted[row, :length], reference[row, :length])
+    base = sample_completions(tiny[0], prompt, 1, greedy, eos, pad).completion_ids.numpy()
+    assert adapted.shape != base.shape or not np.array_equal(adapted, base)  # the adapters change the completions
+    with pytest.raises(ValueError, match="no LoRA"):
+        sample_completions(model, prompt, 1, SamplingParams(2, temperature=0.0, engine="one_token"), eos, pad)
+
+
 def test_checking_eos_every_k_steps_gives_the_same_completions(tiny, rec_samples):
     """Rows end at different steps, all before step 8 (the EOS ids: each row's sixth token when nothing stops
     it); reading ``finished`` on the host every 8 steps instead of every step changes nothing: the completions

@@ -44,7 +44,8 @@ def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next
     ``layers``, or ``auto``: ``one_token`` where it runs, else ``layers``."""
     if engine == "one_token" and not supports(model):
         raise ValueError("rollout_engine one_token runs the Qwen2-VL and Qwen2.5-VL text decoders as paddle_r1 loads "
-                         "them (unfused RMSNorm, paddle_r1's attention); use rollout_engine auto or layers here")
+                         "them (unfused RMSNorm, paddle_r1's attention, no LoRA); use rollout_engine auto or layers "
+                         "here")
     one_token = engine == "one_token" or (engine == "auto" and supports(model))
     return (OneTokenDecoder if one_token else LayerDecoder)(model, prompt, prompt_mask, next_position, max_new_tokens)
 
@@ -101,14 +102,21 @@ class LayerWeights:
     down: Projection
 
 
+def _projections(layer) -> list:
+    return [layer.self_attn.qkv_proj, layer.self_attn.o_proj, getattr(layer.mlp, layer.mlp.gate_up_proj_name, None),
+            layer.mlp.down_proj]
+
+
 def supports(model) -> bool:
     """Whether ``OneTokenDecoder`` can run ``model``'s decoder: Qwen2/2.5-VL's attention and norms as paddle_r1
-    installs them, the gated MLP with fused gate/up weights."""
+    installs them, the gated MLP with fused gate/up weights, and every projection a plain ``nn.Linear`` (a LoRA
+    layer adds its adapters in its own forward, which this step does not call: LoRA runs take the layers)."""
     text = getattr(model.model, "language_model", None)
     if text is None or not isinstance(text.norm, FastRMSNorm):
         return False
     return all(type(layer.self_attn) is FastTextAttention and isinstance(layer.input_layernorm, FastRMSNorm)
-               and getattr(layer.mlp, "fuse_up_gate", False) for layer in text.layers)
+               and getattr(layer.mlp, "fuse_up_gate", False)
+               and all(type(linear) is paddle.nn.Linear for linear in _projections(layer)) for layer in text.layers)
 
 
 class OneTokenDecoder:
