@@ -57,6 +57,13 @@ def test_rollout_engine_auto_takes_the_layers_and_one_token_refuses(qwen3, rec_s
         sample_completions(model, prompt, 2, params, [-1], 0)
 
 
+def test_rollout_engine_one_token_is_a_config_error_before_the_first_step(qwen3_dir, rec_samples, tmp_path):
+    config = GRPOConfig(model_name_or_path=qwen3_dir, output_dir=str(tmp_path), rollout_engine="one_token",
+                        num_generations=2, max_completion_length=4, max_steps=1, beta=0.0, use_visualdl=False)
+    with pytest.raises(ConfigError, match="config key 'rollout_engine': one_token .* needs auto or layers"):
+        GRPOTrainer(config, samples=rec_samples)
+
+
 def test_deepstack_moves_the_logits(qwen3, rec_samples):
     """Without DeepStack the image tokens' logits differ: the features are really fed to the decoder."""
     from paddle_r1.models.forward import embed_inputs
