@@ -183,9 +183,10 @@ def test_both_engines_sample_the_same_completions(tiny, rec_samples):
     np.testing.assert_array_equal(rollouts[0].completion_mask.numpy(), rollouts[1].completion_mask.numpy())
 
 
-def test_lora_adapters_take_the_layers_path(tiny_model_dir, tiny, rec_samples):
-    """The one-token step multiplies the base weights only; with LoRA layers (whose forward adds x A B) the rollout
-    goes through the model's layers, so the adapters shape the completions."""
+def test_lora_adapters_shape_the_one_token_rollout(tiny_model_dir, tiny, rec_samples):
+    """The one-token step adds each LoRA layer's x A B * scaling as ``LoRALinear`` does: greedy completions of a model
+    with (random, non-zero) adapters equal its uncached forward's and the layers' sampled ones, and differ from the
+    base model's."""
     from paddle_r1.generation.decoder import supports
     from paddle_r1.models.loading import load_model
     from paddle_r1.models.lora import apply_lora, lora_layers
@@ -195,18 +196,19 @@ def test_lora_adapters_take_the_layers_path(tiny_model_dir, tiny, rec_samples):
     rng = np.random.default_rng(0)
     for layer in lora_layers(model).values():
         layer.lora_B.set_value(paddle.to_tensor(rng.normal(0, 1, layer.lora_B.shape), dtype=layer.lora_B.dtype))
-    assert not supports(model)
+    assert supports(model)
     prompt, _ = _prompts(tiny, rec_samples)
     eos, pad = _eos(tiny[1])
-    greedy = SamplingParams(8, temperature=0.0)
-    rollout = sample_completions(model, prompt, 1, greedy, eos, pad)
+    rollout = sample_completions(model, prompt, 1, SamplingParams(8, temperature=0.0, engine="one_token"), eos, pad)
     adapted, reference = rollout.completion_ids.numpy(), _uncached_greedy(model, prompt, 8, eos[0])
     for row, length in enumerate(rollout.completion_mask.sum(axis=1).tolist()):
         np.testing.assert_array_equal(adapted[row, :length], reference[row, :length])
-    base = sample_completions(tiny[0], prompt, 1, greedy, eos, pad).completion_ids.numpy()
+    uniforms = paddle.to_tensor(np.random.default_rng(3).random([prompt.size * 2, 12]).astype("float32"))
+    sampled = [sample_completions(model, prompt, 2, SamplingParams(12, temperature=1.0, engine=engine), eos, pad,
+                                  uniforms=uniforms).completion_ids.numpy() for engine in ("one_token", "layers")]
+    np.testing.assert_array_equal(sampled[0], sampled[1])
+    base = sample_completions(tiny[0], prompt, 1, SamplingParams(8, temperature=0.0), eos, pad).completion_ids.numpy()
     assert adapted.shape != base.shape or not np.array_equal(adapted, base)  # the adapters change the completions
-    with pytest.raises(ValueError, match="no LoRA"):
-        sample_completions(model, prompt, 1, SamplingParams(2, temperature=0.0, engine="one_token"), eos, pad)
 
 
 def test_checking_eos_every_k_steps_gives_the_same_completions(tiny, rec_samples):

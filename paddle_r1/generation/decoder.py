@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import paddle
+from paddleformers.peft.lora.lora_layers import LoRALinear
 
 from ..models.forward import RepeatedPrompt, text_positions
 from ..models.rms_norm import FastRMSNorm, rms_norm
@@ -44,8 +45,8 @@ def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next
     ``layers``, or ``auto``: ``one_token`` where it runs, else ``layers``."""
     if engine == "one_token" and not supports(model):
         raise ValueError("rollout_engine one_token runs the Qwen2-VL and Qwen2.5-VL text decoders as paddle_r1 loads "
-                         "them (unfused RMSNorm, paddle_r1's attention, no LoRA); use rollout_engine auto or layers "
-                         "here")
+                         "them (unfused RMSNorm, paddle_r1's attention, plain or LoRA linear layers); use "
+                         "rollout_engine auto or layers here")
     one_token = engine == "one_token" or (engine == "auto" and supports(model))
     return (OneTokenDecoder if one_token else LayerDecoder)(model, prompt, prompt_mask, next_position, max_new_tokens)
 
@@ -74,22 +75,32 @@ class LayerDecoder:
 
 @dataclass
 class Projection:
-    """A linear layer's weight as the decode step multiplies it: stored [out, in] when ``transposed``."""
+    """A linear layer's weight as the decode step multiplies it: stored [out, in] when ``transposed``; with a
+    LoRA layer's adapters in use, x W + b + (x A) B * scaling, as paddleformers' ``LoRALinear`` computes it (its
+    dropout is the identity in eval mode)."""
 
     weight: paddle.Tensor
     bias: Optional[paddle.Tensor]
     transposed: bool
+    lora: Optional[tuple] = None  # (A [in, r], B [r, out], scaling)
 
     @classmethod
     def of(cls, linear: paddle.nn.Linear) -> "Projection":
         in_features, out_features = linear.weight.shape
         transpose = linear.weight.place.is_cpu_place() and out_features >= in_features
         weight = linear.weight.T.contiguous() if transpose else linear.weight
-        return cls(weight, linear.bias, transpose)
+        adapters = type(linear) is LoRALinear and not (linear.disable_lora or linear.merged)
+        return cls(weight, linear.bias, transpose,
+                   (linear.lora_A, linear.lora_B, linear.scaling) if adapters else None)
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
         out = paddle.matmul(x, self.weight, transpose_y=self.transposed)
-        return out if self.bias is None else out + self.bias
+        if self.bias is not None:
+            out = out + self.bias
+        if self.lora is not None:
+            lora_a, lora_b, scaling = self.lora
+            out = out + (x @ lora_a @ lora_b) * scaling
+        return out
 
 
 @dataclass
@@ -109,14 +120,15 @@ def _projections(layer) -> list:
 
 def supports(model) -> bool:
     """Whether ``OneTokenDecoder`` can run ``model``'s decoder: Qwen2/2.5-VL's attention and norms as paddle_r1
-    installs them, the gated MLP with fused gate/up weights, and every projection a plain ``nn.Linear`` (a LoRA
-    layer adds its adapters in its own forward, which this step does not call: LoRA runs take the layers)."""
+    installs them, the gated MLP with fused gate/up weights, and every projection an ``nn.Linear`` or
+    paddleformers' ``LoRALinear`` exactly (any other layer's forward may add what this step would leave out)."""
     text = getattr(model.model, "language_model", None)
     if text is None or not isinstance(text.norm, FastRMSNorm):
         return False
     return all(type(layer.self_attn) is FastTextAttention and isinstance(layer.input_layernorm, FastRMSNorm)
                and getattr(layer.mlp, "fuse_up_gate", False)
-               and all(type(linear) is paddle.nn.Linear for linear in _projections(layer)) for layer in text.layers)
+               and all(type(linear) in (paddle.nn.Linear, LoRALinear) for linear in _projections(layer))
+               for layer in text.layers)
 
 
 class OneTokenDecoder:

@@ -102,8 +102,8 @@ class GRPOTrainer(Trainer):
         super().__init__(config, samples, heldout)
         if config.rollout_engine == "one_token" and not decoder_supports(self.policy):
             raise ConfigError("config key 'rollout_engine': one_token runs the Qwen2-VL and Qwen2.5-VL text decoders "
-                              "as paddle_r1 loads them (unfused RMSNorm, paddle_r1's attention, no LoRA); this run "
-                              "needs auto or layers", keys=("rollout_engine",))
+                              "as paddle_r1 loads them (unfused RMSNorm, paddle_r1's attention, plain or LoRA linear "
+                              "layers); this run needs auto or layers", keys=("rollout_engine",))
         if config.lora and config.reference_update != "none" and self.reference_adapters is None:
             self.reference_adapters = {n: p.detach().clone() for n, p in adapter_state(self.policy).items()}
 
