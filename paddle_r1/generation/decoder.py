@@ -18,10 +18,9 @@ put three avoidable costs on top of that (``benchmarks/rollout.py``):
 Its step reads nothing from the host: the slot it writes and the rotary row it takes are tensors on the device, so
 the step can later be captured (CUDA graphs) as it is.
 
-The arithmetic is the model's (``FastTextAttention``, ``FastRMSNorm``, paddleformers' Qwen2 MLP) in the same order,
-so the logits equal the model's own forward up to float rounding of the reordered products
-(``tests/test_rollout.py``). Other decoders (Qwen3-VL's q/k norms and DeepStack) take the layer-by-layer step
-in ``rollout.py``.
+The arithmetic is the model's (``FastTextAttention``, ``FastRMSNorm``, paddleformers' Qwen2 MLP, ``LoRALinear``'s
+adapters) in the same order, so the logits equal the model's own forward up to float rounding of the reordered
+products (``tests/test_rollout.py``). Other decoders (Qwen3-VL's q/k norms and DeepStack) take ``LayerDecoder``.
 """
 from __future__ import annotations
 
