@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     sft = sub.add_parser("sft", help="supervised fine-tuning on the solutions (a warm start for GRPO); --key value")
     sft.add_argument("--config", help="yaml or json config file (keys of paddle_r1.config.SFTConfig)")
     sft.set_defaults(run=_sft)
-    plot = sub.add_parser("plot", help="PNG of reward, KL, completion length and held-out score from metrics.jsonl")
+    plot = sub.add_parser("plot", help="PNG of reward, KL, entropy, completion length and held-out score from "
+                          "metrics.jsonl")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="output folders holding metrics.jsonl")
     plot.add_argument("--output", "-o", help="PNG path (default: RUN_DIR/learning_curve.png)")
     plot.set_defaults(run=_plot)

@@ -1,7 +1,7 @@
 """``paddle-r1 plot RUN_DIR [RUN_DIR ...]``: one PNG of a run's curves against step, from its metrics.jsonl.
 
-Panels: reward (the total solid, each reward function's mean in its own dash), KL, completion length, and the
-held-out score (``eval/score``). A panel whose metric no run logged says so instead of drawing nothing. Several
+Panels: reward (the total solid, each reward function's mean in its own dash), KL, the policy's entropy, completion
+length, and the held-out score (``eval/score``). A panel whose metric no run logged says so instead of drawing nothing. Several
 run folders (e.g. the seeds of a benchmark) are drawn in the same panels, one colour each.
 """
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Optional
 
 DASHES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
 PANELS = (("reward", "reward: total (solid) and per function"), ("kl", "KL to the reference"),
-          ("completion_length", "completion length (tokens)"), ("eval/score", "held-out score"))
+          ("entropy", "policy entropy (nats per token)"), ("completion_length", "completion length (tokens)"),
+          ("eval/score", "held-out score"))
 
 
 def read_metrics(run_dir: str) -> list[dict]:
@@ -48,7 +49,9 @@ def plot_runs(run_dirs: list[str], output: str, title: Optional[str] = None,
     runs = [(label, read_metrics(d)) for label, d in zip(labels, run_dirs)]
     reward_keys = sorted({k for _, rows in runs for k in reward_function_keys(rows)})
     styles = {k: DASHES[i % len(DASHES)] for i, k in enumerate(reward_keys)}
-    fig, axes = plt.subplots(2, 2, figsize=(9, 6), dpi=80)
+    fig, axes = plt.subplots(2, math.ceil(len(PANELS) / 2), figsize=(13, 6), dpi=80)
+    for ax in axes.flat[len(PANELS):]:
+        ax.set_visible(False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (key, label) in zip(axes.flat, PANELS):
         handles = []

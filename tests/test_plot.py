@@ -13,7 +13,7 @@ def _write_run(folder, steps=12, eval_every=4):
     with open(folder / "metrics.jsonl", "w") as f:
         f.write(json.dumps({"step": 0, "eval/score": 0.25}) + "\n")  # the held-out score before training
         for step in range(1, steps + 1):
-            row = {"step": step, "loss": 0.1, "reward": 0.5 + step / 40, "kl": 0.001 * step,
+            row = {"step": step, "loss": 0.1, "reward": 0.5 + step / 40, "kl": 0.001 * step, "entropy": 2 - step / 10,
                    "completion_length": 13 - step / 12, "rewards/counting/mean": 0.3 + step / 40,
                    "rewards/format/mean": 0.9, "rewards/format/std": 0.1}
             if step % eval_every == 0:
@@ -26,6 +26,7 @@ def test_series_and_reward_keys(tmp_path):
     rows = read_metrics(str(_write_run(tmp_path / "run")))
     assert series(rows, "eval/score") == ([0, 4, 8, 12], [0.25, 0.45, 0.65, 0.85])
     assert series(rows, "kl")[0] == list(range(1, 13))
+    assert series(rows, "entropy")[1][:2] == [1.9, 1.8]
     assert reward_function_keys(rows) == ["rewards/counting/mean", "rewards/format/mean"]
 
 
