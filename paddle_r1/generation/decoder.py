@@ -42,11 +42,10 @@ def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next
     completion; ``prompt_mask`` [rows, prompt_len]) and room for ``max_new_tokens``; the completions' M-RoPE
     positions start at ``next_position`` [rows]. ``engine`` (config key ``rollout_engine``): ``one_token``,
     ``layers``, or ``auto``: ``one_token`` where it runs, else ``layers``."""
-    if engine == "one_token" and not supports(model):
-        raise ValueError("rollout_engine one_token runs the Qwen2-VL and Qwen2.5-VL text decoders as paddle_r1 loads "
-                         "them (unfused RMSNorm, paddle_r1's attention, plain or LoRA linear layers); use "
-                         "rollout_engine auto or layers here")
-    one_token = engine == "one_token" or (engine == "auto" and supports(model))
+    runs = supports(model)
+    if engine == "one_token" and not runs:
+        raise ValueError(f"rollout_engine one_token {ONE_TOKEN_RUNS}; use rollout_engine auto or layers here")
+    one_token = runs and engine != "layers"
     return (OneTokenDecoder if one_token else LayerDecoder)(model, prompt, prompt_mask, next_position, max_new_tokens)
 
 
@@ -115,6 +114,10 @@ class LayerWeights:
 def _projections(layer) -> list:
     return [layer.self_attn.qkv_proj, layer.self_attn.o_proj, getattr(layer.mlp, layer.mlp.gate_up_proj_name, None),
             layer.mlp.down_proj]
+
+
+ONE_TOKEN_RUNS = ("runs the Qwen2-VL and Qwen2.5-VL text decoders as paddle_r1 loads them (unfused RMSNorm, "
+                  "paddle_r1's attention, plain or LoRA linear layers)")
 
 
 def supports(model) -> bool:

@@ -18,7 +18,7 @@ import numpy as np
 import paddle
 
 from ..config import ConfigError, GRPOConfig
-from ..generation.decoder import supports as decoder_supports
+from ..generation.decoder import ONE_TOKEN_RUNS, supports as decoder_supports
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, reward_columns
@@ -101,9 +101,8 @@ class GRPOTrainer(Trainer):
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
         super().__init__(config, samples, heldout)
         if config.rollout_engine == "one_token" and not decoder_supports(self.policy):
-            raise ConfigError("config key 'rollout_engine': one_token runs the Qwen2-VL and Qwen2.5-VL text decoders "
-                              "as paddle_r1 loads them (unfused RMSNorm, paddle_r1's attention, plain or LoRA linear "
-                              "layers); this run needs auto or layers", keys=("rollout_engine",))
+            raise ConfigError(f"config key 'rollout_engine': one_token {ONE_TOKEN_RUNS}; this run needs auto or "
+                              "layers", keys=("rollout_engine",))
         if config.lora and config.reference_update != "none" and self.reference_adapters is None:
             self.reference_adapters = {n: p.detach().clone() for n, p in adapter_state(self.policy).items()}
 
