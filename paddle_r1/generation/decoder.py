@@ -5,13 +5,14 @@ the decoder's weights, arranged once per rollout) and ``LayerDecoder`` (the mode
 
 Calling the decoder layers token by token costs more than their arithmetic at rollout sizes (16 rows of one token):
 each layer call is Python dispatch, hooks and a dozen small kernels. A profile of the speed anchor's rollout on CPU
-put three avoidable costs on top of that (``benchmarks/rollout.py``):
+put three avoidable costs on top of that (``benchmarks/rollout.py``; the products' figures below from
+``benchmarks/decode_products.py``, three runs at the speed anchor's sizes, 16 rows):
 
-- Paddle's bundled MKL multiplies a 16-row activation by a [in, out] weight 1.3-1.8x slower than by the same
-  weight stored [out, in] (``transpose_y``) whenever out >= in (qkv, o_proj, gate/up; the down projection is the
-  other way round). On CPU those weights are copied transposed once per rollout: one extra copy of the decoder's
-  projection weights for the rollout's duration. On GPU the weights are used as they are.
-- q @ K^T over the cache as a batched ``transpose_y`` product is ~3x slower than over keys stored transposed
+- Paddle's bundled MKL multiplies a 16-row activation by the wide gate/up weight [256, 2048] 1.3-1.7x slower than by
+  the same weight stored [out, in] (``transpose_y``); the down projection (out < in) is 1.5x faster as stored. On CPU
+  the weights with out >= in are copied transposed once per rollout (qkv and o_proj, 0.75-1.16x, are a wash): one
+  extra copy of those weights for the rollout's duration. On GPU the weights are used as they are.
+- q @ K^T over the cache as a batched ``transpose_y`` product is 1.6-1.7x slower than over keys stored transposed
   (``kv_cache.TransposedKVCache``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
 

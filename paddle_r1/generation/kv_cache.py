@@ -55,8 +55,8 @@ class StaticKVCache:
 
 
 class TransposedKVCache:
-    """Every layer's keys [rows, kv_heads, head_dim, capacity] (transposed: q @ K over keys stored this way is ~3x
-    faster on CPU than a ``transpose_y`` product) and values [rows, kv_heads, capacity, head_dim]: the cache of
+    """Every layer's keys [rows, kv_heads, head_dim, capacity] (transposed: q @ K over keys stored this way is 1.6-1.7x
+    faster on CPU than a ``transpose_y`` product; ``benchmarks/decode_products.py``) and values [rows, kv_heads, capacity, head_dim]: the cache of
     ``decoder.OneTokenDecoder``. The next slot is a tensor on the device (``slot``, [1] int64), written and advanced
     there, so a decode step reads nothing from the host: the form a captured step (CUDA graphs) needs."""
 
