@@ -176,13 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_errors() -> tuple:
     """What stops a run that was set up right, each reported in full: a reward that raised (``RewardError``:
     the reward's name, the exception, its traceback), a run whose steps stopped being finite
-    (``TrainingDiverged``), a disk that filled while saving (``NoSpaceError``). Imported only once an error
+    (``TrainingDiverged``), a disk that filled while saving (``NoSpaceError``), another rank of the job late or
+    gone (``RankFailure``). Imported only once an error
     reaches ``main`` (the rewards package takes seconds to import, and most commands never score)."""
     from .rewards.manager import RewardError
     from .trainer.base import TrainingDiverged
     from .trainer.checkpoint import NoSpaceError
+    from .trainer.rank_watch import RankFailure
 
-    return RewardError, TrainingDiverged, NoSpaceError
+    return RewardError, TrainingDiverged, NoSpaceError, RankFailure
 
 
 def main(argv: list[str] | None = None) -> int:

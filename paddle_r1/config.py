@@ -184,6 +184,9 @@ class OutputKeys:
     # a checkpoint folder; "latest": output_dir's newest (an error when there is none); "auto": the newest when
     # output_dir has a complete checkpoint, else a fresh start (VLM-R1's behaviour)
     resume_from_checkpoint: Optional[str] = None
+    # seconds a rank waits at a collective for the other ranks before the job ends, naming the late rank and its
+    # phase; above the slowest bounded wait a step has (README: Reliability)
+    collective_timeout: float = 1800.0
 
 
 def _check_choice(config, key: str, allowed: tuple) -> None:
@@ -212,6 +215,9 @@ class JobKeys:
         _check_choice(self, "dtype", DTYPES)
         _check_choice(self, "lr_scheduler_type", LR_SCHEDULERS)
         _check_at_least(self, 1, "per_device_train_batch_size", "logprob_chunk_size", "max_skipped_steps")
+        if not self.collective_timeout > 0:
+            raise ConfigError(f"config key 'collective_timeout': seconds > 0, got {self.collective_timeout}",
+                              keys=("collective_timeout",))
         self.check_own_keys()
 
     def check_own_keys(self) -> None:

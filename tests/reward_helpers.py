@@ -31,3 +31,19 @@ def short_reward_unless_tied(completions, tied=None, **columns):
     """``short_reward``, except a constant 1.0 for samples marked ``tied`` (a group with no learning signal)."""
     tied = tied or [False] * len(completions)
     return [1.0 if t else 1.0 - len(text) / 200.0 for text, t in zip(completions, tied)]
+
+
+def inf_if_poisoned(completions, poison=None, **columns):
+    """``short_reward``, but inf (a reward's failure) for samples marked ``poison``."""
+    poison = poison or [None] * len(completions)
+    return [float("inf") if p else 1.0 - len(text) / 200.0 for text, p in zip(completions, poison)]
+
+
+def slow_on_rank(completions, seconds=0.0, rank=1, **columns):
+    """``short_reward`` after ``seconds`` of waiting on rank ``rank`` only (a judge that answers slowly there)."""
+    import os
+    import time
+
+    if completions and int(os.environ.get("PADDLE_TRAINER_ID", "0")) == rank:
+        time.sleep(seconds)
+    return short_reward(completions)

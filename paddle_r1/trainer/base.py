@@ -28,12 +28,14 @@ from ..memory import allocate_optimizer_state, check_fits
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
 from ..models.precision import precision_for_this_device
 from . import checkpoint as ckpt
-from .distributed import barrier, in_rank_order, init_distributed, replica_io, sum_across_ranks
+from .distributed import (barrier, explain_failure, gather_objects, in_rank_order, init_distributed, phase, replica_io,
+                          sum_across_ranks)
 from .job import prepare_job
 from .metrics import MetricsLogger
 from .optim import build_optimizer
 from .sampler import PromptSampler
 from .sharding import build_update, fleet_strategy, optimizer_clips
+from .step_metrics import Stat, Sum, as_stat, merge, reduce_step_metrics
 
 
 class TrainingDiverged(RuntimeError):
@@ -49,7 +51,7 @@ class Trainer:
         self.config = cfg = config
         self.samples = prepare_job(cfg, samples)
         sharding = self.sharding_stage
-        self.rank, self.world_size = init_distributed(fleet_strategy if sharding else None)
+        self.rank, self.world_size = init_distributed(fleet_strategy if sharding else None, cfg.collective_timeout)
         self.is_main = self.rank == 0
         # what this device runs (bf16 before sm80 becomes fp16 with a loss scaler), and whether the run fits it
         self.precision = precision_for_this_device(cfg.dtype, cfg.attn_implementation)
@@ -80,7 +82,7 @@ class Trainer:
         self.step = 0
         self.skipped_steps = 0  # in all, and in a row
         self.skipped_in_row = 0
-        self.step_counters: dict[str, float] = {}
+        self.step_stats: dict[str, Stat] = {}  # what this rank saw during the step, beyond the job's own metrics
         if self.resume_path:
             self.restore(self.resume_path)
         allocate_optimizer_state(self.optimizer)  # an optimizer that cannot fit fails now, not after a rollout
@@ -114,9 +116,10 @@ class Trainer:
     def restore_job(self, path: str, state: dict) -> None:
         """Restore what ``trainer_state`` / ``save_rank_files`` saved."""
 
-    def completion_rows(self) -> list[dict]:
-        """Rows for completions.jsonl after a step (none by default)."""
-        return []
+    def completion_rows(self) -> Optional[list[dict]]:
+        """This rank's rows for completions.jsonl after a step; None when the step writes none (the same on
+        every rank: the rows are gathered)."""
+        return None
 
     # ---- setup -------------------------------------------------------------------------------
     def load_models(self) -> None:
@@ -164,6 +167,7 @@ class Trainer:
         batch. A sample whose image fails now is skipped and counted; a batch left empty on any rank is
         replaced on every rank, so the ranks' samplers stay in step."""
         per_device = self.config.prompts_per_device
+        phase("reading the batch's images")
         while True:
             batch = self.sampler.next_batch()
             samples, images, places = [], [], []
@@ -177,11 +181,24 @@ class Trainer:
                     continue
                 samples.append(sample)
                 places.append(place)
-            if sum_across_ranks(float(not samples), self.world_size) == 0:
+            if sum_across_ranks(float(not samples), self.world_size, "the count of empty batches") == 0:
                 return samples, images, places
 
     def count(self, key: str, n: float = 1) -> None:
-        self.step_counters[key] = self.step_counters.get(key, 0) + n
+        """A counter of this step (summed over ranks in the logged metrics)."""
+        self.record(key, Sum(n))
+
+    def record(self, key: str, stat: Stat) -> None:
+        """A statistic of this step, merged with what the step recorded under ``key`` before."""
+        self.step_stats[key] = merge(self.step_stats[key], stat) if key in self.step_stats else stat
+
+    def step_metrics(self, stats: dict[str, Stat]) -> dict[str, float]:
+        """The step's logged numbers over the global batch: ``stats`` (a plain number is one every rank holds
+        alike) and what was recorded during the step, combined over ranks (``step_metrics.reduce_step_metrics``)."""
+        for key, stat in stats.items():
+            self.record(key, as_stat(stat))
+        stats, self.step_stats = self.step_stats, {}
+        return reduce_step_metrics(stats, self.world_size)
 
     def backward(self, loss: paddle.Tensor, last: bool = True) -> None:
         """``loss.backward()``, through the float16 loss scaler when there is one. ``last``: the step's final
@@ -194,9 +211,10 @@ class Trainer:
         norm is not finite: then the step is skipped (weights and optimizer state untouched). The schedule and
         the step count move on either way. Under float16 loss scaling, infinite gradients with a finite loss are
         the scaler's business (it lowers the scale): skipped, but not counted toward ``max_skipped_steps``.
-        Returns the step's update metrics."""
+        Returns the step's update metrics (alike on every rank)."""
         learning_rate = self.optimizer.get_lr()
-        finite_loss = sum_across_ranks(float(not all(math.isfinite(x) for x in losses)), self.world_size) == 0
+        finite_loss = sum_across_ranks(float(not all(math.isfinite(x) for x in losses)), self.world_size,
+                                       "the check for non-finite losses") == 0
         grad_norm, applied = self.update.step(finite_loss, self.scaler)
         self.update.clear_grad()
         self.scheduler.step()
@@ -221,15 +239,16 @@ class Trainer:
         """Rank 0 writes the model, optimizer and state (identical on every rank); each rank adds its own files
         (``save_rank_files``), and under sharding its share of the optimizer state."""
         cfg = self.config
+        phase(f"saving checkpoint-{self.step}")
         tmp = ckpt.begin_checkpoint(cfg.output_dir, self.step) if self.is_main else None
-        barrier(self.world_size)
+        barrier(self.world_size, f"the start of saving checkpoint-{self.step}")
         tmp_dir = ckpt.checkpoint_dir(cfg.output_dir, self.step) + ".tmp"
         sharded = self.update.shards_optimizer_state
         with ckpt.removed_if_disk_fills(tmp_dir):
             self.save_rank_files(tmp_dir)
             if sharded and not cfg.save_only_model:
                 ckpt.save_optimizer(tmp_dir, self.optimizer, self.policy, shard=self.rank)
-        barrier(self.world_size)
+        barrier(self.world_size, f"the ranks' files of checkpoint-{self.step}")
         final = ckpt.checkpoint_dir(cfg.output_dir, self.step)
         if self.is_main:
             state = {"global_step": self.step, "sampler": self.sampler.state_dict(), "total_steps": self.total_steps,
@@ -243,15 +262,17 @@ class Trainer:
                                        reference=self.reference if self.saves_reference and not cfg.save_only_model
                                        else None,
                                        save_total_limit=cfg.save_total_limit)
-        barrier(self.world_size)
+        barrier(self.world_size, f"the end of saving checkpoint-{self.step}")
         return final
 
     # ---- the run -----------------------------------------------------------------------------
     def evaluate(self, echo) -> dict:
         """The held-out score, every rank answering its own slice."""
+        phase("held-out evaluation")
         return self.heldout.evaluate(self.generator, self.step, echo=echo if self.is_main else lambda _: None,
                                      rank=self.rank, world_size=self.world_size,
-                                     sum_over_ranks=lambda values: [sum_across_ranks(v, self.world_size)
+                                     sum_over_ranks=lambda values: [sum_across_ranks(v, self.world_size,
+                                                                                     "the held-out scores")
                                                                     for v in values])
 
     def train(self) -> dict:
@@ -274,13 +295,21 @@ class Trainer:
                 bar.set_postfix({k: f"{metrics[k]:.4f}" for k in ("reward", "loss") if k in metrics})
                 if self.is_main and (self.step % cfg.logging_steps == 0 or "eval/score" in metrics):
                     self.logger.log(self.step, metrics, echo=bar.write)
-                rows = self.completion_rows() if self.is_main else []
-                if rows:
+                rows = self.completion_rows()
+                if rows is not None:  # every rank's, gathered, so that the file holds the whole global batch
+                    rows = [row for part in gather_objects(rows, self.world_size, "the completions' rows")
+                            for row in part]
+                if rows and self.is_main:
                     self.logger.log_completions(rows)
                 if cfg.save_steps and self.step % cfg.save_steps == 0:
                     last_saved = self.save()
             if last_saved is None or not last_saved.endswith(f"checkpoint-{self.step}"):
                 last_saved = self.save()
+        except RuntimeError as e:  # a collective that failed: named after the rank that stopped, when one did
+            failure = explain_failure(e)
+            if failure is e:
+                raise
+            raise failure from e
         finally:
             bar.close()
             if self.logger is not None:

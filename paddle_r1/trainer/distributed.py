@@ -2,8 +2,8 @@
 
 Each rank generates all G completions of its own prompts; gradients are averaged across ranks with
 bucketed all-reduces (``GradientReducer``), launched during the step's last backward pass as buckets fill and
-finished before the optimizer step, so every rank applies the same update. Metrics are averaged (maxima taken
-for ``*/max`` keys) so rank 0 logs numbers for the whole global batch.
+finished before the optimizer step, so every rank applies the same update. Metrics are combined over ranks in
+``step_metrics``.
 """
 from __future__ import annotations
 
@@ -12,23 +12,55 @@ import contextlib
 import functools
 import math
 import os
+from typing import Optional
 
 import numpy as np
 import paddle
 import paddle.distributed as dist
 
+from .rank_watch import RankWatch, die_with_parent
 
-def init_distributed(fleet_strategy=None) -> tuple[int, int]:
+
+_watch: Optional[RankWatch] = None  # this process's check-ins at the job's store, once it joined a job of many ranks
+
+
+def init_distributed(fleet_strategy=None, collective_timeout: float = 1800.0) -> tuple[int, int]:
     """(rank, world_size); joins the process group when the launcher started several ranks, through fleet
-    when ``fleet_strategy(world_size)`` gives a strategy (sharding needs fleet's communicate groups)."""
+    when ``fleet_strategy(world_size)`` gives a strategy (sharding needs fleet's communicate groups). A rank of
+    many ends with its launcher, and checks in before each collective (``rank_watch``)."""
+    global _watch
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
-    if world > 1 and fleet_strategy is not None:
+    if world == 1:
+        return 0, 1
+    die_with_parent()
+    if fleet_strategy is not None:
         from paddle.distributed import fleet
 
         fleet.init(is_collective=True, strategy=fleet_strategy(world))
-    elif world > 1 and not dist.is_initialized():
+    elif not dist.is_initialized():
         dist.init_parallel_env()
-    return (dist.get_rank(), dist.get_world_size()) if world > 1 else (0, 1)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if _watch is None or (_watch.rank, _watch.world_size) != (rank, world):
+        _watch = RankWatch(rank, world, collective_timeout)
+    _watch.collective_timeout = collective_timeout
+    return rank, world
+
+
+def phase(name: str) -> None:
+    """What this rank is doing now (named by the others when it is late)."""
+    if _watch is not None:
+        _watch.phase(name)
+
+
+def explain_failure(error: Exception) -> Exception:
+    """What to raise for an error that ended a step: ``RankWatch.explain`` (another rank stopped) in a job of many
+    ranks, else the error itself."""
+    return _watch.explain(error) if _watch is not None else error
+
+
+def _check_in(where: str, world_size: int) -> None:
+    if world_size > 1 and _watch is not None:
+        _watch.arrive(where)
 
 
 @contextlib.contextmanager
@@ -261,32 +293,26 @@ class GradientReducer:
                   f"backward pass: {', '.join(why)}")
 
 
-def sum_across_ranks(value: float, world_size: int) -> float:
+def sum_across_ranks(value: float, world_size: int, where: str = "a sum over ranks") -> float:
     if world_size == 1:
         return value
+    _check_in(where, world_size)
     tensor = paddle.to_tensor([value], dtype="float64")
     dist.all_reduce(tensor)
     return float(tensor[0])
 
 
-def reduce_metrics(metrics: dict, world_size: int) -> dict:
-    """Mean over ranks of every metric, max for ``*/max`` keys; NaN (no score on a rank) is left out."""
+def gather_objects(obj, world_size: int, where: str) -> list:
+    """Every rank's ``obj`` (picklable; of any size), in rank order."""
     if world_size == 1:
-        return metrics
-    keys = sorted(metrics)
-    values = np.asarray([metrics[k] for k in keys], dtype="float64")
-    valid = ~np.isnan(values)
-    maxima = np.array([k.endswith("/max") for k in keys])
-    sums = paddle.to_tensor(np.stack([np.where(valid, values, 0.0), valid.astype("float64")]))
-    dist.all_reduce(sums)
-    top = paddle.to_tensor(np.where(valid & maxima, values, -np.inf))
-    dist.all_reduce(top, op=dist.ReduceOp.MAX)
-    total, count = sums.numpy()
-    mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-    reduced = np.where(maxima, top.numpy(), mean)
-    return {k: float(v) for k, v in zip(keys, reduced)}
+        return [obj]
+    _check_in(where, world_size)
+    gathered: list = []
+    dist.all_gather_object(gathered, obj)
+    return gathered
 
 
-def barrier(world_size: int) -> None:
+def barrier(world_size: int, where: str = "a barrier") -> None:
     if world_size > 1:
+        _check_in(where, world_size)
         dist.barrier()

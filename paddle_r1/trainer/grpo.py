@@ -23,9 +23,10 @@ from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, reward_columns
 from .base import Trainer
-from .distributed import reduce_metrics, sum_across_ranks
+from .distributed import phase, sum_across_ranks
 from .dynamic_sampling import concat_rollouts, informative_groups, select_groups
 from .loss import advantages_for, completion_logprobs, grpo_loss, kl_divergence, overlong_penalty
+from .step_metrics import Max, Mean, Same, Std, Sum
 
 
 @dataclass
@@ -174,6 +175,7 @@ class GRPOTrainer(Trainer):
         """This rank's next prompts, their G completions each, and every reward's score."""
         cfg = self.config
         samples, images, places = self.next_samples()
+        phase("rollout")
         start = time.perf_counter()
         generation = self.generator.generate(samples, cfg.num_generations, self.sampling, cfg.question_template,
                                              cfg.system_prompt, images=images,
@@ -182,9 +184,13 @@ class GRPOTrainer(Trainer):
         facts = generation.facts
         columns = reward_columns(samples, facts.image_sizes, facts.input_sizes, self.coord_system,
                                  repeat=cfg.num_generations)
+        phase("rewards")
         scores = self.rewards.score(generation.texts, columns)
         for key, value in scores.counters.items():
             self.count(key, value)
+        # TRL's frac_reward_zero_std, over every group generated (with dynamic sampling, the dropped ones too)
+        zero_std = _zero_std_groups(scores.rewards, cfg.num_generations)
+        self.record("frac_reward_zero_std", Mean(float(zero_std.sum()), float(zero_std.size)))
         rewards = scores.rewards
         if cfg.overlong_buffer:
             lengths = generation.rollout.completion_mask.sum(axis=1).tolist()
@@ -200,9 +206,9 @@ class GRPOTrainer(Trainer):
         needs most, so the samplers stay in step; a rank already full draws without generating."""
         cfg = self.config
         wanted, kept, tied = self.config.prompts_per_device, [], []
-        drawn, zero_std, seconds = 0, 0, 0.0
+        drawn, seconds = 0, 0.0
         while drawn < cfg.max_num_gen_batches:
-            if sum_across_ranks(float(len(kept) < wanted), self.world_size) == 0:
+            if sum_across_ranks(float(len(kept) < wanted), self.world_size, "the count of ranks still sampling") == 0:
                 break
             if len(kept) >= wanted:
                 self.next_samples()
@@ -210,13 +216,11 @@ class GRPOTrainer(Trainer):
                 candidates = self._rollout(micro_batch, drawn)
                 seconds += candidates.seconds
                 informative = informative_groups(candidates.rewards, cfg.num_generations)
-                zero_std += candidates.rollout.prompt.size - len(informative)
                 kept += [candidates.group(i) for i in informative][:wanted - len(kept)]
                 tied = [candidates.group(i) for i in range(candidates.rollout.prompt.size) if i not in informative]
             drawn += 1
         chosen = kept + tied[:wanted - len(kept)]
-        self.count("num_gen_batches", drawn)
-        self.count("frac_reward_zero_std", zero_std / max(drawn * wanted, 1))
+        self.record("num_gen_batches", Same(drawn))  # every rank draws as many
         return _Candidates.join(chosen, self.generator.tokenizer.pad_token_id, seconds)
 
     def make_experience(self, micro_batch: int = 0) -> Experience:
@@ -226,6 +230,7 @@ class GRPOTrainer(Trainer):
         mask = rollout.completion_mask
         if cfg.mask_truncated_completions:
             mask = mask * (~rollout.truncated).astype(mask.dtype).unsqueeze(1)
+        phase("log-probs of the rollout")
         with paddle.no_grad():
             needs_old = cfg.num_iterations > 1 or (cfg.uses_reference and not cfg.use_kl_loss)
             old_logp = completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature) \
@@ -250,7 +255,8 @@ class GRPOTrainer(Trainer):
             self.buffer = [self.make_experience(i) for i in range(cfg.gradient_accumulation_steps)]
         # dapo divides by the step's completion tokens over all ranks; gradients are then averaged over ranks
         local_tokens = float(sum(float(e.mask.sum()) for e in self.buffer))
-        tokens_in_step = sum_across_ranks(local_tokens, self.world_size) / self.world_size
+        tokens_in_step = sum_across_ranks(local_tokens, self.world_size, "the step's token count") / self.world_size
+        phase("training forward and backward")
         losses, stats, entropy_sums = [], [], []
         for i, exp in enumerate(self.buffer):
             logp, entropy = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature, with_entropy=True)
@@ -269,11 +275,10 @@ class GRPOTrainer(Trainer):
             stats.append(loss_stats)
         update = self.apply_update(losses)
         self._update_reference()
-        # TRL's entropy: the policy's mean entropy over this rank's (masked) completion tokens of the step (TRL
-        # averages the micro-batches' means instead); one host read; reduce_metrics averages it over ranks
-        entropy = float(paddle.stack(entropy_sums).sum()) / max(local_tokens, 1.0)
-        metrics = self._step_metrics(losses, stats, update, time.perf_counter() - start, entropy)
-        return reduce_metrics(metrics, self.world_size)
+        # TRL's entropy: the policy's mean entropy over the step's (masked) completion tokens of all ranks (TRL
+        # averages the micro-batches' means instead); one host read
+        entropy = Mean(float(paddle.stack(entropy_sums).sum()), local_tokens)
+        return self.step_metrics(self._step_stats(losses, stats, update, time.perf_counter() - start, entropy))
 
     @paddle.no_grad()
     def _update_reference(self) -> None:
@@ -295,44 +300,41 @@ class GRPOTrainer(Trainer):
             for name, ref_param in self.reference.named_parameters():
                 ref_param.set_value(alpha * policy_params[name] + (1 - alpha) * ref_param)
 
-    def _step_metrics(self, losses, stats, update: dict, seconds, entropy: float) -> dict:
-        """The step's numbers; completions no reward scored (reward NaN) are left out of the reward statistics."""
+    def _step_stats(self, losses, stats, update: dict, seconds: float, entropy: Mean) -> dict:
+        """This rank's share of the step's numbers (``step_metrics``: combined over ranks as TRL gathers them);
+        completions no reward scored (reward NaN) are left out of the reward statistics."""
         exps = self.buffer
-        g = self.config.num_generations
         scores = np.concatenate([e.scores for e in exps])
         rewards = np.concatenate([e.rewards for e in exps])
         lengths = np.concatenate([e.rollout.completion_mask.sum(axis=1).numpy() for e in exps])
         truncated = np.concatenate([e.rollout.truncated.numpy() for e in exps])
         generation_seconds = sum(e.generation_seconds for e in exps)
         metrics = {
-            "loss": float(sum(losses)),
-            "reward": _nan_mean(rewards),
-            "reward_std": _nan_mean(_nan_std_rows(rewards.reshape(-1, g))),
-            "kl": float(np.mean([s.kl for s in stats])),
+            "loss": Mean.one(sum(losses)),
+            "reward": Mean.of(rewards),
+            "reward_std": Std.of(rewards),
+            "kl": Mean.of([s.kl for s in stats]),  # per micro-batch, as TRL gathers them
             "entropy": entropy,
-            "clip_ratio/low_mean": float(np.mean([s.clip_low for s in stats])),
-            "clip_ratio/high_mean": float(np.mean([s.clip_high for s in stats])),
-            "clip_ratio/region_mean": float(np.mean([s.clip_region for s in stats])),
-            "completion_length": float(lengths.mean()),
-            "completion_length/max": float(lengths.max()),
-            "truncated_ratio": float(truncated.mean()),
+            "clip_ratio/low_mean": Mean.of([s.clip_low for s in stats]),
+            "clip_ratio/high_mean": Mean.of([s.clip_high for s in stats]),
+            "clip_ratio/region_mean": Mean.of([s.clip_region for s in stats]),
+            "completion_length": Mean.of(lengths),
+            "completion_length/max": Max(float(lengths.max())),
+            "truncated_ratio": Mean.of(truncated),
             **update,
-            "step_seconds": seconds,
-            "tokens_per_second": int(lengths.sum()) / generation_seconds if generation_seconds > 0 else 0.0,
-            "epoch": self.sampler.progress,
+            "step_seconds": Max(seconds),  # the slowest rank's
+            "tokens_per_second": Sum(int(lengths.sum()) / generation_seconds if generation_seconds > 0 else 0.0),
+            "epoch": Same(self.sampler.progress),
         }
         for j, name in enumerate(self.rewards.names):
-            column = scores[:, j][~np.isnan(scores[:, j])]
-            metrics[f"rewards/{name}/mean"] = float(column.mean()) if column.size else float("nan")
-            metrics[f"rewards/{name}/std"] = float(column.std()) if column.size else float("nan")
-        metrics.update(self.step_counters)
-        self.step_counters.clear()
+            metrics[f"rewards/{name}/mean"] = Mean.of(scores[:, j])
+            metrics[f"rewards/{name}/std"] = Std.of(scores[:, j])
         return metrics
 
-    def completion_rows(self) -> list[dict]:
+    def completion_rows(self) -> Optional[list[dict]]:
         every = self.config.log_completions_steps
         if not every or self.step % every:
-            return []
+            return None
         g = self.config.num_generations
         rows = []
         for exp in self.buffer:
@@ -351,19 +353,14 @@ class GRPOTrainer(Trainer):
         return rows
 
 
-def _nan_mean(values: np.ndarray) -> float:
-    kept = values[~np.isnan(values)]
-    return float(kept.mean()) if kept.size else float("nan")
-
-
-def _nan_std_rows(grouped: np.ndarray) -> np.ndarray:
-    """Unbiased std of each row over its non-NaN values (NaN with fewer than two)."""
-    out = np.full(grouped.shape[0], np.nan)
-    for i, row in enumerate(grouped):
-        kept = row[~np.isnan(row)]
-        if kept.size > 1:
-            out[i] = kept.std(ddof=1)
-    return out
+def _zero_std_groups(rewards: np.ndarray, num_generations: int) -> np.ndarray:
+    """Per completion, whether its group's rewards have zero std (TRL: ``isclose(nanstd(group), 0)``; a group
+    with fewer than two scored completions has std NaN, not zero)."""
+    zero = []
+    for values in rewards.reshape(-1, num_generations):
+        kept = values[~np.isnan(values)]
+        zero.append(kept.size > 1 and np.isclose(kept.std(ddof=1), 0.0, rtol=1e-5, atol=1e-8))
+    return np.repeat(np.asarray(zero, dtype=bool), num_generations)
 
 
 def _json_number(value) -> Optional[float]:

@@ -24,6 +24,7 @@ from ..generation.rollout import Rollout
 from ..models.coords import as_box, box_from_original
 from ..rewards.families.multibox import read_groups
 from .base import Trainer
+from .step_metrics import Max, Mean, Same, Sum
 
 
 def answer_for(solution, coord_system: str, image_size=None, input_size=None) -> str:
@@ -92,8 +93,9 @@ class SFTTrainer(Trainer):
         loss = sft_loss(self.forward(batch, self.config.logprob_chunk_size, 1.0), batch.completion_mask)
         self.backward(loss)
         update = self.apply_update([float(loss)])
-        return {"loss": float(loss), **update, "target_tokens": int(batch.completion_mask.sum()),
-                "step_seconds": time.perf_counter() - start, "epoch": self.sampler.progress}
+        return self.step_metrics({"loss": Mean.one(float(loss)), **update,
+                                  "target_tokens": Sum(int(batch.completion_mask.sum())),
+                                  "step_seconds": Max(time.perf_counter() - start), "epoch": Same(self.sampler.progress)})
 
     def trainer_state(self) -> dict:
         return {"job": "sft"}
