@@ -117,6 +117,17 @@ def test_a_late_rank_is_named_with_its_phase_past_collective_timeout(tmp_path, t
     assert not os.path.isdir(tmp_path / "run" / "checkpoint-1")
 
 
+@pytest.mark.timeout(300)
+def test_a_rank_later_than_gloos_own_timeout_is_waited_for(tmp_path, tiny_model_dir, rec_jsonl):
+    """Rank 1's reward takes 35 s, past gloo's fixed 30 s that used to end the job with a bare TIMEOUT; under the
+    default collective_timeout (1800 s) both ranks finish the step and save."""
+    settings = _settings(tiny_model_dir, rec_jsonl, tmp_path / "run", reward_funcs=["reward_helpers:slow_on_rank"],
+                         reward_kwargs={"reward_helpers:slow_on_rank": {"seconds": 35.0}}, max_steps=1)
+    dist.spawn(train_and_dump, args=(settings, str(tmp_path)), nprocs=2, backend="gloo")
+    metrics = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert metrics[0]["step_seconds"] > 35 and os.path.isdir(tmp_path / "run" / "checkpoint-1")
+
+
 # ---- whole jobs through paddle.distributed.launch ------------------------------------------------------------
 def _launch_config(tmp_path, tiny_model_dir, rec_jsonl) -> str:
     """A run that keeps going (many steps, each rank's reward waits 0.3 s) and saves only at its end."""
