@@ -24,7 +24,7 @@ from ..data.samples import DataError
 from ..generation.generator import Generator
 from ..generation.generator import load_sample_images
 from ..models.loading import default_coord_system, load_models
-from ..memory import allocate_optimizer_state, check_fits
+from ..memory import allocate_optimizer_state, check_fits, stepping_optimizer_and_owned_weights
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
 from ..models.precision import precision_for_this_device
 from . import checkpoint as ckpt
@@ -152,9 +152,12 @@ class Trainer:
             if self.is_main:
                 print(f"{path} was saved with save_only_model: no optimizer state, so this is a warm start "
                       "(its weights, step and data position; a fresh AdamW state), not an exact resume")
-        else:
+        else:  # this rank's share under this run's layout, whatever layout saved it
+            _, owned = stepping_optimizer_and_owned_weights(self.optimizer)
+            structured = {p.name: name for name, p in self.policy.named_parameters()}
+            weights = [structured[p.name] for p in owned if not p.stop_gradient]
             ckpt.load_optimizer_state(self.optimizer, self.policy,
-                                      ckpt.read_optimizer_state(path, rank=self.rank, world_size=self.world_size))
+                                      ckpt.read_optimizer_state(path, weights, first_shard=self.rank))
         self.restore_job(path, state)
         ckpt.load_rng_state(path)
 
