@@ -28,7 +28,7 @@ from ..memory import allocate_optimizer_state, check_fits
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
 from ..models.precision import precision_for_this_device
 from . import checkpoint as ckpt
-from .distributed import barrier, in_rank_order, init_distributed, replica_io, sum_across_ranks
+from .distributed import barrier, decided_by_main, in_rank_order, init_distributed, replica_io, sum_across_ranks
 from .job import prepare_job
 from .metrics import MetricsLogger
 from .optim import build_optimizer
@@ -57,8 +57,9 @@ class Trainer:
             print(f"precision: {self.precision.reason}")
         cfg.dtype = self.precision.dtype  # the optimizer's master weights and the saved config follow it
         check_fits(cfg, self.world_size)  # GPU only: refuses, with the table and the keys to change
-        self.resume_path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir) \
-            if cfg.resume_from_checkpoint else None
+        # chosen and verified on rank 0, for every rank
+        self.resume_path = decided_by_main(lambda: ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir),
+                                           self.rank, self.world_size) if cfg.resume_from_checkpoint else None
         paddle.seed(cfg.seed)
         np.random.seed(cfg.seed)
         self.load_models()
@@ -153,8 +154,11 @@ class Trainer:
                 print(f"{path} was saved with save_only_model: no optimizer state, so this is a warm start "
                       "(its weights, step and data position; a fresh AdamW state), not an exact resume")
         else:
-            ckpt.load_optimizer_state(self.optimizer, self.policy,
-                                      ckpt.read_optimizer_state(path, rank=self.rank, world_size=self.world_size))
+            try:
+                saved = ckpt.read_optimizer_state(path, rank=self.rank, world_size=self.world_size)
+            except ValueError as e:  # paddle.load: "can not parse the file" (a manifest-less checkpoint: unverified)
+                raise ckpt.broken(path, f"optimizer state unreadable ({e})") from None
+            ckpt.load_optimizer_state(self.optimizer, self.policy, saved)
         self.restore_job(path, state)
         ckpt.load_rng_state(path)
 
