@@ -213,9 +213,10 @@ def _remove_checkpoint(path: str) -> None:
 
 
 def _read_state(path: str) -> Optional[dict]:
-    """A folder's trainer state, or None when it has none or it is unreadable (not a complete checkpoint)."""
+    """A folder's trainer state, or None when it has none or it is unreadable (not a complete checkpoint). Its
+    values are checked when the checkpoint is verified."""
     try:
-        return load_trainer_state(path)
+        return _read_json(path, STATE_FILE)
     except (OSError, ValueError):
         return None
 
