@@ -70,9 +70,14 @@ def test_every_file_of_every_rank_is_in_the_manifest(single, sharded):
         set(_files(_sharded_run(sharded) / "checkpoint-3"))
 
 
-def test_all_ranks_resume_from_the_same_verified_checkpoint(sharded):
+def test_all_ranks_resume_from_the_same_checkpoint_verified_once(sharded):
     chosen = [json.load(open(sharded / f"rank{rank}.json")) for rank in (0, 1)]
     damaged = sharded / "run" / "checkpoint-3"
+    # rank 0 hashed checkpoint-3's files (all of them: their sizes match), then checkpoint-2's, then checkpoint-3's
+    # again when it was named; rank 1 took rank 0's word
+    files = {step: len(json.load(open(_sharded_run(sharded) / f"checkpoint-{step}" / MANIFEST_FILE))["files"])
+             for step in (2, 3)}
+    assert (chosen[0]["hashed"], chosen[1]["hashed"]) == (2 * files[3] + files[2], 0)
     for rank in chosen:
         assert rank["chosen"] == str(sharded / "run" / "checkpoint-2")
         assert rank["refused"] == (f"resume_from_checkpoint: checkpoint {damaged}: optimizer.shard1.pdopt: SHA-256 "
