@@ -190,17 +190,18 @@ def _run_errors() -> tuple:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command. A user's mistake (a bad key, value, path or data file) is one line and exit code 2; a
-    run that stopped (a reward that raised, steps no longer finite, a full disk) is its full report and exit code
-    1; any other exception is a bug and keeps its traceback."""
+    """Run one command. A user's mistake (a bad key, value, path, data file, a checkpoint that fails verification) is
+    one line and exit code 2; a run that stopped (a reward that raised, steps no longer finite, a full disk) is its
+    full report and exit code 1; any other exception is a bug and keeps its traceback."""
     from .config import ConfigError
     from .data.samples import DataError
+    from .trainer.manifest import CheckpointError
 
     args, extra = build_parser().parse_known_args(argv)
     quiet_libraries()
     try:
         return args.run(args, extra)
-    except (ConfigError, DataError, FileNotFoundError) as e:
+    except (ConfigError, DataError, CheckpointError, FileNotFoundError) as e:
         print(f"paddle-r1 {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,5 +1,6 @@
 import json
 import os
+import pickle
 import shutil
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 
 from paddle_r1.config import ConfigError, GRPOConfig
 from paddle_r1.models.loading import load_model
-from paddle_r1.trainer.checkpoint import list_checkpoints, resolve_checkpoint
+from paddle_r1.trainer.checkpoint import list_checkpoints, resolve_checkpoint, rng_state
 from paddle_r1.trainer.grpo import GRPOTrainer
 
 
@@ -82,8 +83,11 @@ def test_resume_is_exact(tiny_model_dir, rec_samples, tmp_path, extra):
 
 def test_interrupted_save_is_never_the_latest(tmp_path):
     complete = tmp_path / "checkpoint-2"
-    complete.mkdir()
-    (complete / "trainer_state.json").write_text("{}")
+    complete.mkdir()  # the files resuming parses (a checkpoint of before manifests: not verified)
+    (complete / "trainer_state.json").write_text('{"global_step": 2}')
+    (complete / "config.json").write_text("{}")
+    with open(complete / "rng_state.pkl", "wb") as f:
+        pickle.dump(rng_state(), f)
     (tmp_path / "checkpoint-4.tmp").mkdir()  # a save cut off half way
     (tmp_path / "checkpoint-6").mkdir()  # renamed but without state: not complete
     assert list_checkpoints(str(tmp_path)) == [str(complete)]

@@ -8,6 +8,7 @@ import sys
 from .runner import (EvalOptions, Evaluator, accuracy_table, checkpoint_label, expand_model_paths, write_results)
 from .protocols import PROTOCOLS, get_protocol
 from .tasks import TASKS, task_for_dataset
+from ..trainer.checkpoint import verify_checkpoint
 
 
 def build_parser(kind: str) -> argparse.ArgumentParser:
@@ -71,6 +72,8 @@ def main(kind: str, argv: list[str] | None = None) -> int:
                           dtype=args.dtype or default_dtype(protocol), protocol=protocol.name)
     try:
         model_paths = expand_model_paths(args.model_path)
+        for model_path in model_paths:  # all of them before the first is evaluated
+            verify_checkpoint(model_path, model_only=True)
         table: dict[str, dict[str, float]] = {}
         for model_path in model_paths:
             evaluator = Evaluator(model_path, options)

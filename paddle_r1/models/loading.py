@@ -54,8 +54,11 @@ def model_family(path: str) -> str:
     if os.path.isdir(path):
         if not os.path.isfile(config_file):
             raise FileNotFoundError(f"model folder {path} has no config.json")
-        with open(config_file, encoding="utf-8") as f:
-            family = json.load(f).get("model_type")
+        try:
+            with open(config_file, encoding="utf-8") as f:
+                family = json.load(f).get("model_type")
+        except (ValueError, AttributeError) as e:  # not JSON, or JSON but not an object
+            raise ConfigError(f"{config_file}: not a JSON object with model_type ({e})") from None
     else:
         family = _hub_config(path).get("model_type")
     if family == "qwen3_vl_moe":

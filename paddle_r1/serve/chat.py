@@ -16,8 +16,9 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from PIL import Image, ImageOps
+from PIL import Image
 
+from ..data.images import as_rgb
 from ..generation.rollout import SamplingParams
 from .limits import ServeLimits
 
@@ -72,7 +73,7 @@ def open_image(data: bytes, where: str, limits: ServeLimits) -> Image.Image:
         if width * height > limits.max_image_pixels:
             raise RequestError(413, f"{where}: image of {width}x{height} pixels is over this server's limit of "
                                     f"{limits.max_image_pixels} pixels", code="image_too_large")
-        return ImageOps.exif_transpose(img).convert("RGB")
+        return as_rgb(img)
     except (OSError, Image.DecompressionBombError, ValueError) as e:
         raise _bad(f"{where}: not a readable image ({e})") from None
 

@@ -150,10 +150,13 @@ class ChatHandler(BaseHTTPRequestHandler):
 def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, model_name: Optional[str] = None,
                  image_root: Optional[str] = None, limits: ServeLimits = ServeLimits(),
                  dtype: str = "float32") -> ChatServer:
-    """Load the model and bind (port 0: any free port, see ``server.server_address``); ``serve_forever`` runs it."""
+    """Verify and load the model, and bind (port 0: any free port, see ``server.server_address``); ``serve_forever``
+    runs it."""
     from ..generation.generator import Generator
     from ..models.loading import default_coord_system, load_model, load_processor, model_family
+    from ..trainer.checkpoint import verify_checkpoint
 
+    verify_checkpoint(checkpoint, model_only=True)
     model = load_model(checkpoint, dtype=dtype)
     model.eval()
     generator = Generator(model, load_processor(checkpoint), default_coord_system(model_family(checkpoint)))

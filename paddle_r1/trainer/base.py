@@ -21,6 +21,7 @@ import numpy as np
 import paddle
 from tqdm import tqdm
 
+from ..config import ConfigError
 from ..data.samples import DataError
 from ..generation.generator import Generator
 from ..generation.generator import load_sample_images
@@ -29,8 +30,8 @@ from ..memory import allocate_optimizer_state, check_fits, stepping_optimizer_an
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
 from ..models.precision import precision_for_this_device
 from . import checkpoint as ckpt
-from .distributed import (barrier, explain_failure, gather_objects, in_rank_order, init_distributed, phase, replica_io,
-                          sum_across_ranks)
+from .distributed import (barrier, decided_by_main, explain_failure, gather_objects, in_rank_order, init_distributed,
+                          phase, replica_io, sum_across_ranks)
 from .job import prepare_job
 from .metrics import MetricsLogger
 from .optim import build_optimizer
@@ -61,8 +62,9 @@ class Trainer:
             print(f"precision: {self.precision.reason}")
         cfg.dtype = self.precision.dtype  # the optimizer's master weights and the saved config follow it
         check_fits(cfg, self.world_size)  # GPU only: refuses, with the table and the keys to change
-        self.resume_path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir) \
-            if cfg.resume_from_checkpoint else None
+        # chosen and verified on rank 0, for every rank
+        self.resume_path = decided_by_main(lambda: ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir),
+                                           self.rank, self.world_size) if cfg.resume_from_checkpoint else None
         # a resume with more or fewer ranks, or another per-device batch or accumulation: checked before loading
         resumed = ckpt.load_trainer_state(self.resume_path) if self.resume_path else None
         layout = BatchLayout.of(cfg, self.world_size)
@@ -176,8 +178,13 @@ class Trainer:
             _, owned = stepping_optimizer_and_owned_weights(self.optimizer)
             structured = {p.name: name for name, p in self.policy.named_parameters()}
             weights = [structured[p.name] for p in owned if not p.stop_gradient]
-            ckpt.load_optimizer_state(self.optimizer, self.policy,
-                                      ckpt.read_optimizer_state(path, weights, first_shard=self.rank))
+            try:
+                saved = ckpt.read_optimizer_state(path, weights, first_shard=self.rank)
+            except ConfigError:  # weights the checkpoint holds no state for: named as they are
+                raise
+            except ValueError as e:  # paddle.load: "can not parse the file" (a manifest-less checkpoint: unverified)
+                raise ckpt.broken(path, f"optimizer state unreadable ({e})") from None
+            ckpt.load_optimizer_state(self.optimizer, self.policy, saved)
         self.restore_job(path, state)
         ckpt.load_rng_state(path)
 

@@ -13,6 +13,10 @@ copy while it is the only one.
 Checkpoints are ordered by when they were written (``save_order`` in ``trainer_state.json``), not by step: after
 a resume from an older step, the resumed run's new checkpoints are the newest, and rotation
 (``save_total_limit``) and ``--resume latest`` follow them rather than a higher step left by the abandoned run.
+
+Each checkpoint carries ``manifest.json`` (``manifest.py``), and is verified before it is used: resuming checks
+every file against it and parses the small ones a resume reads (``verify_checkpoint``); ``latest`` passes over a
+checkpoint that fails, saying which and why, and an explicitly named one is refused.
 """
 from __future__ import annotations
 
@@ -30,8 +34,11 @@ import numpy as np
 import paddle
 
 from ..config import ConfigError
+from .manifest import MANIFEST_FILE, CheckpointError, broken, check_manifest, files_under, has_manifest, write_manifest
 
 STATE_FILE = "trainer_state.json"
+RNG_FILE = "rng_state.pkl"
+MANIFEST_KEY = "manifest"  # in trainer_state.json: the manifest written with it (so a deleted one is noticed)
 ORDER_KEY = "save_order"  # in trainer_state.json: how many saves into output_dir came before this one
 ASIDE = ".old"  # checkpoint-N.old: the previous checkpoint-N while its replacement is renamed in
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)(\.old)?$")
@@ -188,8 +195,8 @@ def removed_if_disk_fills(tmp: str):
 def finish_checkpoint(tmp: str, final: str, *, write_model, policy, processor, optimizer, trainer_state: dict,
                       reference=None, save_total_limit: Optional[int] = None) -> str:
     """Write the model (``write_model(folder)``), processor, optimizer (None: each rank wrote its shard), RNG
-    and trainer state (plus its ``save_order``) into ``tmp``, then put it in place of ``final`` and keep the
-    ``save_total_limit`` most recently written checkpoints."""
+    and trainer state (plus its ``save_order``) into ``tmp``, then the manifest of all of it, then put it in place of
+    ``final`` and keep the ``save_total_limit`` most recently written checkpoints."""
     output_dir = os.path.dirname(final)
     with removed_if_disk_fills(tmp):
         write_model(tmp)
@@ -198,13 +205,15 @@ def finish_checkpoint(tmp: str, final: str, *, write_model, policy, processor, o
             reference.save_pretrained(os.path.join(tmp, "ref_model"))
         if optimizer is not None:
             save_optimizer(tmp, optimizer, policy)
-        with open(os.path.join(tmp, "rng_state.pkl"), "wb") as f:
+        with open(os.path.join(tmp, RNG_FILE), "wb") as f:
             pickle.dump(rng_state(), f)
         for junk in os.listdir(tmp):  # paddleformers' save-completion markers
             if junk.startswith("saved_signal_"):
                 os.remove(os.path.join(tmp, junk))
         with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
-            json.dump({**trainer_state, ORDER_KEY: _next_save_order(output_dir)}, f, indent=2)
+            json.dump({**trainer_state, ORDER_KEY: _next_save_order(output_dir), MANIFEST_KEY: MANIFEST_FILE}, f,
+                      indent=2)
+        write_manifest(tmp)  # last: every file of every rank is in place
     _replace(tmp, final)
     if save_total_limit:
         for old in list_checkpoints(output_dir)[:-save_total_limit]:
@@ -231,29 +240,39 @@ def _remove_checkpoint(path: str) -> None:
 
 
 def _read_state(path: str) -> Optional[dict]:
-    """A folder's trainer state, or None when it has none or it is unreadable (not a complete checkpoint)."""
+    """A folder's trainer state, or None when it has none or it is unreadable (not a complete checkpoint). Its
+    values are checked when the checkpoint is verified."""
     try:
-        return load_trainer_state(path)
+        return _read_json(path, STATE_FILE)
     except (OSError, ValueError):
         return None
+
+
+def _checkpoint_folders(output_dir: str) -> list[tuple[int, str]]:
+    """(step, folder) of every ``checkpoint-N`` and ``checkpoint-N.old``; checkpoint-N sorts before its aside copy."""
+    if not os.path.isdir(output_dir):
+        return []
+    matches = ((_CHECKPOINT_RE.match(name), name) for name in sorted(os.listdir(output_dir)))
+    return [(int(match.group(1)), os.path.join(output_dir, name)) for match, name in matches if match]
 
 
 def _complete_checkpoints(output_dir: str) -> list[tuple[tuple[int, int], str]]:
     """((save order, step), folder) of each complete checkpoint, one per step: ``checkpoint-N``, or its aside
     copy when a replacement was cut off before being renamed in. Checkpoints written before ``save_order``
     existed come first, by step."""
-    if not os.path.isdir(output_dir):
-        return []
     by_step: dict[int, tuple[tuple[int, int], str]] = {}
-    # checkpoint-N sorts before checkpoint-N.old, so a complete final folder wins over its aside copy
-    for name in sorted(os.listdir(output_dir)):
-        match = _CHECKPOINT_RE.match(name)
-        path = os.path.join(output_dir, name)
-        state = _read_state(path) if match else None
+    for step, path in _checkpoint_folders(output_dir):  # a complete final folder wins over its aside copy
+        state = _read_state(path)
         if state is not None:
-            step = int(match.group(1))
             by_step.setdefault(step, ((state.get(ORDER_KEY, -1), step), path))
     return sorted(by_step.values())
+
+
+def _unreadable_checkpoints(output_dir: str) -> list[str]:
+    """Renamed-in checkpoints (they hold a trainer state or a manifest) whose trainer state cannot be read: not
+    listed, since their save order is unknown, but reported when resuming from ``latest``."""
+    return [path for _, path in _checkpoint_folders(output_dir)
+            if (os.path.exists(os.path.join(path, STATE_FILE)) or has_manifest(path)) and _read_state(path) is None]
 
 
 def _next_save_order(output_dir: str) -> int:
@@ -261,31 +280,143 @@ def _next_save_order(output_dir: str) -> int:
 
 
 def list_checkpoints(output_dir: str) -> list[str]:
-    """Complete checkpoints (renamed, with a trainer state), oldest written first."""
+    """Complete checkpoints (renamed, with a trainer state), oldest written first. Not verified: hashing every
+    checkpoint at every save would cost minutes; ``resolve_checkpoint`` verifies the one it picks."""
     return [path for _, path in _complete_checkpoints(output_dir)]
 
 
-def resolve_checkpoint(spec: str, output_dir: str) -> str:
-    """``"latest"`` -> the most recently written complete checkpoint in output_dir; a path -> that folder,
-    checked (or its aside copy, when a re-save of that step was cut off before renaming the new one in)."""
+def resolve_checkpoint(spec: str, output_dir: str, echo=print) -> str:
+    """The checkpoint to resume from, verified (``verify_checkpoint``). ``"latest"``: the most recently written
+    complete checkpoint in output_dir that verifies, each one passed over said through ``echo`` with why (one whose
+    trainer state cannot be read, so whose place in the order is unknown, is reported first). A path: that folder
+    (or its aside copy, when a re-save of that step was cut off before renaming the new one in), refused with
+    ``CheckpointError`` when it fails."""
     if spec == "latest":
-        found = list_checkpoints(output_dir)
-        if not found:
-            raise FileNotFoundError(f"resume_from_checkpoint: no complete checkpoint in {output_dir}")
-        return found[-1]
+        return _newest_verified(output_dir, echo)
     aside = spec.rstrip("/\\") + ASIDE
-    if not os.path.exists(spec) and _read_state(aside) is not None:
-        return aside
-    if not os.path.isfile(os.path.join(spec, STATE_FILE)):
+    path = aside if not os.path.exists(spec) and _read_state(aside) is not None else spec
+    if not os.path.isfile(os.path.join(path, STATE_FILE)) and not has_manifest(path):
         raise FileNotFoundError(f"resume_from_checkpoint: {spec} is not a complete checkpoint (no {STATE_FILE})")
-    return spec
+    try:
+        verify_checkpoint(path, echo=echo)
+    except CheckpointError as e:
+        raise CheckpointError(f"resume_from_checkpoint: {e}") from None
+    return path
+
+
+def _newest_verified(output_dir: str, echo) -> str:
+    candidates = _unreadable_checkpoints(output_dir) + list_checkpoints(output_dir)[::-1]
+    if not candidates:
+        raise FileNotFoundError(f"resume_from_checkpoint: no complete checkpoint in {output_dir}")
+    failures = []
+    for path in candidates:
+        try:
+            verify_checkpoint(path, echo=echo)
+        except CheckpointError as e:
+            echo(f"resume_from_checkpoint latest: skipping {e}")
+            failures.append(str(e))
+            continue
+        if failures:
+            echo(f"resume_from_checkpoint latest: resuming from {path}, the newest checkpoint that verifies")
+        return path
+    raise CheckpointError(f"resume_from_checkpoint latest: no checkpoint in {output_dir} verifies: "
+                          + " | ".join(failures))
+
+
+# files a model load (eval, serve) does not read: optimizer and RNG state, rank files, the reference model
+_TRAINING_ONLY = re.compile(r"^ref_model/|\.(pdopt|pdparams|pkl)$")
+
+
+def verify_checkpoint(path: str, model_only: bool = False, echo=print) -> None:
+    """Raise ``CheckpointError`` naming the checkpoint and the file unless ``path`` can be used as it is: every
+    file its manifest records is present with its size and SHA-256, then the files read first are parsed (the
+    trainer state and its step, the RNG state, config.json, each safetensors header against its file's size, the
+    weight files an index names). ``model_only`` (eval, serve): only what loading the model reads.
+
+    A folder without a manifest is parsed only: a checkpoint saved before checkpoints carried one is said so through
+    ``echo``; a published model folder has none to expect. A hub id (no local folder) is the hub's business."""
+    if not os.path.isdir(path):
+        return
+    state_present = os.path.exists(os.path.join(path, STATE_FILE))
+    if has_manifest(path):
+        check_manifest(path, skip=_TRAINING_ONLY.search if model_only else None)
+    elif state_present:
+        if (_read_state(path) or {}).get(MANIFEST_KEY):
+            raise broken(path, f"{MANIFEST_FILE}: missing ({STATE_FILE} says one was saved with it)")
+        echo(f"{path}: no {MANIFEST_FILE} (saved before checkpoints carried one): its files are parsed, not verified")
+    if not model_only:
+        load_trainer_state(path)
+        read_rng_state(path)
+    elif state_present:  # eval reads the training template from it
+        _read_json(path, STATE_FILE)
+    _read_json(path, "config.json")
+    _check_weight_files(path, model_only)
+
+
+def _check_weight_files(path: str, model_only: bool) -> None:
+    """Every safetensors file opens (its header parses and covers the file: a truncated file fails) and every file
+    an index's ``weight_map`` names exists."""
+    from safetensors import SafetensorError, safe_open
+
+    problems = []
+    for name in files_under(path):
+        if model_only and _TRAINING_ONLY.search(name):
+            continue
+        if name.endswith(".safetensors"):
+            try:
+                with safe_open(os.path.join(path, name), framework="np"):
+                    pass
+            except SafetensorError as e:
+                problems.append(f"{name}: unreadable ({e})")
+        elif name.endswith(".safetensors.index.json"):
+            folder = os.path.dirname(name)
+            weight_map = _read_json(path, name).get("weight_map", {})
+            problems += [f"{os.path.join(folder, shard)}: missing (named by {name})"
+                         for shard in sorted(set(weight_map.values()))
+                         if not os.path.isfile(os.path.join(path, folder, shard))]
+    if problems:
+        raise broken(path, *problems)
+
+
+def _read_json(path: str, name: str) -> dict:
+    """The JSON object in ``path/name``; ``CheckpointError`` naming it when it is missing, empty or not one."""
+    file = os.path.join(path, name)
+    try:
+        with open(file, encoding="utf-8") as f:
+            value = json.load(f)
+    except FileNotFoundError:
+        raise broken(path, f"{name}: missing") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise broken(path, f"{name}: empty" if os.path.getsize(file) == 0 else f"{name}: not valid JSON ({e})") \
+            from None
+    if not isinstance(value, dict):
+        raise broken(path, f"{name}: not a JSON object")
+    return value
 
 
 def load_trainer_state(path: str) -> dict:
-    with open(os.path.join(path, STATE_FILE), encoding="utf-8") as f:
-        return json.load(f)
+    state = _read_json(path, STATE_FILE)
+    step = state.get("global_step")
+    if type(step) is not int or step < 0:
+        raise broken(path, f"{STATE_FILE}: global_step is {step!r}, not a whole number of steps")
+    return state
+
+
+def read_rng_state(path: str) -> dict:
+    """The saved RNG state. Any failure to unpickle the file is the file's (truncated, overwritten), not a bug:
+    unpickling damaged bytes raises almost any exception type."""
+    file = os.path.join(path, RNG_FILE)
+    try:
+        with open(file, "rb") as f:
+            state = pickle.load(f)
+    except FileNotFoundError:
+        raise broken(path, f"{RNG_FILE}: missing") from None
+    except Exception as e:  # noqa: BLE001 -- see the docstring
+        raise broken(path, f"{RNG_FILE}: unreadable ({type(e).__name__}: {e})") from None
+    if not isinstance(state, dict) or not {"paddle", "numpy", "python"} <= set(state):
+        raise broken(path, f"{RNG_FILE}: not an RNG state (paddle, numpy, python)")
+    return state
 
 
 def load_rng_state(path: str) -> None:
-    with open(os.path.join(path, "rng_state.pkl"), "rb") as f:
-        set_rng_state(pickle.load(f))
+    set_rng_state(read_rng_state(path))

@@ -94,6 +94,25 @@ def in_rank_order(fn, rank: int, world_size: int):
     return result
 
 
+def decided_by_main(fn, rank: int, world_size: int):
+    """``fn()`` run on rank 0 alone, its result, or the exception it raised, handed to every rank: for a decision
+    all ranks must share that reads files (the checkpoint to resume from: verified once, not hashed by every rank,
+    and no rank can come to another answer). Every rank raises when ``fn`` did, so none waits for the others."""
+    if world_size == 1:
+        return fn()
+    outcome = [None, None]
+    if rank == 0:
+        try:
+            outcome = [fn(), None]
+        except Exception as e:  # noqa: BLE001 -- raised again below, on every rank
+            outcome = [None, e]
+    dist.broadcast_object_list(outcome, src=0)
+    result, error = outcome
+    if error is not None:
+        raise error
+    return result
+
+
 GRADIENT_BUCKET_BYTES = 32 << 20
 
 

@@ -119,8 +119,8 @@ class RankWatch:
                 if r not in last_beats or beats != last_beats[r][0]:
                     last_beats[r] = (beats, now)
                 elif now - last_beats[r][1] > self.dead_after:
-                    raise RankFailure(f"rank {self.rank}, waiting at {where}: rank {r} stopped (no heartbeat for "
-                                      f"{now - last_beats[r][1]:.0f} s; {self._describe(r)}); ending this rank")
+                    raise RankFailure(f"rank {self.rank}, waiting at {where}: rank {r} ({self._describe(r)}) "
+                                      f"stopped (no heartbeat for {now - last_beats[r][1]:.0f} s); ending this rank")
             if now - start > self.collective_timeout:
                 waited = ", ".join(f"rank {r} ({self._describe(r)})" for r in late)
                 raise RankFailure(f"rank {self.rank} waited {now - start:.0f} s at {where} for {waited}: past "

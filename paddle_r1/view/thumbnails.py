@@ -8,7 +8,9 @@ import hashlib
 import os
 from typing import Optional
 
-from PIL import Image, ImageOps
+from PIL import Image
+
+from ..data.images import as_rgb
 
 MAX_SIDE = 448  # pixels: the longer side of a thumbnail
 
@@ -29,7 +31,7 @@ def thumbnail(path: str, folder: str) -> Optional[tuple[str, tuple[int, int]]]:
         return name, (width, height)
     try:
         with Image.open(path) as img:
-            img = ImageOps.exif_transpose(img).convert("RGB")
+            img = as_rgb(img)
     except (OSError, Image.DecompressionBombError):
         return None
     size = img.size
