@@ -12,7 +12,8 @@ import logging
 
 import numpy as np
 
-from .tolerances import (CheckFailed, max_abs_difference, relative_difference, relative_to_largest, within)
+from .tolerances import (CheckFailed, largest_change, max_abs_difference, relative_difference, relative_to_largest,
+                         within)
 
 CHUNK = 64  # log-prob chunk: the tiny rollouts' tokens in one piece
 OVERFLOW = 1e6  # a loss factor whose float16 gradients overflow at GradScaler's initial scale (2^15)
@@ -81,7 +82,10 @@ def training_step(ws) -> str:
     _, update = build_update("", optimizer, model, config.max_grad_norm, 1)
     scaler = update.wrap_scaler(ws.machine.precision.make_grad_scaler())
     mask = rollout.completion_mask.astype("float32")
-    weights = lambda: {name: _as_float32(p) for name, p in model.named_parameters()}  # noqa: E731
+
+    def weights() -> dict:
+        return {name: _as_float32(p) for name, p in model.named_parameters()}
+
     before = weights()
 
     def step(loss_factor: float):
@@ -97,7 +101,7 @@ def training_step(ws) -> str:
         scale = _loss_scale(scaler)
         _, _, applied, _ = step(OVERFLOW)
         lowered = _loss_scale(scaler)
-        if applied or max_abs_difference(_flat_weights(weights()), _flat_weights(before)) != 0:
+        if applied or largest_change(weights(), before) != 0:
             raise CheckFailed("a step whose float16 gradients overflowed changed the weights")
         if not lowered < scale:
             raise CheckFailed(f"the loss scale stayed {scale:g} after a step whose gradients overflowed: every "
@@ -108,18 +112,13 @@ def training_step(ws) -> str:
         raise CheckFailed(f"the step was not applied: loss {loss}, gradient norm {norm}")
     if not vision or not all(np.isfinite(g).all() for g in vision) or not any(np.abs(g).max() > 0 for g in vision):
         raise CheckFailed("the vision tower's gradients are missing, zero or not finite")
-    after = weights()
-    moved = max_abs_difference(_flat_weights(after), _flat_weights(before))
+    moved = largest_change(weights(), before)
     dtypes = {str(p.dtype).split(".")[-1] for p in model.parameters()}
     if not (0 < moved and np.isfinite(moved)) or dtypes != {ws.dtype}:
         raise CheckFailed(f"after the step the weights moved by {moved} and are {sorted(dtypes)}")
     figure.append(f"loss {loss:.3f}, gradient norm {norm:.3g}, {len(vision)} vision tower gradients finite, "
                   f"weights moved up to {moved:.2g} and stay {ws.dtype}")
     return "; ".join(figure)
-
-
-def _flat_weights(weights: dict) -> np.ndarray:
-    return np.concatenate([weights[name].ravel() for name in sorted(weights)])
 
 
 class _SdpaLog(logging.Handler):

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from .machine import Machine
-from .tolerances import TOLERANCES, Tolerance
+from .tolerances import Tolerance, tolerance_for
 
 QUESTION = "{Question}"
 # Sizes beside the tiny defaults, per family. Qwen3-VL's DeepStack adds vision block i's features to the image
@@ -27,7 +27,7 @@ class Workspace:
 
     @property
     def tolerance(self) -> Tolerance:
-        return TOLERANCES[self.dtype]
+        return tolerance_for(self.dtype, bool(self.machine.gpus))
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
