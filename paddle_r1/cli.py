@@ -117,6 +117,8 @@ def _selftest(args, extra: list[str]) -> int:
 
     if extra:
         raise SystemExit(f"selftest: unexpected arguments {extra}")
+    if args.nproc < 1:
+        raise SystemExit(f"selftest: --nproc {args.nproc}: give 1 or more ranks")
     return run_selftest(only=args.only, output=args.output, nproc=args.nproc, dtype=args.dtype, workdir=args.workdir,
                         echo=functools.partial(print, flush=True))
 

@@ -68,7 +68,7 @@ def single_run(ws) -> tuple[Run, dict]:
         from ..config import GRPOConfig
         from ..trainer.grpo import GRPOTrainer
 
-        output_dir = ws.path("run-1-rank")
+        output_dir = ws.fresh("run-1-rank")
         trainer = GRPOTrainer(GRPOConfig(**run_settings(ws, output_dir, ws.nproc)))
         trainer.train()
         return Run(output_dir, _metrics(output_dir)), _float32_state(trainer.policy)
@@ -124,7 +124,7 @@ def memory_estimate(ws) -> str:
 
     folder = ws.once(("model", "memory"), lambda: make_tiny_model(ws.path("memory-model"),
                                                                   size=TinySize(**MEMORY_MODEL)))
-    config = GRPOConfig(**run_settings(ws, ws.path("run-memory"), 1, model_name_or_path=folder, num_generations=8,
+    config = GRPOConfig(**run_settings(ws, ws.fresh("run-memory"), 1, model_name_or_path=folder, num_generations=8,
                                        per_device_train_batch_size=8, max_completion_length=512, max_steps=1,
                                        save_steps=0, save_only_model=True, learning_rate=1e-5, min_pixels=3136,
                                        max_pixels=12544))
@@ -136,9 +136,12 @@ def memory_estimate(ws) -> str:
     except ConfigError as e:
         total = next(line for line in str(e).splitlines() if line.startswith("total"))
         raise Skip(f"the check's own config does not fit this GPU: {' '.join(total.split())}") from None
-    GRPOTrainer(config).train()
-    paddle.device.cuda.synchronize()
-    peak = (paddle.device.cuda.max_memory_allocated() - before) / GIB
+    try:
+        GRPOTrainer(config).train()
+        paddle.device.cuda.synchronize()
+        peak = (paddle.device.cuda.max_memory_allocated() - before) / GIB
+    finally:
+        paddle.device.cuda.empty_cache()  # the cached blocks back to the GPU, for the ranks checks' processes
     bound = estimate.total_gib - RESERVE_GIB
     figure = (f"estimate {bound:.2f} GiB (+ {RESERVE_GIB:g} GiB reserve), measured peak {peak:.2f} GiB "
               f"({peak / bound:.0%} of the estimate)")
@@ -161,8 +164,7 @@ def _failed_rank_log(logs: str) -> str:
 def launch(ws, name: str, sharding: str) -> Run:
     """``ws.nproc`` ranks, one prompt each, through ``python -m paddle.distributed.launch ... paddle-r1 train``: one
     process per GPU (NCCL), or ``--nproc_per_node`` processes on CPU (gloo)."""
-    output_dir = ws.path(f"run-{ws.nproc}-ranks-{name}")
-    logs = output_dir + "-logs"
+    output_dir, logs = ws.fresh(f"run-{ws.nproc}-ranks-{name}"), ws.fresh(f"run-{ws.nproc}-ranks-{name}-logs")
     os.makedirs(logs, exist_ok=True)
     config = os.path.join(logs, "config.json")
     with open(config, "w", encoding="utf-8") as f:
@@ -192,7 +194,7 @@ def ranks(ws, name: str, sharding: str) -> str:
     loss and gradient norm and the trained weights equal the 1-rank run's; with sharding, every rank saved a share
     of the AdamW state, none more than 3/4 of it."""
     if ws.nproc < 2:
-        raise Skip("--nproc 1: a multi-rank check needs 2 or more ranks")
+        raise Skip(f"--nproc {ws.nproc}: a multi-rank check needs 2 or more ranks")
     if ws.machine.gpus and ws.machine.gpus < ws.nproc:
         raise Skip(f"{ws.machine.gpus} GPU(s) visible; {ws.nproc} ranks need {ws.nproc} (--nproc)")
     (single, trained), launched = single_run(ws), launch(ws, name, sharding)

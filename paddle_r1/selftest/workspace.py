@@ -3,6 +3,7 @@ first use), and the machine's precision and tolerances."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 
@@ -31,6 +32,11 @@ class Workspace:
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
+
+    def fresh(self, name: str) -> str:
+        """The path of a run's folder, emptied (a ``--workdir`` may hold an earlier selftest's)."""
+        shutil.rmtree(self.path(name), ignore_errors=True)
+        return self.path(name)
 
     def once(self, key, make):
         """``make()``, computed on the first call for ``key`` and kept."""
