@@ -71,7 +71,7 @@ def _decode_off_by_a_little(monkeypatch):
      "--attn_implementation eager"),
     ("one_token_decode", _decode_off_by_a_little, "CheckFailed: logits vs the layers' (relative to the largest) "
      "0.001 (limit 1e-04): over the limit", "--rollout_engine layers"),
-])
+], ids=["attention kernel raises", "decode step off by 1e-3"])
 def test_a_branch_broken_on_purpose_is_a_fail_with_its_error_and_exit_code_1(check, breaks, error, advice, tmp_path,
                                                                              monkeypatch, capsys):
     breaks(monkeypatch)

@@ -23,6 +23,7 @@ from . import checks, runs
 from .report import Check, console_lines, run_check, summary, write_json
 
 SEND = "send the JSON report (--output)"
+RANK_LOGS = "with the ranks' logs (--workdir DIR keeps them in DIR/run-*-logs)"
 CHECKS = [
     Check("environment", checks.environment, False,
           "install the paddlepaddle-gpu build for this machine's CUDA (README: Install), run the selftest again, "
@@ -41,11 +42,11 @@ CHECKS = [
     Check("grpo_run", runs.grpo_run, False,
           f"{SEND}; with --workdir DIR, DIR/run-1-rank keeps the run's files"),
     Check("ranks_data_parallel", functools.partial(runs.ranks, name="data-parallel", sharding=""), True,
-          f"train on one GPU until it is fixed and {SEND}, with DIR/run-*-logs of --workdir DIR"),
+          f"train on one GPU until it is fixed and {SEND} {RANK_LOGS}"),
     Check("ranks_stage1", functools.partial(runs.ranks, name="stage1", sharding="stage1"), False,
-          f"train without --sharding until it is fixed and {SEND}, with DIR/run-*-logs of --workdir DIR"),
+          f"train without --sharding until it is fixed and {SEND} {RANK_LOGS}"),
     Check("ranks_stage2", functools.partial(runs.ranks, name="stage2", sharding="stage2"), True,
-          f"train with --sharding stage1 instead and {SEND}, with DIR/run-*-logs of --workdir DIR"),
+          f"train with --sharding stage1 instead and {SEND} {RANK_LOGS}"),
 ]
 CHECK_NAMES = [check.name for check in CHECKS]
 
@@ -58,6 +59,11 @@ def run_selftest(only: Optional[list[str]] = None, output: Optional[str] = None,
     from .workspace import Workspace
 
     start = time.perf_counter()
+    if output:  # a report that cannot be written stops the selftest now, not after its minutes of checks
+        try:
+            open(output, "w").close()
+        except OSError as e:
+            raise SystemExit(f"selftest: cannot write the report {output}: {e.strerror}") from None
     machine = inspect_machine(dtype)
     selected = [check for check in CHECKS if not only or check.name in only]
     with contextlib.ExitStack() as stack:

@@ -73,7 +73,8 @@ def inspect_machine(requested_dtype: Optional[str] = None) -> Machine:
         "paddle": {"version": paddle.version.full_version, "commit": paddle.version.commit,
                    "compiled_with_cuda": paddle.is_compiled_with_cuda(), "cuda": paddle.version.cuda(),
                    "cudnn": paddle.version.cudnn(), "nccl": paddle.version.nccl(),
-                   "flash_attn_available": paddle.framework._global_flags().get("FLAGS_flash_attn_available")},
+                   **{flag: paddle.framework._global_flags().get(f"FLAGS_{flag}")  # sdpa's kernels in this build
+                      for flag in ("flash_attn_available", "mem_efficient_attn_available")}},
         "gpus": gpus,
         "paddleformers": _version("paddleformers"),
         "paddle_r1": _version("paddle_r1"),

@@ -55,17 +55,19 @@ def run_check(check: Check, workspace) -> Result:
 
 
 def console_lines(result: Result) -> list[str]:
-    text = result.figure if result.status == "PASS" else result.error.splitlines()[0] if result.status == "SKIP" else ""
-    lines = [f"{result.status:<4}  {result.name:<19} {result.seconds:6.1f} s  {text}".rstrip()]
-    if result.status == "FAIL":
-        lines += [f"      error: {line}" for line in result.error.splitlines()[:12]]
-        lines.append(f"      what to do: {result.advice}")
-    return lines
+    """``STATUS  name  seconds  figure`` (a SKIP's reason in the figure's place); a FAIL adds the error, what to do."""
+    head = f"{result.status:<4}  {result.name:<19} {result.seconds:6.1f} s"
+    if result.status == "PASS":
+        return [f"{head}  {result.figure}"]
+    if result.status == "SKIP":
+        return [f"{head}  {result.error}"]
+    return [head] + [f"      error: {line}" for line in result.error.splitlines()[:12]] + \
+        [f"      what to do: {result.advice}"]
 
 
 def summary(results: list[Result], seconds: float) -> str:
     counts = {status: sum(r.status == status for r in results) for status in ("PASS", "FAIL", "SKIP")}
-    return (f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped in {seconds:.0f} s")
+    return f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped in {seconds:.0f} s"
 
 
 def write_json(path: str, results: list[Result], environment: dict, seconds: float) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -175,10 +176,16 @@ def launch(ws, name: str, sharding: str) -> Run:
     command = [sys.executable, "-m", "paddle.distributed.launch", *devices, "--log_dir", logs,
                sys.executable, "-m", "paddle_r1.cli", "train", "--config", config]
     with open(os.path.join(logs, "launcher.log"), "w", encoding="utf-8") as out:
+        # its own process group, so that nothing it started outlives a timeout or an interrupted selftest
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=LAUNCH_TIMEOUT).returncode
+            code = process.wait(timeout=LAUNCH_TIMEOUT)
         except subprocess.TimeoutExpired:
             raise CheckFailed(f"no result within {LAUNCH_TIMEOUT} s; " + _failed_rank_log(logs)) from None
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
     if code != 0:
         raise CheckFailed(f"paddle.distributed.launch exited with {code}; " + _failed_rank_log(logs))
     return Run(output_dir, _metrics(output_dir))
