@@ -107,9 +107,11 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     args = parser.parse_args()
 
+    from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries("ERROR")
+    tune_cpu_math()  # what a CPU job does before its first matrix product
     from paddle_r1.models.loading import load_model, load_processor
     from paddle_r1.models.tiny import TinySize, make_tiny_model
 

@@ -16,9 +16,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     args = parser.parse_args()
+    from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries("ERROR")
+    tune_cpu_math()  # what a CPU job does before its first matrix product
     from paddle_r1.data.synthetic import make_synthetic_rec
     from paddle_r1.evaluation.runner import EvalOptions, Evaluator
     from paddle_r1.evaluation.tasks import TASKS

@@ -153,9 +153,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each side (default 1)")
     args = parser.parse_args()
 
+    from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries("ERROR")
+    tune_cpu_math()  # what a CPU job does before its first matrix product
     from paddle.base import core
 
     core.set_num_threads(args.threads)

@@ -117,9 +117,11 @@ def main(argv=None) -> int:
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the eval runner's progress bars
     from paddle_r1.config import parse_overrides
+    from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries("ERROR")
+    tune_cpu_math()  # what a CPU job does before its first matrix product
 
     preset = QUICK if args.quick else FULL
     if args.dynamic_sampling:

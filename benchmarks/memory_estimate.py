@@ -58,9 +58,11 @@ def main() -> None:
     from paddle_r1.memory import ModelShape, decoder_training_bytes
     from paddle_r1.models.loading import load_model
     from paddle_r1.models.tiny import TinySize, make_tiny_model
+    from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries("ERROR")
+    tune_cpu_math()  # what a CPU job does before its first matrix product
     size = TinySize(hidden_size=args.hidden, intermediate_size=3 * args.hidden, num_hidden_layers=args.layers,
                     num_attention_heads=8, num_key_value_heads=2)
     folder = make_tiny_model(os.path.join(tempfile.mkdtemp(), "model"), size=size)

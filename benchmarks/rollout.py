@@ -153,9 +153,11 @@ def main() -> None:
         if getattr(args, key) is None:
             setattr(args, key, value)
 
+    from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries("ERROR")
+    tune_cpu_math()  # what a CPU job does before its first matrix product
     from paddle_r1.models.loading import load_model, load_processor
     from paddle_r1.generation.generator import build_prompt_batch
     from paddle_r1.generation.rollout import SamplingParams, sample_completions

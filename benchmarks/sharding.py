@@ -31,10 +31,12 @@ def run_rank(settings: dict, report_dir: str) -> None:
     import paddle.distributed as dist
 
     from paddle_r1.config import GRPOConfig
+    from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
     from paddle_r1.trainer.grpo import GRPOTrainer
 
     quiet_libraries("ERROR")
+    tune_cpu_math()  # what a CPU job does before its first matrix product
     trainer = GRPOTrainer(GRPOConfig(**settings))
     start = time.perf_counter()
     trainer.train()

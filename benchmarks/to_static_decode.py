@@ -119,9 +119,11 @@ def main() -> None:
     parser.add_argument("--model", help="a checkpoint folder (default: paddle_r1's tiny model at the anchor's sizes)")
     args = parser.parse_args()
 
+    from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries("ERROR")
+    tune_cpu_math()  # what a CPU job does before its first matrix product
     from paddle_r1.models.tiny import TinySize, make_tiny_model
 
     model_dir = args.model or make_tiny_model(tempfile.mkdtemp(), size=TinySize(

@@ -1,6 +1,5 @@
-"""paddle_r1: GRPO reinforcement fine-tuning of Qwen-VL models on PaddlePaddle."""
-from .cpu_math import choose_mkl_kernels, keep_large_blocks_on_the_heap
+"""paddle_r1: GRPO reinforcement fine-tuning of Qwen-VL models on PaddlePaddle.
 
-choose_mkl_kernels()  # before Paddle's first matrix product: see cpu_math.py
-keep_large_blocks_on_the_heap()
+Importing it changes nothing in the process: the CPU settings (``cpu_math.tune_cpu_math``), the libraries' log
+levels (``quiet``) and the reward workers are made by the commands and jobs that need them."""
 __version__ = "0.1.0"

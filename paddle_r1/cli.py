@@ -60,11 +60,13 @@ def _view(args, extra: list[str]) -> int:
 
 
 def _serve(args, extra: list[str]) -> int:
+    from .cpu_math import tune_if_no_gpu
     from .serve.limits import ServeLimits
     from .serve.server import serve
 
     if extra:
         raise SystemExit(f"serve: unexpected arguments {extra}")
+    tune_if_no_gpu()
     limits = ServeLimits(max_request_bytes=args.max_request_mb << 20, max_images=args.max_images,
                          max_image_pixels=args.max_image_pixels, max_tokens=args.max_tokens, max_n=args.max_n,
                          max_concurrency=args.max_concurrency, max_batch=args.max_batch)

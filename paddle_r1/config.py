@@ -116,6 +116,8 @@ class ModelKeys:
     model_name_or_path: str = ""
     dtype: str = "float32"
     device: Optional[str] = None  # default: gpu when Paddle was built with CUDA, else cpu
+    # on the CPU: MKL's AVX2 kernels on AMD processors and glibc's large heap blocks (paddle_r1/cpu_math.py)
+    tune_cpu_math: bool = True
     freeze_vision: bool = False
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (memory for time)
     attn_implementation: Optional[str] = None  # eager | sdpa; None: sdpa on GPU (flash / memory-efficient), eager on CPU

@@ -1,11 +1,13 @@
-"""Two settings of the process that Paddle's CPU kernels are slow without, made when paddle_r1 is imported.
+"""Two settings of the process that Paddle's CPU kernels are slow without (``tune_cpu_math``), made by a job that
+runs on the CPU (config key ``tune_cpu_math``, on by default) and by the commands that run a model on a machine
+without CUDA; importing paddle_r1 makes neither.
 
 MKL on AMD. Paddle's CPU wheel calls an old Intel MKL (``libmklml_intel``) for its matrix products, and that MKL picks a
 generic, non-AVX2 code path on AMD processors: a [1696, 256] x [256, 2048] product ran at 14 GFLOP/s on this
 project's 2-core AMD EPYC (torch's newer MKL: 45-69). ``MKL_DEBUG_CPU_TYPE=5`` makes that MKL use its AVX2
 kernels on any processor that has AVX2 and FMA: 40-78 GFLOP/s on the same machine. MKL reads the variable
-when Paddle first loads it (the first matrix product), so it is set when paddle_r1 is imported; a value the
-user set is kept, and Intel processors (where MKL already chooses well, AVX-512 included) are left alone.
+when Paddle first loads it (the first matrix product), so it must be set before that; a value the user set is
+kept, and Intel processors (where MKL already chooses well, AVX-512 included) are left alone.
 
 Large blocks from glibc's heap. glibc serves blocks above its mmap threshold (128 KiB at first) with a fresh
 ``mmap`` and gives them back on free, so every activation-sized tensor Paddle's CPU allocator asks for starts on
@@ -48,3 +50,17 @@ def keep_large_blocks_on_the_heap() -> None:
     libc = ctypes.CDLL("libc.so.6")
     libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
     libc.mallopt(M_TRIM_THRESHOLD, 256 << 20)
+
+
+def tune_cpu_math() -> None:
+    """Both settings, for a process that runs Paddle on the CPU; call it before the first matrix product."""
+    choose_mkl_kernels()
+    keep_large_blocks_on_the_heap()
+
+
+def tune_if_no_gpu() -> None:
+    """``tune_cpu_math`` in a command that runs a model where Paddle has no CUDA (eval, serve)."""
+    import paddle
+
+    if not paddle.is_compiled_with_cuda():
+        tune_cpu_math()

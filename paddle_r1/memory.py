@@ -342,14 +342,14 @@ def allocate_optimizer_state(optimizer) -> int:
     the same method early."""
     import paddle
 
-    inner, params = _stepping_optimizer_and_owned_weights(optimizer)
+    inner, params = stepping_optimizer_and_owned_weights(optimizer)
     before = _accumulator_bytes(inner)
     inner._create_accumulators(paddle.static.default_main_program().global_block(),
                                [p for p in params if not p.stop_gradient])
     return _accumulator_bytes(inner) - before
 
 
-def _stepping_optimizer_and_owned_weights(optimizer):
+def stepping_optimizer_and_owned_weights(optimizer):
     """The optimizer whose ``step`` creates the state, and the weights whose state this rank keeps: stage 2's
     ``GroupShardedOptimizerStage2`` steps its ``_optim`` on the weights ``param2rank`` gives this rank; stage 1's
     ``DygraphShardingOptimizer`` has already narrowed its ``_inner_opt`` to this rank's weights."""

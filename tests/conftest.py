@@ -8,9 +8,12 @@ warnings.filterwarnings("ignore")
 
 @pytest.fixture(scope="session", autouse=True)
 def quiet_libraries():
+    """The libraries' log levels, and the CPU settings a CPU job makes (before the first matrix product)."""
+    from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries()
+    tune_cpu_math()
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,23 @@ def train_and_dump(settings: dict, dump_dir: str) -> None:
                        "late_gradients": reducer.late_gradients}, f)
 
 
+def train_each_and_dump(jobs: list) -> None:
+    """``train_and_dump`` for each (settings, dump_dir) in turn, in one process group (a spawn costs seconds). A
+    run refused with a ``ConfigError`` leaves its message in ``dump_dir/rank<r>_error.txt``."""
+    import paddle.distributed as dist
+
+    from paddle_r1.config import ConfigError
+
+    for settings, dump_dir in jobs:
+        os.makedirs(dump_dir, exist_ok=True)
+        try:
+            train_and_dump(settings, dump_dir)
+        except ConfigError as e:
+            rank = dist.get_rank() if dist.is_initialized() else 0
+            with open(os.path.join(dump_dir, f"rank{rank}_error.txt"), "w") as f:
+                f.write(str(e))
+
+
 def reduce_and_dump(dump_dir: str) -> None:
     """``GradientReducer`` on a small model whose ranks differ the ways that make overlapping unsafe, against
     averaging each finished gradient after the backward. Rank 0 runs the head's log-prob-like part in 3 reentrant

@@ -9,6 +9,7 @@ import paddle
 import pytest
 
 from paddle_r1.config import GRPOConfig
+from paddle_r1.models.loading import load_model
 from paddle_r1.trainer.dynamic_sampling import informative_groups
 from paddle_r1.trainer.grpo import GRPOTrainer
 from paddle_r1.trainer.loss import advantages_for, grpo_loss, kl_divergence, overlong_penalty
@@ -101,19 +102,41 @@ def test_dynamic_sampling_drops_tied_groups_deterministically_and_resumes(tiny_m
         np.testing.assert_allclose(_weights(resumed)[key], value, rtol=1e-6, atol=1e-7, err_msg=key)
 
 
-@pytest.mark.parametrize("options", [
-    dict(adv_estimator="rloo"), dict(adv_estimator="reinforce_plus_plus"), dict(kl_estimator="k2"),
-    dict(use_kl_loss=False, kl_estimator="k1"), dict(importance_sampling_level="sequence"),
-    dict(overlong_buffer=3), dict(ref_model_update="ema", ref_ema_decay=0.5),
-], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
-def test_each_option_trains(tiny_model_dir, rec_samples, tmp_path, options):
-    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, max_steps=2, **options), samples=rec_samples)
-    before = _weights(trainer)
+_BASELINES: dict = {}
+
+
+def _train(model_dir, samples, out, **options) -> tuple[list, dict, GRPOTrainer]:
+    trainer = GRPOTrainer(_config(model_dir, out, max_steps=2, **options), samples=samples)
     history = trainer.train()["history"]
     assert all(np.isfinite(h["loss"]) for h in history)
-    assert any(not np.array_equal(before[k], v) for k, v in _weights(trainer).items())
-    if options.get("ref_model_update") == "ema":  # ref <- 0.5 ref + 0.5 policy after each step: moved halfway
-        ref = {k: v.numpy() for k, v in trainer.reference.named_parameters()}
-        policy = {k: v.numpy() for k, v in trainer.policy.named_parameters()}
-        key = next(k for k in ref if not np.allclose(policy[k], before[k]))
-        assert not np.allclose(ref[key], before[key]) and not np.allclose(ref[key], policy[key])
+    return history, _weights(trainer), trainer
+
+
+# (the option, the run it is compared with, what the option must change: the weights, or a logged metric at step 2)
+@pytest.mark.parametrize("options,without,changes", [
+    (dict(adv_estimator="rloo"), {}, "weights"),
+    (dict(adv_estimator="reinforce_plus_plus"), {}, "weights"),
+    (dict(kl_estimator="k2"), {}, "kl"),  # the default is k3; both are 0 at step 1, where policy = reference
+    (dict(use_kl_loss=False, kl_estimator="k1"), dict(kl_estimator="k1"), "reward"),  # r - beta * KL
+    # on-policy the sequence-level weight has the token level's gradient: the second of num_iterations=2 is off-policy
+    (dict(importance_sampling_level="sequence", num_iterations=2), dict(num_iterations=2), "weights"),
+    (dict(overlong_buffer=3), {}, "reward"),  # completions within 3 tokens of max_completion_length are penalised
+    (dict(ref_model_update="ema", ref_ema_decay=0.5), {}, "reference"),
+], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) if isinstance(o, dict) else None)
+def test_each_option_changes_what_it_should(tiny_model_dir, rec_samples, tmp_path, options, without, changes):
+    """Each option against the same run without it: a trainer that ignored the option would fail here."""
+    key = tuple(sorted(without.items()))
+    if key not in _BASELINES:
+        _BASELINES[key] = _train(tiny_model_dir, rec_samples, tmp_path / "without", **without)[:2]
+    base_history, base_weights = _BASELINES[key]
+    history, weights, trainer = _train(tiny_model_dir, rec_samples, tmp_path / "with", **options)
+    if changes == "weights":
+        assert any(not np.allclose(weights[k], v, rtol=1e-6, atol=1e-8) for k, v in base_weights.items())
+    elif changes == "reference":  # ref <- 0.5 ref + 0.5 policy after each step: moved halfway, the frozen one not
+        assert trainer.reference is not None
+        initial = {k: v.numpy() for k, v in load_model(tiny_model_dir).state_dict().items()}
+        ref = {k: v.numpy() for k, v in trainer.reference.state_dict().items()}
+        moved = [k for k in ref if not np.allclose(weights[k], initial[k])]
+        assert moved and all(not np.allclose(ref[k], initial[k]) and not np.allclose(ref[k], weights[k]) for k in moved)
+    else:
+        assert history[1][changes] != pytest.approx(base_history[1][changes], rel=1e-6, abs=1e-9), changes

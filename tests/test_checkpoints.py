@@ -7,6 +7,7 @@ import numpy as np
 import paddle
 import pytest
 
+from paddle_r1.config import ConfigError
 from paddle_r1.trainer import checkpoint as ckpt
 from paddle_r1.trainer.metrics import MetricsLogger
 
@@ -101,11 +102,12 @@ def _step(model, optimizer, x):
     optimizer.clear_grad()
 
 
-def _write_two_shards(folder, model, optimizer):
-    """What two stage-1 ranks write: each the moments of its own weights, both the scheduler."""
+def _write_two_shards(folder, model, optimizer, first_share=2):
+    """What two sharded ranks write: each the moments of its own weights (rank 0 the first ``first_share``
+    weights), both the scheduler."""
     state = ckpt.optimizer_state(optimizer, model)
     names = [name for name, _ in model.named_parameters()]
-    for rank, own in enumerate((names[:2], names[2:])):
+    for rank, own in enumerate((names[:first_share], names[first_share:])):
         share = {k: v for k, v in state.items() if k == "LR_Scheduler" or any(k.startswith(n + "_") for n in own)}
         paddle.save(share, os.path.join(folder, f"optimizer.shard{rank}.pdopt"))
     return state
@@ -117,12 +119,36 @@ def test_a_rank_reads_only_its_own_shard_to_host_memory(tmp_path):
     whole = _write_two_shards(str(tmp_path), model, optimizer)
     (tmp_path / "optimizer.shard1.pdopt").write_bytes(b"rank 1's file: rank 0 must not open it")
 
-    state = ckpt.read_optimizer_state(str(tmp_path), rank=0, world_size=2)
+    # rank 0 of a sharded run with the saved layout keeps the state of the first two weights
+    state = ckpt.read_optimizer_state(str(tmp_path), ["0.weight", "0.bias"], first_shard=0)
     moments = {k: v for k, v in state.items() if k != "LR_Scheduler"}
     assert moments and all(k.startswith(("0.weight_", "0.bias_")) for k in moments)
     assert all(isinstance(v, np.ndarray) for v in moments.values())  # host arrays, not device tensors
     for key, value in moments.items():
         np.testing.assert_array_equal(value, whole[key].numpy())
+
+
+def test_a_sharded_rank_gathers_its_share_from_shards_split_another_way(tmp_path):
+    """The same number of shards, split another way (what stage 1 and stage 2, or another set of trainable
+    weights, give): rank 0's own file does not hold all of its new share, so the rest comes from rank 1's."""
+    model, optimizer = _trained()
+    _step(model, optimizer, paddle.randn([5, 4]))
+    whole = _write_two_shards(str(tmp_path), model, optimizer, first_share=1)  # rank 0 saved "0.weight" only
+    share = ["0.weight", "0.bias", "1.weight"]
+    state = ckpt.read_optimizer_state(str(tmp_path), share, first_shard=0)
+    expected = {k for k in whole if any(k.startswith(n + "_") for n in share)}
+    assert set(state) - {"LR_Scheduler"} == expected  # all of the share, nothing of "1.bias"
+    for key in expected:
+        np.testing.assert_array_equal(state[key], whole[key].numpy())
+
+
+def test_weights_the_checkpoint_has_no_state_for_are_named(tmp_path):
+    model, optimizer = _trained()
+    _step(model, optimizer, paddle.randn([5, 4]))
+    _write_two_shards(str(tmp_path), model, optimizer)
+    with pytest.raises(ConfigError, match=r"resume_from_checkpoint.*optimizer.shard0.pdopt, optimizer.shard1.pdopt.*"
+                                          r"nothing for 1 weight\(s\) this run trains \(2.weight\)"):
+        ckpt.read_optimizer_state(str(tmp_path), ["0.weight", "2.weight"], first_shard=0)
 
 
 def test_shards_merged_for_another_rank_count_resume_exactly(tmp_path):
@@ -135,7 +161,8 @@ def test_shards_merged_for_another_rank_count_resume_exactly(tmp_path):
 
     resumed, resumed_optimizer = _trained(seed=1)
     resumed.set_state_dict({k: paddle.to_tensor(v) for k, v in weights.items()})
-    state = ckpt.read_optimizer_state(str(tmp_path), rank=0, world_size=1)
+    # one replicated rank keeps the state of every weight: both shards, merged
+    state = ckpt.read_optimizer_state(str(tmp_path), [name for name, _ in resumed.named_parameters()], first_shard=0)
     assert all(isinstance(v, np.ndarray) for k, v in state.items() if k != "LR_Scheduler")
     ckpt.load_optimizer_state(resumed_optimizer, resumed, state)
     _step(resumed, resumed_optimizer, x)

@@ -1,4 +1,6 @@
 """Which MKL kernels paddle_r1 asks for, from /proc/cpuinfo's text (no timing here: benchmarks/grpo_step.py)."""
+import os
+
 from paddle_r1.cpu_math import mkl_cpu_type
 
 AMD = "vendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse sse2 fma avx avx2\n"
@@ -13,3 +15,33 @@ def test_intel_and_processors_without_avx2_are_left_to_mkl():
     assert mkl_cpu_type(AMD.replace(" avx2", "")) is None
     assert mkl_cpu_type(AMD.replace(" fma", "")) is None
     assert mkl_cpu_type("") is None
+
+
+def test_importing_paddle_r1_changes_nothing_in_the_process():
+    """Issue 30: no environment variable set, nothing asked of glibc, at import; a CPU job makes the settings."""
+    import subprocess
+    import sys
+
+    # the libraries that add warning filters of their own when imported (scipy, urllib3, requests) come first
+    check = ("import paddle, paddleformers, os, warnings, scipy.optimize, scipy.sparse, scipy.special, urllib3, requests; "
+             "e = dict(os.environ); f = list(warnings.filters); "
+             "import paddle_r1, paddle_r1.config, paddle_r1.rewards, paddle_r1.trainer.grpo, paddle_r1.cli; "
+             "assert dict(os.environ) == e, set(os.environ.items()) ^ set(e.items()); "
+             "assert warnings.filters == f, 'warning filters changed'")
+    env = {k: v for k, v in os.environ.items() if k != "MKL_DEBUG_CPU_TYPE"}
+    result = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_cpu_job_chooses_the_avx2_kernels_unless_told_not_to(tmp_path, tiny_model_dir, rec_jsonl, monkeypatch):
+    from paddle_r1.config import GRPOConfig
+    from paddle_r1.trainer.job import check_before_loading
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(AMD)
+    monkeypatch.setattr("paddle_r1.cpu_math.choose_mkl_kernels.__defaults__", (str(cpuinfo),))
+    for tune in (False, True):
+        monkeypatch.delenv("MKL_DEBUG_CPU_TYPE", raising=False)
+        check_before_loading(GRPOConfig(model_name_or_path=tiny_model_dir, data_path=rec_jsonl, device="cpu",
+                                        output_dir=str(tmp_path / "out"), tune_cpu_math=tune))
+        assert os.environ.get("MKL_DEBUG_CPU_TYPE") == ("5" if tune else None)

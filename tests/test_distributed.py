@@ -1,5 +1,7 @@
 """Data parallel and stage-1 sharding on CPU: 2 processes over gloo equal one process over the same global batch;
-the overlapping gradient reducer equals averaging each gradient after the backward."""
+the overlapping gradient reducer equals averaging each gradient after the backward; a checkpoint saved in any of
+these layouts resumes in any of them as the uninterrupted run, and a resume with another global batch says how it
+goes on."""
 import json
 import os
 
@@ -8,7 +10,7 @@ import paddle
 import paddle.distributed as dist
 import pytest
 
-from dp_worker import reduce_and_dump, train_and_dump
+from dp_worker import reduce_and_dump, train_and_dump, train_each_and_dump
 
 
 def _settings(model_dir, data, out, prompts, **extra):
@@ -20,11 +22,15 @@ def _settings(model_dir, data, out, prompts, **extra):
                    eval_reward="reward_helpers:short_reward"), **extra}
 
 
+# the runs of the three layouts save at step 1 too: the checkpoints the resumes below start from
+SAVED = dict(save_steps=1)
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory, tiny_model_dir, rec_jsonl):
-    """One process over the global batch of 2 prompts: the run both 2-rank runs must equal."""
+    """One process over the global batch of 2 prompts: the run every 2-rank run and every resume must equal."""
     out = tmp_path_factory.mktemp("single")
-    train_and_dump(_settings(tiny_model_dir, rec_jsonl, out / "run", prompts=2), str(out))
+    train_and_dump(_settings(tiny_model_dir, rec_jsonl, out / "run", prompts=2, **SAVED), str(out))
     return out
 
 
@@ -32,6 +38,18 @@ def _two_ranks(tmp_path, tiny_model_dir, rec_jsonl, **extra):
     dist.spawn(train_and_dump, args=(_settings(tiny_model_dir, rec_jsonl, tmp_path / "run", prompts=1, **extra),
                                      str(tmp_path)), nprocs=2, backend="gloo")
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory, tiny_model_dir, rec_jsonl):
+    """2 ranks, plain data parallel, 1 prompt each."""
+    return _two_ranks(tmp_path_factory.mktemp("replicated"), tiny_model_dir, rec_jsonl, **SAVED)
+
+
+@pytest.fixture(scope="module")
+def stage1(tmp_path_factory, tiny_model_dir, rec_jsonl):
+    """2 ranks, optimizer state sharded (stage 1), 1 prompt each."""
+    return _two_ranks(tmp_path_factory.mktemp("stage1"), tiny_model_dir, rec_jsonl, sharding="stage1", **SAVED)
 
 
 def _assert_same_training(double, single, tiny_model_dir):
@@ -61,8 +79,8 @@ def _reducer_counts(double) -> list[dict]:
 
 
 @pytest.mark.timeout(600)
-def test_two_ranks_equal_one_process_over_the_same_global_batch(tmp_path, single, tiny_model_dir, rec_jsonl):
-    double = _two_ranks(tmp_path, tiny_model_dir, rec_jsonl)
+def test_two_ranks_equal_one_process_over_the_same_global_batch(replicated, single, tiny_model_dir):
+    double = replicated
     _assert_same_training(double, single, tiny_model_dir)
     assert os.listdir(double / "run" / "checkpoint-2").count("optimizer.pdopt") == 1
     # the tiny model's gradients fit one 32 MB bucket, launched from the backward in both steps; the LM head's
@@ -127,9 +145,8 @@ def _moments(state: dict) -> dict:
 
 
 @pytest.mark.timeout(600)
-def test_stage1_sharding_splits_the_optimizer_state_and_trains_the_same(tmp_path, single, tiny_model_dir,
-                                                                        rec_jsonl):
-    double = _two_ranks(tmp_path, tiny_model_dir, rec_jsonl, sharding="stage1")
+def test_stage1_sharding_splits_the_optimizer_state_and_trains_the_same(stage1, single, tiny_model_dir):
+    double = stage1
     _assert_same_training(double, single, tiny_model_dir)
 
     checkpoint = double / "run" / "checkpoint-2"
@@ -149,14 +166,113 @@ def test_stage1_sharding_splits_the_optimizer_state_and_trains_the_same(tmp_path
         np.testing.assert_allclose(merged[key], value, rtol=1e-3, atol=1e-7, err_msg=key)
 
 
-@pytest.mark.timeout(600)
-def test_one_process_resumes_a_sharded_checkpoint(tmp_path, single, tiny_model_dir, rec_jsonl):
-    double = _two_ranks(tmp_path, tiny_model_dir, rec_jsonl, sharding="stage1", save_steps=1)
-    resumed = tmp_path / "resumed"
-    resumed.mkdir()
-    train_and_dump(_settings(tiny_model_dir, rec_jsonl, double / "run", prompts=2, sharding="stage1",
-                             resume_from_checkpoint=str(double / "run" / "checkpoint-1")), str(resumed))
+# ---- resume: every saved layout in every layout, on 1 and 2 ranks ------------------------------------------------
+# (layout name, ranks, settings); on one rank stage 1 has nothing to shard and saves one optimizer.pdopt, as "1 rank"
+LAYOUTS = {"1 rank": (1, {}), "2 ranks": (2, {}), "2 ranks stage1": (2, {"sharding": "stage1"})}
+# steps 1 -> 2 only: no held-out evaluation (it runs after step 2 and changes no weight)
+RESUME = dict(eval_steps=0)
+
+
+@pytest.fixture(scope="module")
+def saved(single, replicated, stage1):
+    """Each layout's run folder; its checkpoint-1 is the save every resume starts from."""
+    return {"1 rank": single, "2 ranks": replicated, "2 ranks stage1": stage1}
+
+
+def _resume_settings(tiny_model_dir, rec_jsonl, out, checkpoint, layout, **extra):
+    ranks, settings = LAYOUTS[layout]
+    return _settings(tiny_model_dir, rec_jsonl, out / "run", prompts=2 // ranks, resume_from_checkpoint=str(checkpoint),
+                     **RESUME, **settings, **extra)
+
+
+@pytest.fixture(scope="module")
+def mid_iteration(tmp_path_factory, tiny_model_dir, rec_jsonl):
+    """A one-rank checkpoint saved mid-way through num_iterations 2: it holds rank 0's rollout buffer."""
+    out = tmp_path_factory.mktemp("mid_iteration")
+    train_and_dump(_settings(tiny_model_dir, rec_jsonl, out / "run", prompts=2, num_iterations=2, max_steps=1,
+                             **RESUME), str(out))
+    checkpoint = out / "run" / "checkpoint-1"
+    assert (checkpoint / "extra_state_rank0.pdparams").is_file()
+    return checkpoint
+
+
+@pytest.fixture(scope="module")
+def resumed_on_two_ranks(tmp_path_factory, saved, mid_iteration, tiny_model_dir, rec_jsonl):
+    """One spawn: each saved layout's checkpoint-1 resumed on 2 ranks, replicated and stage 1; then the
+    mid-iteration checkpoint resumed on 2 ranks (refused)."""
+    out = tmp_path_factory.mktemp("resumed_on_two_ranks")
+    jobs = [(_resume_settings(tiny_model_dir, rec_jsonl, out / f"{old} to {new}", saved[old] / "run" / "checkpoint-1",
+                              new), str(out / f"{old} to {new}"))
+            for old in LAYOUTS for new in LAYOUTS if LAYOUTS[new][0] == 2]
+    jobs.append((_resume_settings(tiny_model_dir, rec_jsonl, out / "mid_iteration", mid_iteration, "2 ranks",
+                                  num_iterations=2), str(out / "mid_iteration")))
+    dist.spawn(train_each_and_dump, args=(jobs,), nprocs=2, backend="gloo")
+    return out
+
+
+def _assert_resumed_as_uninterrupted(resumed, single, ranks):
     one = np.load(single / "rank0.npz")
-    after = np.load(resumed / "rank0.npz")
-    for key in one.files:  # step 2 from the merged shards of step 1 == the single process's step 2
-        np.testing.assert_allclose(after[key], one[key], rtol=1e-4, atol=5e-5, err_msg=key)
+    for rank in range(ranks):
+        after = np.load(resumed / f"rank{rank}.npz")
+        for key in one.files:  # step 2 from checkpoint-1 == the uninterrupted run's step 2
+            np.testing.assert_allclose(after[key], one[key], rtol=1e-4, atol=5e-5, err_msg=f"rank {rank}: {key}")
+    # step 2's reward, logged for the whole global batch: the same completions as the uninterrupted run's
+    np.testing.assert_allclose(np.load(resumed / "rank0_rewards.npy"), np.load(single / "rank0_rewards.npy")[1:],
+                               rtol=1e-5)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("new", [layout for layout, (ranks, _) in LAYOUTS.items() if ranks == 2])
+@pytest.mark.parametrize("old", list(LAYOUTS))
+def test_every_saved_layout_resumes_on_two_ranks_as_the_uninterrupted_run(resumed_on_two_ranks, single, old, new):
+    """Includes the reported crash: stage 1 saved on 2 ranks, resumed on 2 ranks without sharding (each rank read
+    its own shard, and the replicated optimizer missed the other half of the state)."""
+    _assert_resumed_as_uninterrupted(resumed_on_two_ranks / f"{old} to {new}", single, ranks=2)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("old", list(LAYOUTS))
+def test_every_saved_layout_resumes_on_one_rank_as_the_uninterrupted_run(tmp_path, saved, single, old, tiny_model_dir,
+                                                                        rec_jsonl, capsys):
+    train_and_dump(_resume_settings(tiny_model_dir, rec_jsonl, tmp_path, saved[old] / "run" / "checkpoint-1",
+                                    "1 rank"), str(tmp_path))
+    _assert_resumed_as_uninterrupted(tmp_path, single, ranks=1)
+    note = capsys.readouterr().out
+    if LAYOUTS[old][0] == 2:  # said once, with what changed and that the run goes on as before
+        assert note.count("with another batch layout") == 1, note
+        assert "ranks 2 -> 1, per_device_train_batch_size 3 -> 6, gradient_accumulation_steps 1; global batch 2" \
+               in note and "the same prompts and completions as an uninterrupted run" in note, note
+    else:
+        assert "with another batch layout" not in note, note
+
+
+def test_a_mid_iteration_checkpoint_is_refused_on_another_rank_count(resumed_on_two_ranks, mid_iteration):
+    for rank in (0, 1):
+        error = (resumed_on_two_ranks / "mid_iteration" / f"rank{rank}_error.txt").read_text()
+        assert error.startswith(f"config key 'resume_from_checkpoint': {mid_iteration} was saved mid-way through "
+                                "num_iterations (its rollout buffers extra_state_rank0.pdparams are per rank"), error
+        assert "1 rank(s) x 2 prompt(s) x 1 micro-step(s)); this run has 2 x 1 x 1" in error, error
+    assert not list((resumed_on_two_ranks / "mid_iteration").glob("rank*.npz"))  # refused before training
+
+
+def test_another_global_batch_says_how_it_goes_on_and_takes_the_prompts_left(tmp_path, single, tiny_model_dir,
+                                                                             rec_jsonl, capsys):
+    """Saved after 1 step of 2 prompts; resumed with 1 prompt per step for half an epoch of the 12 prompts: the 4
+    prompts left take 4 more steps, and the sampler ends exactly at prompt 6."""
+    from paddle_r1.config import GRPOConfig
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    trainer = GRPOTrainer(GRPOConfig(**_resume_settings(
+        tiny_model_dir, rec_jsonl, tmp_path, single / "run" / "checkpoint-1", "1 rank", per_device_train_batch_size=3,
+        max_steps=-1, num_train_epochs=0.5, save_steps=0)))
+    note = capsys.readouterr().out
+    assert note.count("with another batch layout") == 1, note
+    for said in ("ranks 1, per_device_train_batch_size 6 -> 3, gradient_accumulation_steps 1; "
+                 "global batch 2 -> 1 prompts per optimizer step",
+                 "the next batch starts at epoch 0, index 2 of its 12-prompt seeded order",
+                 "the completions (and the weights) will not match an uninterrupted run's",
+                 "the prompts left take 4 more steps (the run and its learning-rate schedule end at step 5)"):
+        assert said in note, note
+    history = trainer.train()["history"]
+    assert len(history) == 4 and trainer.step == 5
+    assert trainer.sampler.state_dict() == {"epoch": 0, "index": 6}

@@ -5,6 +5,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -72,8 +73,12 @@ def test_heldout_score_is_the_mean_accuracy_reward(tiny, tmp_path):
                f"<answer>{truths[3]}</answer>"]
     scores = heldout.score_completions(heldout.samples, answers, [[(112, 112)]] * 4, [[(112, 112)]] * 4, "abs_resized")
     assert scores.tolist() == [1.0, 0.0, 0.0, 1.0]
-    score = heldout.evaluate(Generator(model, processor, "abs_resized"), 3, echo=lambda _: None)["eval/score"]
-    assert 0.0 <= score <= 1.0  # the tiny random model's own greedy answers
+    # the tiny random model's own greedy answers: the score is their mean accuracy, each answer right or wrong
+    generator = Generator(model, processor, "abs_resized")
+    per_sample = heldout.scores(generator, heldout.samples)
+    assert set(per_sample.tolist()) <= {0.0, 1.0}
+    score = heldout.evaluate(generator, 3, echo=lambda _: None)["eval/score"]
+    assert score == pytest.approx(float(np.mean(per_sample)))
     assert [step for step in range(12) if heldout.due(step, 11)] == [0, 5, 10, 11]
     with pytest.raises(ConfigError, match="'eval_data_path' is required"):
         GRPOConfig(eval_steps=5)

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config import GRPOConfig, SFTConfig, load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,13 +43,15 @@ def test_cpu_smoke_run_on_two_ranks_with_stage1_sharding(tmp_path):
 
 @pytest.mark.parametrize("name", ["grpo_counting.yaml", "grpo_geometry.yaml"])
 def test_task_configs_load(name):
-    GRPOConfig(**yaml.safe_load(open(os.path.join(ROOT, "configs", name))))
+    """Through load_config, as ``paddle-r1 train --config`` reads them (peer keys translated, sources named)."""
+    path = os.path.join(ROOT, "configs", name)
+    config = load_config(GRPOConfig, path)
+    assert config.data_path and config.reward_funcs == yaml.safe_load(open(path))["reward_funcs"]
 
 
 def test_sft_config_loads():
-    from paddle_r1.config import SFTConfig
-
-    SFTConfig(**yaml.safe_load(open(os.path.join(ROOT, "configs", "sft_rec.yaml"))))
+    config = load_config(SFTConfig, os.path.join(ROOT, "configs", "sft_rec.yaml"))
+    assert config.learning_rate == yaml.safe_load(open(os.path.join(ROOT, "configs", "sft_rec.yaml")))["learning_rate"]
 
 
 LAYOUTS = [  # (script, a path present under DATA_DIR, the data path and image root it gets)
@@ -79,7 +81,7 @@ def test_paddlemix_rec_recipe():
     """PaddleMIX's published REC recipe: 500 steps, vision trained, 256 completion tokens, refcoco/+/g."""
     from paddle_r1.data.loader import sources_from
 
-    config = GRPOConfig(**yaml.safe_load(open(os.path.join(ROOT, "configs", "grpo_rec_paddlemix.yaml"))))
+    config = load_config(GRPOConfig, os.path.join(ROOT, "configs", "grpo_rec_paddlemix.yaml"))
     assert (config.max_steps, config.freeze_vision, config.max_completion_length) == (500, False, 256)
     # PaddleMIX's global batch, 16 completions = 2 prompts x 8, on 2 GPUs (a group stays on one device)
     assert config.per_device_train_batch_size * 2 * config.gradient_accumulation_steps == 16

@@ -54,9 +54,11 @@ def default_dtype(protocol) -> str:
 
 
 def main(kind: str, argv: list[str] | None = None) -> int:
+    from ..cpu_math import tune_if_no_gpu
     from ..quiet import quiet_libraries
 
     quiet_libraries()
+    tune_if_no_gpu()
     args = build_parser(kind).parse_args(argv)
     protocol = get_protocol(args.protocol)
     steps = args.steps if args.steps is not None else protocol.steps

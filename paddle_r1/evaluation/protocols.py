@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..rewards.families.boxes import to_pixels, truth_box
-from .tasks import strict_number
+from ..rewards.families.answers import parse_strict_count
 
 PADDLEMIX_REC_R1 = ("{Question} First output the thinking process in <think> </think> tags and then output the final "
                     "answer in <answer> </answer> tags. Output the final answer in JSON format.")
@@ -121,6 +121,11 @@ def shuffled_first(count: int, sample_num: Optional[int], rng: random.Random) ->
     order = list(range(count))
     rng.shuffle(order)
     return order if sample_num is None else order[:sample_num]
+
+
+def strict_number(completion, *_):
+    """The count in a completion by the published rule (``parse_strict_count``), for the results table."""
+    return parse_strict_count(completion)
 
 
 PROTOCOLS = {

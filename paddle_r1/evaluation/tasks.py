@@ -8,9 +8,9 @@ from functools import partial
 from typing import Callable, Optional
 
 from ..rewards.manager import RewardManager
-from ..rewards.families.answers import parse_strict_count
 from ..rewards.families.boxes import predicted_box_in_pixels
 from ..rewards.parsing import answer_text, parse_number
+from .protocols import get_protocol
 
 
 @dataclass
@@ -20,6 +20,7 @@ class Task:
     correct_reward: str  # registry name; a score of 1.0 means correct
     parse: Callable  # (completion, coord_system, image_sizes, input_sizes) -> shown prediction or None
     settings: dict = field(default_factory=dict)  # the correct reward's settings (and the parse's)
+    _manager: Optional[RewardManager] = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def base(self) -> str:
@@ -29,8 +30,6 @@ class Task:
     def under(self, protocol: str, method: str = "r1") -> "Task":
         """This task scored under ``protocol`` (see ``protocols.PROTOCOLS``), named "<task>/<protocol>" in the results
         when the protocol has its own rule for it; the same task when it scores by the training reward."""
-        from .protocols import get_protocol
-
         rule = get_protocol(protocol).rules.get(self.name)
         if rule is None:
             return self
@@ -39,8 +38,9 @@ class Task:
                        parse=partial(rule.parse, **settings), settings=settings)
 
     def score(self, completions: list[str], columns: dict) -> list[bool]:
-        manager = RewardManager([self.correct_reward], settings={self.correct_reward: self.settings})
-        values = manager.score(completions, columns).per_function[:, 0]
+        if self._manager is None:  # bound once per task, not per batch
+            self._manager = RewardManager([self.correct_reward], settings={self.correct_reward: self.settings})
+        values = self._manager.score(completions, columns).per_function[:, 0]
         return [bool(v >= 1.0) for v in values]  # NaN (no solution) is not correct
 
 
@@ -51,10 +51,6 @@ def _box(completion, coord_system, image_sizes, input_sizes):
 
 def _number(completion, *_):
     return parse_number(answer_text(completion))
-
-
-def strict_number(completion, *_):
-    return parse_strict_count(completion)
 
 
 def _text(completion, *_):

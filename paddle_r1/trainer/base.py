@@ -1,8 +1,9 @@
 """The trainer skeleton GRPO and SFT share: setup (device, ranks, models, optimizer), the step loop with its
 progress bar, logging, held-out evaluation and checkpoint cadence, resume, and the guarded update.
 
-A job says only how a step is made (``training_step``), what a step's batch is (``prompts_per_step``,
-``steps_per_batch``), and what it adds to a checkpoint (``trainer_state``, ``save_rank_files``).
+A job says only how a step is made (``training_step``), how many steps use one batch (``steps_per_batch``), and
+what it adds to a checkpoint (``trainer_state``, ``save_rank_files``); a step's batch over all ranks is the config's
+``BatchLayout`` (``trainer/resume.py``).
 
 The update is guarded: a step whose loss or gradient norm is not finite changes neither the weights nor the
 optimizer state; it is logged (``train/skipped_steps``) and counted, and ``max_skipped_steps`` of them in a row
@@ -24,7 +25,7 @@ from ..data.samples import DataError
 from ..generation.generator import Generator
 from ..generation.generator import load_sample_images
 from ..models.loading import default_coord_system, load_models
-from ..memory import allocate_optimizer_state, check_fits
+from ..memory import allocate_optimizer_state, check_fits, stepping_optimizer_and_owned_weights
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
 from ..models.precision import precision_for_this_device
 from . import checkpoint as ckpt
@@ -33,6 +34,7 @@ from .distributed import (barrier, explain_failure, gather_objects, in_rank_orde
 from .job import prepare_job
 from .metrics import MetricsLogger
 from .optim import build_optimizer
+from .resume import BatchLayout, layout_note, prompts_taken, steps_to_finish_epochs
 from .sampler import PromptSampler
 from .sharding import build_update, fleet_strategy, optimizer_clips
 from .step_metrics import Stat, Sum, as_stat, merge, reduce_step_metrics
@@ -61,13 +63,26 @@ class Trainer:
         check_fits(cfg, self.world_size)  # GPU only: refuses, with the table and the keys to change
         self.resume_path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir) \
             if cfg.resume_from_checkpoint else None
+        # a resume with more or fewer ranks, or another per-device batch or accumulation: checked before loading
+        resumed = ckpt.load_trainer_state(self.resume_path) if self.resume_path else None
+        layout = BatchLayout.of(cfg, self.world_size)
+        saved_layout = BatchLayout.saved(cfg, resumed) if resumed else layout
+        if saved_layout != layout:
+            self.check_layout_change(self.resume_path, saved_layout, layout)
         paddle.seed(cfg.seed)
         np.random.seed(cfg.seed)
         self.load_models()
         self.generator = Generator(self.policy, self.processor, self.coord_system)
 
-        self.total_steps = cfg.max_steps if cfg.max_steps > 0 else \
-            math.ceil(cfg.num_train_epochs * len(self.samples) / self.prompts_per_step) * self.steps_per_batch
+        if cfg.max_steps > 0:
+            self.total_steps = cfg.max_steps
+        elif saved_layout != layout:  # the prompts left, at the new global batch
+            self.total_steps = resumed["global_step"] + steps_to_finish_epochs(
+                cfg.num_train_epochs, len(self.samples), layout.global_batch, self.steps_per_batch,
+                taken=prompts_taken(resumed["sampler"], len(self.samples)))
+        else:
+            self.total_steps = steps_to_finish_epochs(cfg.num_train_epochs, len(self.samples), layout.global_batch,
+                                                      self.steps_per_batch)
         optimizer, self.scheduler = build_optimizer(
             [p for p in self.policy.parameters() if not p.stop_gradient], cfg, self.total_steps,
             clip=optimizer_clips(sharding, self.world_size))
@@ -78,13 +93,16 @@ class Trainer:
         self.optimizer = self.update.optimizer
         self.scaler = self.update.wrap_scaler(self.precision.make_grad_scaler())  # float16 only
         # one global sequence of prompt batches; each rank takes its own slice of every batch
-        self.sampler = PromptSampler(len(self.samples), cfg.prompts_per_device * self.world_size, cfg.prompt_order_seed)
+        self.sampler = PromptSampler(len(self.samples), layout.micro_batch, cfg.prompt_order_seed)
         self.step = 0
         self.skipped_steps = 0  # in all, and in a row
         self.skipped_in_row = 0
         self.step_stats: dict[str, Stat] = {}  # what this rank saw during the step, beyond the job's own metrics
         if self.resume_path:
             self.restore(self.resume_path)
+            if self.is_main and saved_layout != layout:
+                print(layout_note(self.resume_path, saved_layout, layout, self.sampler.state_dict(),
+                                  len(self.samples), self.step, self.total_steps, epochs_based=cfg.max_steps <= 0))
         allocate_optimizer_state(self.optimizer)  # an optimizer that cannot fit fails now, not after a rollout
         # after a resume the logs keep only the rows of the steps the run now continues from
         self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl,
@@ -95,11 +113,6 @@ class Trainer:
     sharding_stage = ""  # GRPO reads its config key
     loads_reference_model = False  # a frozen reference model is loaded beside the policy
     saves_reference = False  # the reference is part of the run's state (it follows the policy)
-
-    @property
-    def prompts_per_step(self) -> int:
-        """Samples one optimizer step consumes over all ranks."""
-        return self.config.prompts_per_device * self.world_size
 
     steps_per_batch = 1  # optimizer steps made on one batch of samples (GRPO's num_iterations)
 
@@ -115,6 +128,10 @@ class Trainer:
 
     def restore_job(self, path: str, state: dict) -> None:
         """Restore what ``trainer_state`` / ``save_rank_files`` saved."""
+
+    def check_layout_change(self, path: str, saved: BatchLayout, now: BatchLayout) -> None:
+        """Before any model loads, when the checkpoint at ``path`` was saved with another batch layout: raise a
+        ``ConfigError`` if what the job saved cannot be restored in the new one."""
 
     def completion_rows(self) -> Optional[list[dict]]:
         """This rank's rows for completions.jsonl after a step; None when the step writes none (the same on
@@ -155,9 +172,12 @@ class Trainer:
             if self.is_main:
                 print(f"{path} was saved with save_only_model: no optimizer state, so this is a warm start "
                       "(its weights, step and data position; a fresh AdamW state), not an exact resume")
-        else:
+        else:  # this rank's share under this run's layout, whatever layout saved it
+            _, owned = stepping_optimizer_and_owned_weights(self.optimizer)
+            structured = {p.name: name for name, p in self.policy.named_parameters()}
+            weights = [structured[p.name] for p in owned if not p.stop_gradient]
             ckpt.load_optimizer_state(self.optimizer, self.policy,
-                                      ckpt.read_optimizer_state(path, rank=self.rank, world_size=self.world_size))
+                                      ckpt.read_optimizer_state(path, weights, first_shard=self.rank))
         self.restore_job(path, state)
         ckpt.load_rng_state(path)
 

@@ -24,10 +24,12 @@ import pickle
 import random
 import re
 import shutil
-from typing import Optional
+from typing import Collection, Optional
 
 import numpy as np
 import paddle
+
+from ..config import ConfigError
 
 STATE_FILE = "trainer_state.json"
 ORDER_KEY = "save_order"  # in trainer_state.json: how many saves into output_dir came before this one
@@ -41,10 +43,15 @@ class NoSpaceError(OSError):
     resume from."""
 
 
+def _owner(key: str, names) -> Optional[str]:
+    """The parameter an accumulator key (``<param>_moment1_0``) belongs to: the longest of ``names`` it starts with."""
+    return max((n for n in names if key == n or key.startswith(n + "_")), key=len, default=None)
+
+
 def _rename_by_prefix(key: str, names: dict[str, str]) -> str:
-    """Replace the longest leading parameter name in an accumulator key (``<param>_moment1_0``)."""
-    best = max((n for n in names if key == n or key.startswith(n + "_")), key=len, default=None)
-    return key if best is None else names[best] + key[len(best):]
+    """Replace the parameter name an accumulator key starts with by ``names[that name]``."""
+    owner = _owner(key, names)
+    return key if owner is None else names[owner] + key[len(owner):]
 
 
 def optimizer_state(optimizer, model) -> dict:
@@ -79,31 +86,52 @@ def save_optimizer(folder: str, optimizer, model, shard: Optional[int] = None) -
     paddle.save(optimizer_state(optimizer, model), os.path.join(folder, name))
 
 
-def _optimizer_files(folder: str, rank: Optional[int], world_size: Optional[int]) -> list[str]:
-    """The files this rank needs: its own shard when the checkpoint has one shard per rank of this run, else all
-    of them (the whole state, or shards written by a different number of ranks, to merge)."""
+def _optimizer_files(folder: str, first_shard: Optional[int]) -> list[str]:
+    """The checkpoint's optimizer files, ``optimizer.shard<first_shard>.pdopt`` (when there is one) first."""
     files = sorted(name for name in os.listdir(folder) if _OPTIMIZER_RE.match(name))
     if not files:
         raise FileNotFoundError(f"{folder}: no optimizer state (optimizer.pdopt or optimizer.shardN.pdopt)")
-    own = f"optimizer.shard{rank}.pdopt"
-    if rank is not None and len(files) == world_size and own in files:
-        return [own]
-    return files
+    own = f"optimizer.shard{first_shard}.pdopt"
+    return [own] + [f for f in files if f != own] if own in files else files
 
 
-def read_optimizer_state(folder: str, rank: Optional[int] = None, world_size: Optional[int] = None) -> dict:
-    """The checkpoint's optimizer state, as host (numpy) arrays: ``paddle.load`` would place every tensor on
-    the current device, and a 7B model's merged shards do not fit there. Given this run's ``rank`` and
-    ``world_size``, a checkpoint sharded over the same number of ranks is read from this rank's shard only;
-    otherwise the shards are merged (on the host), so a run resumes on any number of ranks, sharded or not (a
-    sharded optimizer keeps the entries of its own share)."""
+def read_optimizer_state(folder: str, weights: Optional[Collection[str]] = None,
+                         first_shard: Optional[int] = None) -> dict:
+    """The optimizer state of ``weights`` (structured names of the weights whose state this rank keeps; None: all
+    of it), as host (numpy) arrays: ``paddle.load`` would place every tensor on the current device, and a 7B
+    model's merged shards do not fit there.
+
+    What a rank reads depends on the layout of the run that resumes, not on the one that saved: the files are read
+    one at a time, ``optimizer.shard<first_shard>.pdopt`` first, keeping only the entries of ``weights``, until
+    every one of them is found. A sharded run resuming its own layout so reads its own file only; a replicated
+    run gathers the whole state from all files, and a sharded run with another rank count or stage gathers its
+    share from whichever files hold it (host memory: its share plus one file). A weight found in no file is a
+    ``ConfigError`` naming it (the checkpoint was saved with other trainable weights)."""
+    wanted = None if weights is None else set(weights)
+    files = _optimizer_files(folder, first_shard)
     state: dict = {}
-    for name in _optimizer_files(folder, rank, world_size):
+    found: set[str] = set()
+    for name in files:
         for key, value in paddle.load(os.path.join(folder, name), return_numpy=True).items():
-            if key == "master_weights":
-                state.setdefault(key, {}).update(value)
-            else:
+            if key == "LR_Scheduler":
                 state[key] = value
+            elif key == "master_weights":
+                kept = {k: v for k, v in value.items() if wanted is None or k in wanted}
+                state.setdefault(key, {}).update(kept)
+            elif wanted is None:
+                state[key] = value
+            elif (owner := _owner(key, wanted)) is not None:
+                state[key] = value
+                found.add(owner)
+        if wanted is not None and found >= wanted:
+            break
+    missing = sorted(wanted - found) if wanted is not None else []
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ConfigError(f"config key 'resume_from_checkpoint': {folder}: the optimizer state ({', '.join(files)}) "
+                          f"has nothing for {len(missing)} weight(s) this run trains ({shown}); it was saved by a run "
+                          "that trained other weights (freeze_vision, lora, lora_target_modules)",
+                          keys=("resume_from_checkpoint",))
     return state
 
 

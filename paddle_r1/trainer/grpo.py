@@ -9,6 +9,7 @@ evaluation, checkpoints and resume are the shared skeleton's (``trainer/base.py`
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from .base import Trainer
 from .distributed import phase, sum_across_ranks
 from .dynamic_sampling import concat_rollouts, informative_groups, select_groups
 from .loss import advantages_for, completion_logprobs, grpo_loss, kl_divergence, overlong_penalty
+from .resume import BatchLayout
 from .step_metrics import Max, Mean, Same, Std, Sum
 
 
@@ -89,6 +91,7 @@ class _Candidates:
 
 
 REFERENCE_ADAPTER_FILE = "reference_adapter.pdparams"
+BUFFER_FILE = "extra_state_rank{}.pdparams"  # a rank's rollout buffer, saved mid-way through num_iterations
 
 
 class GRPOTrainer(Trainer):
@@ -118,11 +121,6 @@ class GRPOTrainer(Trainer):
         return self.config.loads_reference_model
 
     @property
-    def prompts_per_step(self) -> int:
-        cfg = self.config
-        return cfg.prompts_per_device * cfg.gradient_accumulation_steps * self.world_size
-
-    @property
     def steps_per_batch(self) -> int:
         return self.config.num_iterations
 
@@ -136,12 +134,27 @@ class GRPOTrainer(Trainer):
         follows the policy keeps its own adapter values."""
         if self.step % self.config.num_iterations != 0:
             paddle.save({"buffer": [e.state() for e in self.buffer]},
-                        os.path.join(folder, f"extra_state_rank{self.rank}.pdparams"))
+                        os.path.join(folder, BUFFER_FILE.format(self.rank)))
         if self.reference_adapters is not None and self.is_main:
             paddle.save(self.reference_adapters, os.path.join(folder, REFERENCE_ADAPTER_FILE))
 
+    def check_layout_change(self, path: str, saved: BatchLayout, now: BatchLayout) -> None:
+        """A checkpoint saved mid-way through num_iterations holds each rank's rollout buffer, micro-batches of that
+        rank's prompts: another layout cannot take them as they are, and rolling out again would train on other
+        completions than the saved run. Refused, saying how to go on."""
+        pattern = os.path.join(glob.escape(path), BUFFER_FILE.format("*"))
+        buffers = sorted(os.path.basename(f) for f in glob.glob(pattern))
+        if buffers:
+            raise ConfigError(
+                f"config key 'resume_from_checkpoint': {path} was saved mid-way through num_iterations (its rollout "
+                f"buffers {', '.join(buffers)} are per rank and micro-batch: {saved.ranks} rank(s) x "
+                f"{saved.prompts_per_device} prompt(s) x {saved.accumulation} micro-step(s)); this run has "
+                f"{now.ranks} x {now.prompts_per_device} x {now.accumulation}. Resume it with its layout, or from a "
+                "checkpoint whose step is a multiple of num_iterations (a save_steps that is one gives only such "
+                "checkpoints)", keys=("resume_from_checkpoint",))
+
     def restore_job(self, path: str, state: dict) -> None:
-        extra_path = os.path.join(path, f"extra_state_rank{self.rank}.pdparams")
+        extra_path = os.path.join(path, BUFFER_FILE.format(self.rank))
         if os.path.isfile(extra_path):
             self.buffer = [Experience.from_state(e) for e in paddle.load(extra_path)["buffer"]]
         adapters_path = os.path.join(path, REFERENCE_ADAPTER_FILE)

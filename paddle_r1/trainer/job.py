@@ -10,6 +10,7 @@ from typing import Optional
 import paddle
 
 from ..config import ConfigError
+from ..cpu_math import tune_cpu_math
 from ..data.loader import load_from_config
 from ..models.coords import COORD_SYSTEMS
 from ..models.loading import model_family
@@ -36,6 +37,8 @@ def check_before_loading(config) -> None:
         raise ConfigError(f"config key 'coord_system': {config.coord_system!r} is not one of {COORD_SYSTEMS}")
     device = config.device or ("gpu" if paddle.is_compiled_with_cuda() else "cpu")
     config.check_machine(device)
+    if device == "cpu" and config.tune_cpu_math:
+        tune_cpu_math()
     try:
         paddle.set_device(device)
     except ValueError as e:  # paddle's message lists the devices it knows

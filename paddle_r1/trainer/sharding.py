@@ -15,6 +15,16 @@ order its first forward recorded, and the rollout's KV-cached decode calls the l
 
 With gradients split over ranks, the global gradient norm is summed over them: ``clip_by_global_norm`` is
 paddle's ``ClipGradByGlobalNorm`` for that case, and it returns the norm the step logs.
+
+Checkpoints: under stage 1 and stage 2 each rank saves its optimizer's ``state_dict()`` as
+``optimizer.shard<rank>.pdopt`` (``checkpoint.save_optimizer``). Both Paddle wrappers return their inner optimizer's
+state, this rank's share: for stage 2 that is what Paddle's ``save_group_sharded_model`` writes, but it writes one
+``model.pdopt`` that every rank overwrites. A resume gives ``set_state_dict`` the share of the weights this rank
+keeps under the new run's layout (``memory.stepping_optimizer_and_owned_weights``, read by
+``checkpoint.read_optimizer_state``), after wrapping: Paddle's note asks for the state before
+``group_sharded_parallel``, but stage 2's wrapping then replaces restored float32 master weights with casts of the
+bfloat16 weights (``GroupShardedOptimizerStage2._generate_master_params``). Stage 2's save and resume have not
+been run (GPU/XPU only); stage 1's, and the share selection both use, are tested on CPU.
 """
 from __future__ import annotations
 
