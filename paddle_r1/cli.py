@@ -115,12 +115,14 @@ def _make_tiny_model(args, extra: list[str]) -> int:
 def _selftest(args, extra: list[str]) -> int:
     import functools
 
+    from .cpu_math import tune_if_no_gpu
     from .selftest import run_selftest
 
     if extra:
         raise SystemExit(f"selftest: unexpected arguments {extra}")
     if args.nproc < 1:
         raise SystemExit(f"selftest: --nproc {args.nproc}: give 1 or more ranks")
+    tune_if_no_gpu()  # the CPU checks on the kernels a CPU training job uses
     return run_selftest(only=args.only, output=args.output, nproc=args.nproc, dtype=args.dtype, workdir=args.workdir,
                         echo=functools.partial(print, flush=True))
 
