@@ -1,4 +1,4 @@
-"""``paddle-r1``: train | sft | check-data | demo | plot | view | serve | estimate-memory | make-tiny-model."""
+"""``paddle-r1``: train | sft | check-data | demo | plot | view | serve | estimate-memory | make-tiny-model | selftest."""
 from __future__ import annotations
 
 import argparse
@@ -112,6 +112,21 @@ def _make_tiny_model(args, extra: list[str]) -> int:
     return 0
 
 
+def _selftest(args, extra: list[str]) -> int:
+    import functools
+
+    from .cpu_math import tune_if_no_gpu
+    from .selftest import run_selftest
+
+    if extra:
+        raise SystemExit(f"selftest: unexpected arguments {extra}")
+    if args.nproc < 1:
+        raise SystemExit(f"selftest: --nproc {args.nproc}: give 1 or more ranks")
+    tune_if_no_gpu()  # the CPU checks on the kernels a CPU training job uses
+    return run_selftest(only=args.only, output=args.output, nproc=args.nproc, dtype=args.dtype, workdir=args.workdir,
+                        echo=functools.partial(print, flush=True))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paddle-r1", description="GRPO fine-tuning of Qwen-VL models on Paddle")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -172,6 +187,21 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--family", default="qwen2_5_vl")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(run=_make_tiny_model)
+    from .selftest import CHECK_NAMES  # names only: the checks import Paddle when they run
+
+    selftest = sub.add_parser("selftest", help="run this machine's GPU paths (or CPU ones) on tiny models: one line "
+                              "per check, exit 1 when one fails")
+    selftest.add_argument("--output", "-o", help="write the whole report as JSON here (send it with a bug report)")
+    selftest.add_argument("--only", nargs="+", choices=CHECK_NAMES, metavar="NAME",
+                          help=f"run only these checks: {', '.join(CHECK_NAMES)}")
+    selftest.add_argument("--nproc", type=int, default=2, help="ranks of the multi-rank checks (GPUs, or CPU "
+                          "processes over gloo)")
+    selftest.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
+                          help="the dtype a GPU run asks for (default bfloat16, as the shipped configs; the GPU may "
+                          "change it as training does); CPU checks run float32")
+    selftest.add_argument("--workdir", help="keep the tiny models, runs and rank logs in this folder (default: a "
+                          "temporary one, removed)")
+    selftest.set_defaults(run=_selftest)
     return parser
 
 

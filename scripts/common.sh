@@ -10,6 +10,8 @@
 #                          unset: the config's gradient_accumulation_steps
 #   DATA_DIR=data          where the data was unpacked: PaddleMIX's tarballs (data/REC, data/Counting, data/GEO) or
 #                          seed 001's separate downloads (data/coco, data/rec_jsons_processed, data/clevr_cogen_a_train)
+#   SELFTEST=1             run `paddle-r1 selftest` first (a few minutes, on GPUS ranks; report in
+#                          OUTPUT_DIR/selftest.json) and train only if no check fails; SELFTEST_ARGS adds its options
 # Extra arguments are passed to `paddle-r1 train` (--key value overrides any config key).
 
 GPUS=${GPUS:-8}
@@ -49,8 +51,23 @@ accumulation_for_batch_size() {
     echo "--gradient_accumulation_steps $((BATCH_SIZE / per_step))"
 }
 
+# SELFTEST=1: this machine's GPU paths on tiny models before the job; a failed check stops here, naming the report.
+run_selftest() {
+    [ "${SELFTEST:-0}" = "1" ] || return 0
+    local ranks=2
+    has_gpu && ranks=$GPUS
+    echo "selftest before training (SELFTEST=1), $ranks ranks: report in $OUTPUT_DIR/selftest.json"
+    if ! "$PYTHON" scripts/grpo_entry.py selftest --output "$OUTPUT_DIR/selftest.json" --nproc "$ranks" \
+            ${SELFTEST_ARGS:-} 2>&1 | tee -a "$OUTPUT_DIR/train.log"; then
+        echo "selftest failed: not training. Each FAIL line above says what to do; send $OUTPUT_DIR/selftest.json" \
+            "with a bug report" >&2
+        exit 1
+    fi
+}
+
 launch_grpo() {
     mkdir -p "$OUTPUT_DIR"
+    run_selftest
     local job=(--config "$CONFIG" --output_dir "$OUTPUT_DIR")
     if has_gpu; then
         local accumulation

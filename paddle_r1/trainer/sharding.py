@@ -101,7 +101,9 @@ class Update:
         norm = clip_by_global_norm(parameters, self.max_grad_norm, world_size)
         applied = finite_loss and math.isfinite(norm)
         if scaler is not None:
-            if applied:
+            # step() skips the update itself when unscale_ found inf/NaN (the norm is not finite then), and only
+            # step() records that for update(): without it an overflow would never lower the scale (Paddle 3.3.1)
+            if finite_loss:
                 scaler.step(self.optimizer)
             scaler.update()  # an overflow lowers the scale
         elif applied:

@@ -1,0 +1,225 @@
+"""The checks that train through the trainer's public entry points: a short GRPO run in this process, the memory
+estimate against one GRPO step's measured peak, and multi-rank runs through ``paddle.distributed.launch`` and
+``paddle-r1 train`` (gloo on CPU, NCCL on GPUs) compared with the 1-rank run over the same global batch."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from .report import Skip
+from .tolerances import CheckFailed, largest_change, relative_to_movement, within
+
+REWARD = "paddle_r1.selftest.runs:prefer_short"
+STEPS = 2
+LAUNCH_TIMEOUT = 900  # seconds for a launched run: start-up of every rank, 2 steps, a checkpoint
+LOG_LINES = 20  # lines of a failed rank's log quoted in the error
+
+
+def prefer_short(completions, **columns):
+    """The runs' reward: shorter completions score higher. A random tiny model's completions differ in length, so
+    every group has a spread, and every step a gradient (a reward of 0 for all would leave the weights alone)."""
+    return [1.0 - len(text) / 200.0 for text in completions]
+
+
+def run_settings(ws, output_dir: str, prompts_per_device: int, **extra) -> dict:
+    """GRPO config keys of the runs: ``STEPS`` steps of ``prompts_per_device`` prompts x 2 completions of 8 tokens."""
+    return {"model_name_or_path": ws.tiny_model(), "data_path": ws.data(), "output_dir": output_dir,
+            "dtype": ws.dtype, "reward_funcs": [REWARD], "num_generations": 2,
+            "per_device_train_batch_size": 2 * prompts_per_device, "max_completion_length": 8, "max_steps": STEPS,
+            "learning_rate": 5e-3, "beta": 0.04, "max_grad_norm": 1.0, "seed": 1, "save_steps": STEPS,
+            "use_visualdl": False, "disable_tqdm": True, "collective_timeout": 300.0, **extra}
+
+
+@dataclass
+class Run:
+    output_dir: str
+    metrics: list  # metrics.jsonl's rows
+
+    @property
+    def checkpoint(self) -> str:
+        return os.path.join(self.output_dir, f"checkpoint-{STEPS}")
+
+
+def _metrics(output_dir: str) -> list:
+    with open(os.path.join(output_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _float32_state(model) -> dict:
+    return {name: t.astype("float32").numpy() for name, t in model.state_dict().items()}
+
+
+def _checkpoint_weights(folder: str, dtype: str) -> dict:
+    from ..models.loading import load_model
+
+    return _float32_state(load_model(folder, dtype=dtype))
+
+
+def single_run(ws) -> tuple[Run, dict]:
+    """One process over the global batch the ranks checks split (``ws.nproc`` prompts per step), made once: the run
+    and the weights the trainer ended with."""
+    def train():
+        from ..config import GRPOConfig
+        from ..trainer.grpo import GRPOTrainer
+
+        output_dir = ws.fresh("run-1-rank")
+        trainer = GRPOTrainer(GRPOConfig(**run_settings(ws, output_dir, ws.nproc)))
+        trainer.train()
+        return Run(output_dir, _metrics(output_dir)), _float32_state(trainer.policy)
+
+    return ws.once("single run", train)
+
+
+def grpo_run(ws) -> str:
+    """A short GRPO run (``STEPS`` steps, this machine's precision) through ``GRPOTrainer``: every step's loss, reward
+    and gradient norm finite and the update applied, and its checkpoint a model folder that loads (model and
+    processor, ``from_pretrained``) with exactly the weights training ended with, which differ from the initial."""
+    from ..models.loading import load_processor
+
+    run, trained = single_run(ws)
+    for row in run.metrics:
+        values = {key: row.get(key) for key in ("loss", "reward", "grad_norm")}
+        if not all(v is not None and math.isfinite(v) for v in values.values()) or row["train/skipped_steps"]:
+            raise CheckFailed(f"step {row['step']}: {values}, skipped steps {row['train/skipped_steps']}")
+    reloaded = _checkpoint_weights(run.checkpoint, ws.dtype)
+    load_processor(run.checkpoint)
+    initial = _checkpoint_weights(ws.tiny_model(), ws.dtype)
+    if sorted(reloaded) != sorted(trained):
+        raise CheckFailed(f"{run.checkpoint} loads other weights than the trainer's: "
+                          f"{sorted(set(reloaded) ^ set(trained))[:4]}")
+    differ = [name for name in trained if not np.array_equal(reloaded[name], trained[name])]
+    if differ:
+        raise CheckFailed(f"{run.checkpoint} loads weights that differ from the trainer's: {differ[:4]}")
+    moved = largest_change(trained, initial)
+    if not moved > 0:
+        raise CheckFailed("training changed no weight")
+    steps = ", ".join(f"loss {row['loss']:.2g} reward {row['reward']:.3f}" for row in run.metrics)
+    return (f"{len(run.metrics)} steps ({steps}); {os.path.basename(run.checkpoint)} loads the trained weights "
+            f"exactly (moved up to {moved:.2g} from the initial)")
+
+
+# A model big enough that its working memory, not allocator rounding, makes the peak (93M parameters), with a GRPO step
+# of 8 completions x up to 512 tokens: 3.2 GiB estimated in 16-bit, on any GPU training is meant for.
+MEMORY_MODEL = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+                    num_key_value_heads=4, vision_hidden_size=128, vision_intermediate_size=256, vision_num_heads=4)
+
+
+def memory_estimate(ws) -> str:
+    """``memory.check_fits`` on this GPU for one GRPO step of a 93M-parameter model (8 completions x up to 512
+    tokens, ``MEMORY_MODEL``), against the step's measured peak (``paddle.device.cuda.max_memory_allocated`` over
+    loading, rollout, training and the optimizer step). The estimate without its reserve for the CUDA context and
+    workspaces must be at least the measured peak."""
+    import paddle
+
+    from ..config import ConfigError, GRPOConfig
+    from ..memory import GIB, RESERVE_GIB, check_fits
+    from ..models.tiny import TinySize, make_tiny_model
+    from ..trainer.grpo import GRPOTrainer
+
+    folder = ws.once(("model", "memory"), lambda: make_tiny_model(ws.path("memory-model"),
+                                                                  size=TinySize(**MEMORY_MODEL)))
+    config = GRPOConfig(**run_settings(ws, ws.fresh("run-memory"), 1, model_name_or_path=folder, num_generations=8,
+                                       per_device_train_batch_size=8, max_completion_length=512, max_steps=1,
+                                       save_steps=0, save_only_model=True, learning_rate=1e-5, min_pixels=3136,
+                                       max_pixels=12544))
+    paddle.device.cuda.synchronize()
+    before = paddle.device.cuda.memory_allocated()
+    paddle.device.cuda.reset_max_memory_allocated()
+    try:
+        estimate = check_fits(config, 1)
+    except ConfigError as e:
+        total = next(line for line in str(e).splitlines() if line.startswith("total"))
+        raise Skip(f"the check's own config does not fit this GPU: {' '.join(total.split())}") from None
+    try:
+        GRPOTrainer(config).train()
+        paddle.device.cuda.synchronize()
+        peak = (paddle.device.cuda.max_memory_allocated() - before) / GIB
+    finally:
+        paddle.device.cuda.empty_cache()  # the cached blocks back to the GPU, for the ranks checks' processes
+    bound = estimate.total_gib - RESERVE_GIB
+    figure = (f"estimate {bound:.2f} GiB (+ {RESERVE_GIB:g} GiB reserve), measured peak {peak:.2f} GiB "
+              f"({peak / bound:.0%} of the estimate)")
+    if peak > bound:
+        raise CheckFailed(f"{figure}: the estimate is below what one step used\n{estimate.table()}")
+    return figure
+
+
+def _failed_rank_log(logs: str) -> str:
+    """The end of the first rank log holding a traceback (else the launcher's), to quote in the error."""
+    names = sorted(n for n in os.listdir(logs) if n.startswith("workerlog")) + ["launcher.log"]
+    for name in names:
+        with open(os.path.join(logs, name), encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+        if "Traceback" in "\n".join(lines) or name == "launcher.log":
+            return f"the end of {os.path.join(logs, name)}:\n" + "\n".join(lines[-LOG_LINES:])
+    return ""
+
+
+def launch(ws, name: str, sharding: str) -> Run:
+    """``ws.nproc`` ranks, one prompt each, through ``python -m paddle.distributed.launch ... paddle-r1 train``: one
+    process per GPU (NCCL), or ``--nproc_per_node`` processes on CPU (gloo)."""
+    output_dir, logs = ws.fresh(f"run-{ws.nproc}-ranks-{name}"), ws.fresh(f"run-{ws.nproc}-ranks-{name}-logs")
+    os.makedirs(logs, exist_ok=True)
+    config = os.path.join(logs, "config.json")
+    with open(config, "w", encoding="utf-8") as f:
+        json.dump(run_settings(ws, output_dir, 1, sharding=sharding), f)
+    devices = (["--devices", ",".join(str(i) for i in range(ws.nproc))] if ws.machine.gpus
+               else ["--nproc_per_node", str(ws.nproc)])
+    # a non-.py launch target is run as it is: the interpreter, then paddle-r1's own command line
+    command = [sys.executable, "-m", "paddle.distributed.launch", *devices, "--log_dir", logs,
+               sys.executable, "-m", "paddle_r1.cli", "train", "--config", config]
+    with open(os.path.join(logs, "launcher.log"), "w", encoding="utf-8") as out:
+        # its own process group, so that nothing it started outlives a timeout or an interrupted selftest
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = process.wait(timeout=LAUNCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise CheckFailed(f"no result within {LAUNCH_TIMEOUT} s; " + _failed_rank_log(logs)) from None
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    if code != 0:
+        raise CheckFailed(f"paddle.distributed.launch exited with {code}; " + _failed_rank_log(logs))
+    return Run(output_dir, _metrics(output_dir))
+
+
+def _optimizer_shards(checkpoint: str) -> list[int]:
+    return [os.path.getsize(os.path.join(checkpoint, n)) for n in sorted(os.listdir(checkpoint))
+            if n.startswith("optimizer.shard")]
+
+
+def ranks(ws, name: str, sharding: str) -> str:
+    """The run of ``grpo_run`` split over ``ws.nproc`` launched ranks (one prompt each) with ``sharding``: each step's
+    loss and gradient norm and the trained weights equal the 1-rank run's; with sharding, every rank saved a share
+    of the AdamW state, none more than 3/4 of it."""
+    if ws.nproc < 2:
+        raise Skip(f"--nproc {ws.nproc}: a multi-rank check needs 2 or more ranks")
+    if ws.machine.gpus and ws.machine.gpus < ws.nproc:
+        raise Skip(f"{ws.machine.gpus} GPU(s) visible; {ws.nproc} ranks need {ws.nproc} (--nproc)")
+    (single, trained), launched = single_run(ws), launch(ws, name, sharding)
+    tolerance = ws.tolerance
+    if [row["step"] for row in launched.metrics] != [row["step"] for row in single.metrics]:
+        raise CheckFailed(f"the ranks logged steps {[row['step'] for row in launched.metrics]}")
+    pairs = list(zip(launched.metrics, single.metrics))
+    figure = [f"{ws.nproc} ranks ({'NCCL' if ws.machine.gpus else 'gloo'}, {sharding or 'data parallel'})",
+              within("loss vs 1 rank", max(abs(a["loss"] - b["loss"]) for a, b in pairs), tolerance.loss)]
+    norms = [(a["grad_norm"], b["grad_norm"]) for a, b in pairs if math.isfinite(a["grad_norm"])]
+    if norms:  # stage 2 clips inside Paddle's wrapper and logs NaN
+        figure.append(within("gradient norm", max(abs(a - b) / b for a, b in norms), tolerance.grad_norm))
+    initial = _checkpoint_weights(ws.tiny_model(), ws.dtype)
+    apart = relative_to_movement(_checkpoint_weights(launched.checkpoint, ws.dtype), trained, initial)
+    figure.append(within("weights apart (share of what training moved)", apart, tolerance.weights))
+    if sharding:
+        shards = _optimizer_shards(launched.checkpoint)
+        if len(shards) != ws.nproc or max(shards) > 0.75 * sum(shards):
+            raise CheckFailed(f"optimizer shards saved by the ranks: {shards} bytes")
+        figure.append(f"AdamW state per rank {'/'.join(f'{s / 2**20:.2f}' for s in shards)} MB")
+    return "; ".join(figure)
