@@ -3,7 +3,8 @@
 The family comes from ``config.json``'s ``model_type``, never from the folder's name; each family has its
 model class (Qwen2.5-VL: paddleformers' with a save fix; Qwen2-VL: written in ``qwen2_vl.py``; Qwen3-VL:
 paddleformers' plain-Paddle one with dense DeepStack, ``qwen3_vl.py``), whose
-``config_class`` reads the published config.json. On CPU the fused RMSNorm kernel is missing, so it is
+``config_class`` reads the published config.json (transformers 5's spelling is rewritten into it first:
+``config_spelling.py``). On CPU the fused RMSNorm kernel is missing, so it is
 switched off in every sub-config there.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Optional
 import paddle
 
 from ..config import ConfigError
+from .config_spelling import published_spelling
 from .coords import FAMILY_COORD_SYSTEM
 from .precision import precision_for_this_device
 
@@ -46,9 +48,11 @@ class LoadedModels:
     family: str
 
 
-def model_family(path: str) -> str:
-    """``model_type`` from a local folder's config.json, or from the hub's for a hub id. Cheap (no weights), so
-    ``prepare_job`` calls it to refuse a wrong path or an unsupported model before anything loads."""
+def model_config(path: str) -> dict:
+    """config.json of a local folder, or the hub's for a hub id, in the published spelling that paddleformers reads
+    (``config_spelling.py``: transformers 5's spelling rewritten, unreadable rope settings refused). Cheap (no
+    weights), so ``prepare_job`` calls it through ``model_family`` to refuse a wrong path, an unsupported model or
+    a config that would load wrong before anything loads."""
     check_model_path(path)
     config_file = os.path.join(path, "config.json")
     if os.path.isdir(path):
@@ -56,18 +60,25 @@ def model_family(path: str) -> str:
             raise FileNotFoundError(f"model folder {path} has no config.json")
         try:
             with open(config_file, encoding="utf-8") as f:
-                family = json.load(f).get("model_type")
+                config = json.load(f)
+            family = config.get("model_type")
         except (ValueError, AttributeError) as e:  # not JSON, or JSON but not an object
             raise ConfigError(f"{config_file}: not a JSON object with model_type ({e})") from None
     else:
-        family = _hub_config(path).get("model_type")
+        config = _hub_config(path)
+        family = config.get("model_type")
     if family == "qwen3_vl_moe":
         raise ConfigError(f"{config_file}: {QWEN3_VL_MOE_NOT_SUPPORTED}")
     if family not in SUPPORTED_FAMILIES:
         raise ConfigError(
             f"{config_file}: model_type {family!r} is not supported yet (supported: {', '.join(SUPPORTED_FAMILIES)})"
         )
-    return family
+    return published_spelling(config, config_file)
+
+
+def model_family(path: str) -> str:
+    """``model_type`` of ``path``'s config.json, the whole config checked on the way (``model_config``)."""
+    return model_config(path)["model_type"]
 
 
 def _hub_config(hub_id: str) -> dict:
@@ -135,8 +146,9 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False,
     ``attn_implementation`` ("eager" | "sdpa"; None: the device's choice, see ``precision.py``) is set on the
     text and vision configs alike: paddleformers reads ``config._attn_implementation`` in each attention layer
     (its ``from_pretrained`` takes no such argument), and the config's own default is "eager"."""
-    cls = model_class(model_family(path))
-    config = cls.config_class.from_pretrained(path)
+    config_dict = model_config(path)
+    cls = model_class(config_dict["model_type"])
+    config = cls.config_class.from_dict(config_dict)
     attention = precision_for_this_device(dtype, attn_implementation).attention
     for sub in (config, getattr(config, "text_config", None), getattr(config, "vision_config", None)):
         if sub is None:
