@@ -1,4 +1,6 @@
+import json
 import math
+import os
 
 import numpy as np
 import paddle
@@ -90,3 +92,33 @@ def test_unscorable_completions_follow_trl():
     np.testing.assert_allclose(group_advantages(rewards, 3, "none").numpy(), [0.5, -0.5, 0, -1, 1, 0])
     lone = group_advantages(T([2.0, nan, nan]), 3, "group").numpy()  # one scored completion: std is NaN -> 0
     np.testing.assert_array_equal(lone, [0.0, 0.0, 0.0])
+
+
+TRL_REFERENCE = os.path.join(os.path.dirname(__file__), "fixtures", "trl_loss_reference.json")
+with open(TRL_REFERENCE, encoding="utf-8") as _f:
+    _TRL = json.load(_f)
+
+
+@pytest.mark.parametrize("case", _TRL["cases"], ids=lambda c: f"{c['loss_type']}-{c['importance_sampling_level']}")
+def test_loss_gradient_and_statistics_equal_trls_compute_loss(case):
+    """TRL 1.16's own ``_compute_loss`` on the same float64 tensors (tests/fixtures/make_trl_loss_reference.py):
+    loss, its gradient, the KL and the clip ratios; with GSPO's one ratio per completion the clip ratios are
+    fractions of completions, per token otherwise."""
+    inputs = {k: paddle.to_tensor(np.array(v, dtype="float64")) for k, v in _TRL["inputs"].items()}
+    logp = inputs["logp"]
+    logp.stop_gradient = False
+    settings = _TRL["settings"]
+    loss, stats = grpo_loss(logp, inputs["old_logp"], inputs["ref_logp"], inputs["advantages"], inputs["mask"],
+                            beta=settings["beta"], epsilon_low=settings["epsilon_low"],
+                            epsilon_high=settings["epsilon_high"], loss_type=case["loss_type"],
+                            max_completion_length=settings["max_completion_length"],
+                            num_items_in_batch=float(inputs["mask"].sum()),
+                            importance_sampling_level=case["importance_sampling_level"])
+    loss.backward()
+    assert float(loss) == pytest.approx(case["loss"], rel=1e-12, abs=1e-15)
+    np.testing.assert_allclose(logp.grad.numpy(), case["grad"], rtol=1e-10, atol=1e-15)
+    metrics = case["metrics"]
+    got = {"kl": stats.kl, "clip_ratio/low_mean": stats.clip_low, "clip_ratio/high_mean": stats.clip_high,
+           "clip_ratio/region_mean": stats.clip_region}
+    for name, value in metrics.items():  # TRL counts completions in float32 at sequence level
+        assert got[name] == pytest.approx(value, rel=1e-6), name

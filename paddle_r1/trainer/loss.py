@@ -313,12 +313,21 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, epsilo
         raise ValueError(f"unknown loss_type {loss_type!r}")
 
     with paddle.no_grad():
-        low = ((ratio < 1 - epsilon_low) & (adv < 0)).astype(mask.dtype) * paddle.ones_like(mask)
-        high = ((ratio > 1 + epsilon_high) & (adv > 0)).astype(mask.dtype) * paddle.ones_like(mask)
+        low = (ratio < 1 - epsilon_low) & (adv < 0)
+        high = (ratio > 1 + epsilon_high) & (adv > 0)
         stats = LossStats(
             kl=float((kl * mask).sum() / tokens) if kl is not None else 0.0,
-            clip_low=float((low * mask).sum() / tokens),
-            clip_high=float((high * mask).sum() / tokens),
-            clip_region=float(((low + high) * mask).sum() / tokens),
+            clip_low=_clipped_fraction(low, mask),
+            clip_high=_clipped_fraction(high, mask),
+            clip_region=_clipped_fraction(low | high, mask),
         )
     return loss, stats
+
+
+def _clipped_fraction(clipped: paddle.Tensor, mask: paddle.Tensor) -> float:
+    """TRL 1.16's clip ratios: with a ratio per token ([N, T]) the fraction of completion tokens clipped; with one
+    ratio per completion ([N, 1], GSPO) the fraction of completions clipped, every row counted."""
+    clipped = clipped.astype(mask.dtype)
+    if clipped.shape[1] == 1:
+        return float(clipped.mean())
+    return float((clipped * mask).sum() / mask.sum().clip(min=1.0))
