@@ -1,120 +1,13 @@
 """The LLM judge against a real HTTP server on 127.0.0.1 that plays an OpenAI-compatible endpoint."""
-import json
 import logging
-import re
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from judge_server import KEY, MALFORMED_REPLIES, MODEL, Counted, JudgeServer
 from paddle_r1.config import ConfigError
 from paddle_r1.rewards.families.judge import LLMJudge, parse_verdict
-
-KEY, MODEL = "sk-test", "judge-model"
-BLOCK_RE = re.compile(r"<(reference|candidate)>\n(.*?)\n</\1>", re.DOTALL)
-
-
-class JudgeServer:
-    """/v1/chat/completions: "1" when the candidate block contains a reference line, else "0". Checks the key
-    and the model; ``mode`` "ok" | "500" | "garbage" (a reply without a verdict) | "notjson" | "trickle" (the
-    body one byte at a time) | "trickle_headers" (a header one byte every 0.5 s, for 20 s); ``fail_first`` 500s
-    before answering; ``delay`` seconds of sleep per request. GET /v1/models lists ``models`` (with the key).
-    Records bodies and the most requests in flight at once."""
-
-    def __init__(self):
-        self.mode, self.fail_first, self.delay = "ok", 0, 0.0
-        self.models, self.model_requests = [MODEL], 0
-        self.bodies, self.in_flight, self.max_in_flight = [], 0, 0
-        self.lock, self.stop = threading.Lock(), threading.Event()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def kwargs(self, **extra):
-        return {"base_url": self.base_url, "api_key": KEY, "model": MODEL, "timeout": 2, "max_retries": 2,
-                "backoff": 0.01, **extra}
-
-    def close(self):
-        self.stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
-    def answer(self, body):
-        """(status, payload) for one request body."""
-        if self.fail_first > 0 or self.mode == "500":
-            self.fail_first -= 1
-            return 500, {"error": "boom"}
-        if body.get("model") != MODEL:
-            return 404, {"error": "model not found"}
-        blocks = dict(BLOCK_RE.findall(body["messages"][-1]["content"]))
-        refs = blocks.get("reference", "").lower().splitlines()
-        verdict = "1" if any(ref and ref in blocks.get("candidate", "").lower() for ref in refs) else "0"
-        content = {"ok": verdict, "garbage": "Hmm, hard to say."}.get(self.mode)
-        return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
-
-    def _handler(self):
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                server.model_requests += 1
-                if self.path != "/v1/models" or self.headers.get("Authorization") != f"Bearer {KEY}":
-                    status, payload = 401, {"error": "bad key or path"}
-                else:
-                    status, payload = 200, {"object": "list", "data": [{"id": m, "object": "model"}
-                                                                       for m in server.models]}
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self):
-                with server.lock:
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                try:
-                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                    server.stop.wait(server.delay)
-                    with server.lock:
-                        server.bodies.append(body)
-                        status, payload = server.answer(body)
-                    if self.path != "/v1/chat/completions" or self.headers.get("Authorization") != f"Bearer {KEY}":
-                        status, payload = 401, {"error": "bad key or path"}
-                    if server.mode == "trickle_headers":
-                        self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-                        for _ in range(40):
-                            self.wfile.write(b"z")
-                            self.wfile.flush()
-                            if server.stop.wait(0.5):
-                                break
-                        return
-                    data = b"not json {" if server.mode == "notjson" else json.dumps(payload).encode()
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data) if server.mode != "trickle" else 10_000))
-                    self.end_headers()
-                    for _ in range(400 if server.mode == "trickle" else 0):  # one byte every 50 ms
-                        if server.stop.wait(0.05):
-                            break
-                        self.wfile.write(b" ")
-                        self.wfile.flush()
-                    self.wfile.write(data)
-                except OSError:  # the client gave up (timeout) and closed the connection
-                    pass
-                finally:
-                    with server.lock:
-                        server.in_flight -= 1
-
-            def log_message(self, *_):
-                pass
-
-        return Handler
 
 
 @pytest.fixture
@@ -133,25 +26,6 @@ def free_port():
 
 def metrics(requests, failures, fallbacks):
     return {"requests": requests, "failures": failures, "fallbacks": fallbacks}
-
-
-class Counted:
-    """A reward object whose counts are gathered here, as the RewardManager gathers them: ``pop()`` returns the
-    counts since the last pop (zeros included) and clears them."""
-
-    def __init__(self, reward):
-        self.reward, self.counts = reward, {}
-        reward.report = self.add
-
-    def add(self, key, n):
-        self.counts[key] = self.counts.get(key, 0) + n
-
-    def pop(self):
-        counts, self.counts = self.counts, {}
-        return counts
-
-    def __call__(self, completions, **columns):
-        return self.reward(completions, **columns)
 
 
 def counted_judge(**settings):
@@ -219,6 +93,15 @@ def test_unparseable_reply_falls_back_without_retrying(judge_server, mode):
     judge_server.mode = mode
     judge = counted_judge(**judge_server.kwargs())
     assert judge(["a cat"], solution=["cat"]) == [0.0]
+    assert judge.pop() == metrics(1, 1, 1)
+
+
+@pytest.mark.parametrize("shape", list(MALFORMED_REPLIES))
+def test_a_reply_without_text_is_a_counted_failure_not_an_exception(judge_server, shape):
+    """issue 27: a content part whose text is null or a number raised TypeError out of the reward."""
+    judge_server.mode, judge_server.malformed_shape = "malformed", shape
+    judge = counted_judge(**judge_server.kwargs())
+    assert judge(["a cat", "cat"], solution=["cat"] * 2) == [0.0, 1.0]  # exact match when the judge gives nothing
     assert judge.pop() == metrics(1, 1, 1)
 
 

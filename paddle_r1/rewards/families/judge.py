@@ -138,13 +138,18 @@ class JudgeError(Exception):
 
 
 def reply_content(raw: bytes) -> str:
-    """``choices[0].message.content`` of a chat-completions response (a string or a list of text parts)."""
+    """``choices[0].message.content`` of a chat-completions response: a string, or the text of a list of parts
+    (``{"type": "text", "text": "..."}``). Anything else (null, a number, parts without text, no ``choices``, a
+    page that is not JSON) is a JudgeError: a failed verdict, never an exception out of the reward."""
     try:
         content = json.loads(raw)["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError, RecursionError) as e:
         raise JudgeError("bad response", f"{type(e).__name__}: {raw[:200]!r}", retry=False) from None
     if isinstance(content, list):
-        content = " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+        texts = [part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)]
+        if not texts:
+            raise JudgeError("bad response", f"content holds no text part: {raw[:200]!r}", retry=False)
+        content = " ".join(texts)
     if not isinstance(content, str):
         raise JudgeError("bad response", f"content is {type(content).__name__}", retry=False)
     return content
