@@ -1,4 +1,25 @@
-"""User-style reward functions loaded by tests through get_reward("reward_helpers:...")."""
+"""User-style reward functions loaded by tests through get_reward("reward_helpers:..."), and the columns every
+registered reward is fed in the adversarial tests (test_rewards_linear.py, test_rewards_fuzz.py)."""
+import json
+
+BOX = [10, 20, 110, 220]
+SOLUTIONS = {  # a valid solution per reward; the rest take the default
+    "box_format": None, "iou": BOX, "iou_accuracy": BOX, "gaussian_point": BOX, "gaussian_plane": BOX,
+    "multi_iou": {"0": [BOX]}, "multi_gaussian_point": {"0": [BOX]}, "multi_gaussian_plane": {"0": [BOX]},
+    "map": [{"bbox_2d": BOX, "label": "cat"}], "map50": [{"bbox_2d": BOX, "label": "cat"}],
+    "odLength": [{"bbox_2d": BOX, "label": "cat"}], "weighted_sum": [{"bbox_2d": BOX, "label": "cat"}],
+    "mask_iou": [[10, 10, 200, 10, 200, 200, 10, 200]], "counting": "3", "counting_strict": "3", "mcq": "B",
+    "yes_no": "yes", "dimensions": "12 8 15", "meteor": "a red car", "caption": "a red car",
+    "llm_judge": "a red car", "all_match": "a red car",
+    "gui_action": json.dumps({"action_type": "click", "action_parameter": {"click": "100,200,300,400"}}),
+}
+
+
+def reward_columns(name: str, n: int) -> dict:
+    """The columns of ``n`` rows for the registered reward ``name``: its valid solution (``SOLUTIONS``, else "1/2"),
+    a question, no reward_method, and the image facts of a 640 x 480 image resized to 644 x 476."""
+    return dict(solution=[SOLUTIONS.get(name, "1/2")] * n, problem=["How many?"] * n, reward_method=[None] * n,
+                image_sizes=[[(640, 480)]] * n, input_sizes=[[(644, 476)]] * n, coord_system=["abs_resized"] * n)
 
 
 def short_reward(completions, **columns):

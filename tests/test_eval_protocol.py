@@ -40,6 +40,7 @@ def test_counting_strict_reward():
     strict = REWARDS["counting_strict"]
     assert strict(COMPLETIONS, solution=["<answer> 6 </answer>"] * len(COMPLETIONS)) == [float(p) for p in PUBLISHED]
     assert strict(["<answer>6</answer>"], solution=[None]) == [None]
+    assert strict(["<answer>" + "6" * 5000 + "</answer>"], solution=["6"]) == [0.0]  # past int()'s 4300 digits
     with pytest.raises(ValueError, match="not a counting answer"):
         strict(["<answer>6</answer>"], solution=["many"])
 

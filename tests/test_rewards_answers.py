@@ -180,6 +180,25 @@ def test_math_timeout_scores_zero_in_bounded_time():
         REWARDS["math"](timeout_seconds=0)
 
 
+def test_a_batch_of_slow_answers_shares_one_deadline():
+    """issue 27: each comparison used to wait its own timeout, so a batch of k slow answers cost k timeouts and k
+    worker restarts; now one call's comparisons share ``batch_timeout_seconds``, the rest are not sent, and every
+    comparison left without a verdict is counted."""
+    reward, counts = counted(REWARDS["math"](timeout_seconds=1.0, batch_timeout_seconds=2.0))
+    slow = [f"<answer>$9^{{9^{{9^{{{9 + i}}}}}}}$</answer>" for i in range(10)]  # each would take its full 1 s
+    start = time.monotonic()
+    assert reward(["<answer>4</answer>"] + slow, solution=["4"] + ["1"] * 10) == [1.0] + [0.0] * 10
+    assert time.monotonic() - start < 2.0 + 8.0  # the batch's deadline, plus at most one worker start
+    assert counts == {"timeouts": 10}
+    assert reward(["<answer>4</answer>"], solution=["4"]) == [1.0]  # the next call has its own deadline
+    accurate, counts = counted(REWARDS["accuracy"](timeout_seconds=1.0, batch_timeout_seconds=2.0))
+    start = time.monotonic()
+    assert accurate(slow, solution=["1"] * 10) == [0.0] * 10
+    assert time.monotonic() - start < 2.0 + 8.0 and counts == {"timeouts": 10}
+    with pytest.raises(ValueError, match="batch_timeout_seconds"):
+        REWARDS["math"](batch_timeout_seconds=-1)
+
+
 # ---- accuracy ---------------------------------------------------------------------------------------------
 
 def test_accuracy_routes_by_reward_method():

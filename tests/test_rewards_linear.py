@@ -2,13 +2,13 @@
 adversarial completions (whitespace runs, nested tags, digit runs, brackets) are scored well under a second each.
 A guard against quadratic regexes and parsers, not a benchmark: the bound is generous (10 s for the whole set, ~0.5 s
 alone on 2 cores; a quadratic reader takes minutes on these inputs), so a loaded machine does not fail it."""
-import json
 import time
 
 import pytest
 
 from paddle_r1.rewards import REWARDS
 from paddle_r1.rewards.manager import bind_reward
+from reward_helpers import reward_columns
 
 N = 100_000
 ADVERSARIAL = [
@@ -21,17 +21,6 @@ ADVERSARIAL = [
     "[[" + "1, " * (N // 3), "\\frac{" * (N // 6), "$" * N, "√{" * (N // 2), "°" * N, "1cm" * (N // 3),
     "(B) " * (N // 4), "option (" * (N // 8), "答案是" * (N // 3), "yes no " * (N // 7),
 ]
-BOX = [10, 20, 110, 220]
-SOLUTIONS = {  # a valid solution per reward; the rest take the default
-    "box_format": None, "iou": BOX, "iou_accuracy": BOX, "gaussian_point": BOX, "gaussian_plane": BOX,
-    "multi_iou": {"0": [BOX]}, "multi_gaussian_point": {"0": [BOX]}, "multi_gaussian_plane": {"0": [BOX]},
-    "map": [{"bbox_2d": BOX, "label": "cat"}], "map50": [{"bbox_2d": BOX, "label": "cat"}],
-    "odLength": [{"bbox_2d": BOX, "label": "cat"}], "weighted_sum": [{"bbox_2d": BOX, "label": "cat"}],
-    "mask_iou": [[10, 10, 200, 10, 200, 200, 10, 200]], "counting": "3", "counting_strict": "3", "mcq": "B",
-    "yes_no": "yes", "dimensions": "12 8 15", "meteor": "a red car", "caption": "a red car",
-    "llm_judge": "a red car", "all_match": "a red car",
-    "gui_action": json.dumps({"action_type": "click", "action_parameter": {"click": "100,200,300,400"}}),
-}
 SETTINGS = {"caption": {"judge_weight": 0.0}}  # no network: the judge is unset (env cleared) or weighted 0
 
 
@@ -45,8 +34,7 @@ def no_judge_endpoint(monkeypatch):
 def test_reward_is_linear_in_completion_length(name):
     reward = bind_reward(name, SETTINGS.get(name, {}))
     n = len(ADVERSARIAL)
-    columns = dict(solution=[SOLUTIONS.get(name, "1/2")] * n, problem=["How many?"] * n, reward_method=[None] * n,
-                   image_sizes=[[(640, 480)]] * n, input_sizes=[[(644, 476)]] * n, coord_system=["abs_resized"] * n)
+    columns = reward_columns(name, n)
     reward(["<answer>1</answer>"], **{k: v[:1] for k, v in columns.items()})  # warm up (a worker process starts)
     start = time.perf_counter()
     scores = reward(ADVERSARIAL, **columns)

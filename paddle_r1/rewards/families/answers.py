@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from typing import Callable, Optional
 
 from ...models.coords import as_box
@@ -63,7 +64,12 @@ def parse_strict_count(completion: str) -> Optional[int]:
     """The integer of the first ``<answer> 3 </answer>`` holding only digits (and spaces) in the completion, as the
     peers' published counting evaluations read it; None when there is none ("<answer>three</answer>" is None)."""
     match = STRICT_COUNT_RE.search(completion)
-    return int(match.group(1)) if match else None
+    if match is None:
+        return None
+    try:
+        return int(match.group(1))
+    except ValueError:  # more digits than Python turns into an int (4300): no count
+        return None
 
 
 def parse_yes_no(text: str) -> Optional[str]:
@@ -207,13 +213,21 @@ class MathVerifier:
         self._replies: Optional[queue.Queue] = None
         self._cache: dict[tuple, str] = {}
 
-    def check(self, gold: str, pred: str, timeout: float) -> str:
+    def check(self, gold: str, pred: str, timeout: float, deadline: Optional[float] = None) -> str:
+        """The verdict on one comparison, waiting at most ``timeout`` seconds, and not past ``deadline`` (a
+        ``time.monotonic()`` time shared by the comparisons of one batch): once it has passed, nothing is sent and
+        the verdict is "no_verdict". A verdict cut short by ``deadline`` is not remembered (the pair may get its
+        full ``timeout`` in another batch)."""
         key = (gold, pred, timeout)
         with self._lock:
             if key in self._cache:
                 return self._cache[key]
-            verdict = self._ask(json.dumps([gold, pred, timeout]) + "\n", timeout)
-            if len(gold) + len(pred) <= self.CACHE_MAX_CHARS:  # a group's samples often repeat an answer
+            wait = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+            if wait <= 0:
+                return "no_verdict"
+            verdict = self._ask(json.dumps([gold, pred, timeout]) + "\n", wait)
+            cut_short = verdict == "no_verdict" and wait < timeout
+            if len(gold) + len(pred) <= self.CACHE_MAX_CHARS and not cut_short:  # a group often repeats an answer
                 if len(self._cache) >= self.CACHE_SIZE:
                     self._cache.clear()
                 self._cache[key] = verdict
@@ -296,11 +310,34 @@ def _forward_lines(stream, replies: queue.Queue) -> None:
 MATH_VERIFIER = MathVerifier()
 
 
-def check_timeout(timeout_seconds) -> float:
-    timeout = float(timeout_seconds)
-    if not 0 < timeout <= 3600:
-        raise ValueError(f"reward keyword timeout_seconds={timeout_seconds!r}: expected seconds in (0, 3600]")
-    return timeout
+def check_seconds(value, keyword: str) -> float:
+    seconds = float(value)
+    if not 0 < seconds <= 3600:
+        raise ValueError(f"reward keyword {keyword}={value!r}: expected seconds in (0, 3600]")
+    return seconds
+
+
+class MathVerified(CountedReward):
+    """Base of the rewards that ask math-verify (``math``, ``accuracy``'s default path). Each comparison waits at
+    most ``timeout_seconds`` (setting, default 5) and all the comparisons of one call share one deadline,
+    ``batch_timeout_seconds`` (setting, default 30) after the call starts: past it the rest are not sent, so a batch
+    of answers that each take math-verify its full timeout (nested braces, towers of powers) costs the batch's
+    deadline plus at most one worker start, not a timeout per answer. Every comparison left without a verdict, cut
+    at a deadline or never sent, is counted as ``timeouts``."""
+
+    def __init__(self, timeout_seconds=5.0, batch_timeout_seconds=30.0):
+        self.timeout = check_seconds(timeout_seconds, "timeout_seconds")
+        self.batch_timeout = check_seconds(batch_timeout_seconds, "batch_timeout_seconds")
+
+    def batch_deadline(self) -> float:
+        return time.monotonic() + self.batch_timeout
+
+    def verdict(self, answer: str, reference: str, deadline: float) -> str:
+        """``math_verdict`` under this reward's timeout and the batch's ``deadline``; no verdict is counted."""
+        verdict = math_verdict(answer, reference, self.timeout, deadline)
+        if verdict == "no_verdict":
+            self.count("timeouts")
+        return verdict
 
 
 # ---- rewards -----------------------------------------------------------------------------------------------
@@ -384,35 +421,32 @@ def all_match_reward(completions, solution=None, **_) -> list[Optional[float]]:
 MAX_MATH_CHARS = 2000  # longer (whitespace runs counted as one) is no math answer; parsing 100k chars takes seconds
 
 
-def math_verdict(answer: str, reference: str, timeout: float) -> str:
+def math_verdict(answer: str, reference: str, timeout: float, deadline: Optional[float] = None) -> str:
     """``MATH_VERIFIER.check`` of the gold ``reference`` and the ``answer``, both through ``normalize_math``:
     "equal", "different", "unparsed" (either side parsed to nothing, or longer than MAX_MATH_CHARS: not sent) or
-    "no_verdict" (deadline passed)."""
+    "no_verdict" (``timeout`` or ``deadline`` passed)."""
     answer, reference = normalize_math(answer), normalize_math(reference)
     if max(len(" ".join(answer.split())), len(" ".join(reference.split()))) > MAX_MATH_CHARS:
         return "unparsed"
-    return MATH_VERIFIER.check(reference, answer, timeout)
+    return MATH_VERIFIER.check(reference, answer, timeout, deadline)
 
 
 @register("math")
-class MathReward(CountedReward):
+class MathReward(MathVerified):
     """R = 1 if math-verify accepts the answer: ``verify(parse(solution), parse(answer))``, the gold first (VLM-R1
     passed the prediction in the gold slot), both sides through ``normalize_math`` (GeoQA's 2√{3}, π, units and
     degree signs); the answer is the ``<answer>`` content, parsed on its own (so ``<answer>4</answer>`` reads as 4).
-    When either side parses to nothing: 1 if the normalized strings are equal. 0 when no verdict comes within
-    ``timeout_seconds`` (setting, default 5, per comparison; counted as ``timeouts``). Safe in threads and worker
-    processes (see ``MathVerifier``)."""
-
-    def __init__(self, timeout_seconds=5.0):
-        self.timeout = check_timeout(timeout_seconds)
+    When either side parses to nothing: 1 if the normalized strings are equal. 0 when no verdict comes in time
+    (``timeout_seconds`` per comparison, ``batch_timeout_seconds`` per call: ``MathVerified``; counted as
+    ``timeouts``). Safe in threads and worker processes (see ``MathVerifier``)."""
 
     def __call__(self, completions, solution=None, **_) -> list[Optional[float]]:
-        return per_answer(lambda answer, refs: max(self.score(answer, ref) for ref in refs), completions, solution)
+        deadline = self.batch_deadline()
+        return per_answer(lambda answer, refs: max(self.score(answer, ref, deadline) for ref in refs),
+                          completions, solution)
 
-    def score(self, answer: str, reference: str) -> float:
-        verdict = math_verdict(answer, reference, self.timeout)
-        if verdict == "no_verdict":
-            self.count("timeouts")
+    def score(self, answer: str, reference: str, deadline: float) -> float:
+        verdict = self.verdict(answer, reference, deadline)
         if verdict == "unparsed":
             return float(bool(normalize_answer(answer)) and normalize_answer(answer) == normalize_answer(reference))
         return float(verdict == "equal")
@@ -468,7 +502,7 @@ def accepted_kwargs(fn: Callable, kwargs: dict) -> dict:
 
 
 @register("accuracy")
-class AccuracyReward(CountedReward):
+class AccuracyReward(MathVerified):
     """Routes each completion by its row's ``reward_method`` (VLM-R1's accu_reward_method) to the reward of that
     name in ``REWARDS``; a row without one whose solution is a box goes to ``iou_accuracy`` (PaddleMIX's REC
     ``accuracy``: 1 if IoU > 0.5) (aliases: llm / judge -> llm_judge, yesno -> yes_no, choice -> mcq, count -> counting,
@@ -480,10 +514,10 @@ class AccuracyReward(CountedReward):
     reads both sides; else (a side it cannot read, or no verdict in time) ``fallback_accuracy`` (whole-number
     equality, choice letter, difflib text similarity); the best over the solution's references. An unknown
     method scores 0.0, is warned about once and is counted as ``unknown_method``; default-path math-verify
-    timeouts as ``timeouts`` (setting ``timeout_seconds``)."""
+    timeouts as ``timeouts`` (settings ``timeout_seconds``, ``batch_timeout_seconds``: ``MathVerified``)."""
 
-    def __init__(self, timeout_seconds=5.0):
-        self.timeout = check_timeout(timeout_seconds)
+    def __init__(self, timeout_seconds=5.0, batch_timeout_seconds=30.0):
+        super().__init__(timeout_seconds, batch_timeout_seconds)
         self._warned: set[str] = set()
         self._routed: dict[str, Callable] = {}
 
@@ -541,11 +575,10 @@ class AccuracyReward(CountedReward):
 
     def default(self, completions, solution=None, **_) -> list[Optional[float]]:
         """R = 1 / 0 by math-verify when it reads both sides, else ``fallback_accuracy``; best over the references."""
+        deadline = self.batch_deadline()
 
         def one(answer: str, reference: str) -> float:
-            verdict = math_verdict(answer, reference, self.timeout)
-            if verdict == "no_verdict":
-                self.count("timeouts")
+            verdict = self.verdict(answer, reference, deadline)
             if verdict in ("equal", "different"):
                 return float(verdict == "equal")
             return fallback_accuracy(answer, reference)
