@@ -393,7 +393,9 @@ def yes_no_reward(completions, solution=None, **_) -> list[Optional[float]]:
 
 
 SQRT_RE = re.compile(r"√\s*(?:\{([^{}]*)\}|(\d+(?:\.\d+)?|[A-Za-z]))")  # √{3}, √3, √x
-DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|度")  # 140°, 140^{\circ}, 140度
+# 140°, 140^{\circ}, 140^\circ (a closing brace only after its own opening one: \boxed{140^\circ} keeps its brace),
+# 140\degree, 140度
+DEGREE_RE = re.compile(r"\^\s*(?:\{\s*\\circ\s*\}|\\circ)|\\degree\b|°|度")
 AFTER_QUANTITY = r"(?:(?<=[\d})\]π])|(?<=\\pi))\s*"  # a unit follows a number, a brace or bracket, or π
 POWER = r"(?:\^\{?[23]\}?\^?|[²³])?"  # cm^{2}, cm^2^, cm²
 UNIT_RE = re.compile(AFTER_QUANTITY + r"(?:平方厘米|平方米|平方千米|厘米|毫米|千米|米|海里|小时|分钟|秒|cm|mm|dm|km)"
@@ -401,14 +403,44 @@ UNIT_RE = re.compile(AFTER_QUANTITY + r"(?:平方厘米|平方米|平方千米|�
 METRE_RE = re.compile(AFTER_QUANTITY + "m" + POWER + "$")  # only at the end: 2m+1 is an expression in m
 
 
+# A stretch of LaTeX math inside prose: commands, digits, brackets and operators (no words, no relations)
+MATH_RUN_RE = re.compile(r"(?:\\[A-Za-z]+|[\d.{}()\[\]^_+\-*/]|\s(?=[\\\d.{}()\[\]^_+\-*/]))+")
+CJK_RE = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
+WORD_RE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")  # a word that is no \command
+DELIMITED_RE = re.compile(r"\$|\\\(|\\\[|\\boxed")
+
+
+def math_in_prose(text: str) -> str:
+    """``$x$`` for the last math stretch ``x`` holding a digit or \\pi of a sentence without math delimiters
+    ("So the length is 2\\sqrt{15}" -> "$2\\sqrt{15}$", "答案是140" -> "$140$"): math-verify reads LaTeX only between
+    delimiters (the whole sentence wrapped reads as a product of its letters) and no number right after Chinese
+    text. Returned as it is: text without prose or with delimiters, an English sentence without a LaTeX command
+    (math-verify reads its plain numbers itself), and a stretch that touches a letter ("x^2+1": a variable the
+    stretch would cut off) or leaves a bracket open."""
+    if DELIMITED_RE.search(text) or not (CJK_RE.search(text) or ("\\" in text and WORD_RE.search(text))):
+        return text
+    runs = [m for m in MATH_RUN_RE.finditer(text) if re.search(r"\d|\\pi\b", m.group())]
+    if not runs:
+        return text
+    last = runs[-1].group()
+    run = last.strip(" +*/^_.")
+    start = runs[-1].start() + last.index(run)
+    around = text[start - 1:start] + text[start + len(run):start + len(run) + 1]
+    if re.search(r"[A-Za-z]", around) or any(run.count(a) != run.count(b) for a, b in ("{}", "()", "[]")):
+        return text
+    return f"${run}$"
+
+
 def normalize_math(text: str) -> str:
     """An answer as math-verify reads it, GeoQA's way of writing answers (R1-V's geoqa_test_prompts) turned into
-    LaTeX: degree signs dropped (140° -> 140), units after a number, brace, bracket or π dropped (2√{3}cm -> 2√{3},
-    4πcm^{2} -> 4π, 12米 -> 12, 9cm-9cm -> 9-9; a bare m only at the end), √{x} / √x -> \\sqrt{x}, π -> \\pi.
+    LaTeX: degree signs dropped (140° -> 140, 140^{\\circ} -> 140), units after a number, brace, bracket or π
+    dropped (2√{3}cm -> 2√{3}, 4πcm^{2} -> 4π, 12米 -> 12, 9cm-9cm -> 9-9; a bare m only at the end, before a
+    final full stop), √{x} / √x -> \\sqrt{x}, π -> \\pi, and the LaTeX of a sentence delimited (``math_in_prose``).
     Applied to both sides."""
-    text = METRE_RE.sub("", UNIT_RE.sub("", DEGREE_RE.sub("", text)).rstrip())
+    text = UNIT_RE.sub("", DEGREE_RE.sub("", text)).rstrip().removesuffix(".").removesuffix("。").rstrip()
+    text = METRE_RE.sub("", text)
     text = SQRT_RE.sub(lambda m: "\\sqrt{" + (m.group(1) if m.group(1) is not None else m.group(2)) + "}", text)
-    return text.replace("π", "\\pi ").strip()
+    return math_in_prose(text.replace("π", "\\pi ").strip())
 
 
 @register("all_match")
