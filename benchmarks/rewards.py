@@ -1,7 +1,10 @@
 """Rewards scored per second on a batch of 1024 completions, for each reward (the judge excluded: it waits on
-its endpoint; `caption` runs with judge_weight=0).
+its endpoint; `caption` runs with judge_weight=0). With ``--slow N``, instead: the time `math` takes on a batch of N
+answers that each keep math-verify busy past its timeout (towers of powers), with the batch's shared deadline
+(``--batch_timeout``) and without one (a deadline of an hour: every comparison waits its own ``--timeout``).
 
     python benchmarks/rewards.py [--batch 1024]
+    python benchmarks/rewards.py --slow 10 --timeout 1 --batch_timeout 2
 """
 from __future__ import annotations
 
@@ -77,10 +80,32 @@ CASES = {
 SETTINGS = {"caption": {"judge_weight": 0.0, "meteor_weight": 1.0}}  # reward_kwargs, bound as a run binds them
 
 
+def slow_math_batch(count: int, timeout: float, batch_timeout: float) -> tuple[float, int]:
+    """Seconds `math` takes on ``count`` answers math-verify cannot finish in time, and the timeouts it counts."""
+    reward = bind_reward("math", {"timeout_seconds": timeout, "batch_timeout_seconds": batch_timeout})
+    counts = {}
+    reward.report = lambda key, n: counts.__setitem__(key, counts.get(key, 0) + n)
+    reward(["<answer>4</answer>"], solution=["4"])  # warm up (the worker starts)
+    slow = [f"<answer>$9^{{9^{{9^{{{9 + i}}}}}}}$</answer>" for i in range(count)]
+    start = time.perf_counter()
+    reward(slow, solution=["1"] * count)
+    return time.perf_counter() - start, counts.get("timeouts", 0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--slow", type=int, default=0, help="time math on this many slow answers instead")
+    parser.add_argument("--timeout", type=float, default=5.0, help="--slow: timeout_seconds")
+    parser.add_argument("--batch_timeout", type=float, default=30.0, help="--slow: batch_timeout_seconds")
     args = parser.parse_args()
+    if args.slow:
+        print(f"| math, {args.slow} slow answers, timeout_seconds {args.timeout:g} | seconds | timeouts counted |\n"
+              "|---|---|---|")
+        for batch_timeout in (args.batch_timeout, 3600.0):
+            seconds, timeouts = slow_math_batch(args.slow, args.timeout, batch_timeout)
+            print(f"| batch_timeout_seconds {batch_timeout:g} | {seconds:.1f} | {timeouts} |")
+        return
     rng = random.Random(0)
     print(f"| reward | completions / s (batch {args.batch}) | ms per batch |\n|---|---|---|")
     for name, (make, columns) in CASES.items():
