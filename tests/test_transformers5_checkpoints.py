@@ -97,6 +97,8 @@ def test_completion_logprobs_match_transformers(written):
                       completion_mask=paddle.ones(completions.shape, dtype="int32"),
                       truncated=paddle.ones([2], dtype="bool"))
     got = completion_logprobs(model, rollout, chunk_size=4).numpy()
+    print(f"{name}: completion log-probs, max difference from transformers 5.3.0 "
+          f"{np.abs(got - reference['completion_logprobs']).max():.1e}")
     np.testing.assert_allclose(got, reference["completion_logprobs"], rtol=0, atol=2e-5, err_msg=name)
 
 
