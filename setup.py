@@ -25,7 +25,10 @@ setup(
         # paddleformers pins numpy<=1.26.4 (via fast_dataindex); pyarrow 26 needs numpy 2, and `datasets` needs pyarrow
         "pyarrow>=24,<26",
         "scipy",
-        "numpy",
+        # paddleformers' fast_dataindex needs numpy<=1.26.4. Said here, pip 23.2 (what a fresh Python 3.11 venv
+        # brings) takes numpy 1.26.4 first; said only there, it takes numpy 2 first and backtracks through every
+        # version of datasets, contourpy and visualdl before it gets to numpy (killed after 10 min: README "Install")
+        "numpy<=1.26.4",
         "pillow",
         "pyyaml",
         "safetensors",
