@@ -6,6 +6,9 @@ from setuptools import find_packages, setup
 # CPU wheel next to it (the two are different distributions of the same `paddle` package).
 PADDLE = [] if os.environ.get("PADDLE_R1_GPU") == "1" else ["paddlepaddle>=3.3.1"]
 
+# report_to's trackers beyond VisualDL (paddleformers requires visualdl): pip install 'paddle_r1[swanlab]'
+TRACKERS = {"swanlab": ["swanlab"], "wandb": ["wandb"]}
+
 setup(
     name="paddle_r1",
     version="0.1.0",
@@ -38,7 +41,10 @@ setup(
     ],
     # pytest-xdist: the suite runs on two workers (README "Test"); openai: the serve test's client; nbclient,
     # nbformat, ipykernel: tests/test_notebooks.py runs notebooks/ in a kernel of the test environment
+    # swanlab, wandb: the trackers of config key report_to beside VisualDL (paddle_r1/trainer/trackers.py), which
+    # tests/test_trackers.py runs in their offline modes
     extras_require={"test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "openai>=1.0", "nbclient", "nbformat",
-                             "ipykernel"]},
+                             "ipykernel", *TRACKERS["swanlab"], *TRACKERS["wandb"]],
+                    **TRACKERS},
     entry_points={"console_scripts": ["paddle-r1=paddle_r1.cli:main"]},
 )

@@ -12,11 +12,12 @@ from paddle_r1.config import GRPOConfig
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def paddle_r1(*args, cwd=None, pythonpath=()):
-    """The console script, running the code under test (this checkout first on PYTHONPATH) with the model hub off."""
+def paddle_r1(*args, cwd=None, pythonpath=(), env=None):
+    """The console script, running the code under test (this checkout first on PYTHONPATH) with the model hub off;
+    ``env``: variables added to the environment."""
     exe = os.path.join(os.path.dirname(sys.executable), "paddle-r1")
     command = [exe] if os.path.exists(exe) else [sys.executable, "-m", "paddle_r1.cli"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1",
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {}),
            "PYTHONPATH": os.pathsep.join([ROOT, *map(str, pythonpath), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(command + list(args), capture_output=True, text=True, cwd=cwd, timeout=300, env=env)
 
