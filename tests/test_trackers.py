@@ -131,3 +131,13 @@ def test_a_missing_tracker_library_is_named_with_its_extra_before_any_model_load
     assert load_config(GRPOConfig, None, ["--report_to", "none"]).trackers == []
     assert load_config(GRPOConfig, None, ["--report_to", "wandb"]).trackers == ["visualdl", "wandb"]
     assert load_config(GRPOConfig, None, ["--report_to", "swanlab", "--use_visualdl", "false"]).trackers == ["swanlab"]
+
+
+def test_a_tracker_that_cannot_start_is_one_line_naming_it(monkeypatch, tmp_path):
+    from paddle_r1.trainer.trackers import start_trackers
+
+    pytest.importorskip("swanlab", reason="pip install 'paddle_r1[swanlab]'")
+    monkeypatch.setenv("SWANLAB_MODE", "bogus")  # a value SwanLab's own settings refuse at init
+    with pytest.raises(ConfigError, match=r"^config key 'report_to': swanlab could not start its run: "
+                                          r"ValidationError: .*bogus.*; SWANLAB_MODE=offline writes"):
+        start_trackers(["swanlab"], str(tmp_path))

@@ -15,6 +15,7 @@ from typing import Optional
 
 from ..config import ConfigError
 
+
 def check_installed(trackers: list[str]) -> None:
     """A ConfigError naming the package and the extra to install for the first of ``trackers`` whose library
     cannot be imported; called before any model loads."""
@@ -44,6 +45,7 @@ class VisualDLTracker:
     """The metrics as VisualDL scalars in ``output_dir/visualdl``."""
 
     library, extra = "visualdl", None  # no extra: paddleformers itself requires visualdl
+    offline = None  # it only writes files
 
     def __init__(self, output_dir: str, run_name: str, config: dict):
         from visualdl import LogWriter
@@ -65,6 +67,7 @@ class SwanLabTracker:
     """A SwanLab run in ``output_dir/swanlog``; the completions as an ECharts table (``completions``)."""
 
     library, extra = "swanlab", "swanlab"  # the package, and paddle_r1's pip extra that installs it
+    offline = "SWANLAB_MODE=offline"  # how its runs are written without an account or a network
 
     def __init__(self, output_dir: str, run_name: str, config: dict):
         import swanlab
@@ -87,6 +90,7 @@ class WandbTracker:
     """A W&B run in ``output_dir/wandb``; the completions as a ``wandb.Table`` (``completions``)."""
 
     library, extra = "wandb", "wandb"
+    offline = "WANDB_MODE=offline"
 
     def __init__(self, output_dir: str, run_name: str, config: dict):
         import wandb
@@ -110,6 +114,16 @@ TRACKERS = {"visualdl": VisualDLTracker, "swanlab": SwanLabTracker, "wandb": Wan
 
 
 def start_trackers(trackers: list[str], output_dir: str, config: Optional[dict] = None) -> list:
-    """One started tracker per name of ``trackers``, each given ``config`` (the run's keys) once."""
+    """One started tracker per name of ``trackers``, each given ``config`` (the run's keys) once. A library that
+    cannot start its run (not logged in, a bad setting of its own) is a ConfigError carrying its message."""
     run_name = os.path.basename(os.path.abspath(output_dir))
-    return [TRACKERS[name](output_dir, run_name, config or {}) for name in trackers]
+    started = []
+    for name in trackers:
+        tracker = TRACKERS[name]
+        try:
+            started.append(tracker(output_dir, run_name, config or {}))
+        except Exception as e:  # the library's own failure, whatever its type: said in one line, as a setup mistake
+            hint = f"; {tracker.offline} writes its runs on this machine only" if tracker.offline else ""
+            raise ConfigError(f"config key 'report_to': {name} could not start its run: {type(e).__name__}: "
+                              f"{' '.join(str(e).split())}{hint}", keys=("report_to",)) from e
+    return started
