@@ -6,6 +6,9 @@ from setuptools import find_packages, setup
 # CPU wheel next to it (the two are different distributions of the same `paddle` package).
 PADDLE = [] if os.environ.get("PADDLE_R1_GPU") == "1" else ["paddlepaddle>=3.3.1"]
 
+# report_to's trackers beyond VisualDL (paddleformers requires visualdl): pip install 'paddle_r1[swanlab]'
+TRACKERS = {"swanlab": ["swanlab"], "wandb": ["wandb"]}
+
 setup(
     name="paddle_r1",
     version="0.1.0",
@@ -25,7 +28,10 @@ setup(
         # paddleformers pins numpy<=1.26.4 (via fast_dataindex); pyarrow 26 needs numpy 2, and `datasets` needs pyarrow
         "pyarrow>=24,<26",
         "scipy",
-        "numpy",
+        # paddleformers' fast_dataindex needs numpy<=1.26.4. Said here, pip 23.2 (what a fresh Python 3.11 venv
+        # brings) takes numpy 1.26.4 first; said only there, it takes numpy 2 first and backtracks through every
+        # version of datasets, contourpy and visualdl before it gets to numpy (killed after 10 min: README "Install")
+        "numpy<=1.26.4",
         "pillow",
         "pyyaml",
         "safetensors",
@@ -35,7 +41,10 @@ setup(
     ],
     # pytest-xdist: the suite runs on two workers (README "Test"); openai: the serve test's client; nbclient,
     # nbformat, ipykernel: tests/test_notebooks.py runs notebooks/ in a kernel of the test environment
+    # swanlab, wandb: the trackers of config key report_to beside VisualDL (paddle_r1/trainer/trackers.py), which
+    # tests/test_trackers.py runs in their offline modes
     extras_require={"test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "openai>=1.0", "nbclient", "nbformat",
-                             "ipykernel"]},
+                             "ipykernel", *TRACKERS["swanlab"], *TRACKERS["wandb"]],
+                    **TRACKERS},
     entry_points={"console_scripts": ["paddle-r1=paddle_r1.cli:main"]},
 )

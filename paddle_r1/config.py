@@ -107,6 +107,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 SHARDING_STAGES = ("", "stage1", "stage2")  # see paddle_r1.trainer.sharding
 ROLLOUT_ENGINES = ("auto", "one_token", "layers")  # see paddle_r1.generation.decoder
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")  # paddleformers' SchedulerType
+REPORT_TO = ("visualdl", "swanlab", "wandb", "none")  # see paddle_r1.trainer.trackers
 
 
 @dataclass
@@ -182,6 +183,10 @@ class OutputKeys:
     # synced ref_model/: a resume from one is a warm start (weights, step, data position; fresh AdamW state)
     save_only_model: bool = False
     use_visualdl: bool = True
+    # TRL's: trackers the run also reports to (the config, each logged step's metrics, a table of the completions):
+    # visualdl, swanlab, wandb (pip install 'paddle_r1[swanlab]' / '[wandb]'); none: none, VisualDL included.
+    # VisualDL is on while use_visualdl is true (the default); where the runs go: paddle_r1/trainer/trackers.py
+    report_to: list[str] = field(default_factory=list)
     disable_tqdm: bool = False
     # a checkpoint folder; "latest": output_dir's newest (an error when there is none); "auto": the newest when
     # output_dir has a complete checkpoint, else a fresh start (VLM-R1's behaviour)
@@ -220,10 +225,22 @@ class JobKeys:
         if not self.collective_timeout > 0:
             raise ConfigError(f"config key 'collective_timeout': seconds > 0, got {self.collective_timeout}",
                               keys=("collective_timeout",))
+        for name in self.report_to:
+            if name not in REPORT_TO or (name == "none" and len(self.report_to) > 1):
+                raise ConfigError(f"config key 'report_to': {name!r} is not one of {', '.join(REPORT_TO)} "
+                                  "(none stands alone)", keys=("report_to",))
         self.check_own_keys()
 
     def check_own_keys(self) -> None:
         """The job's own rules, between its keys."""
+
+    @property
+    def trackers(self) -> list[str]:
+        """The trackers the run reports to: VisualDL while use_visualdl is true, then report_to's; none when
+        report_to is none."""
+        if self.report_to == ["none"]:
+            return []
+        return list(dict.fromkeys((["visualdl"] if self.use_visualdl else []) + self.report_to))
 
     @property
     def prompts_per_device(self) -> int:
@@ -603,16 +620,6 @@ def _single_device_degree(value, given):
                       "use data parallel with sharding (stage1 / stage2)")
 
 
-def _report_to(value, given):
-    targets = [str(v).lower() for v in _one_or_many(value)]
-    if targets == ["none"]:
-        return {"use_visualdl": False}, "none: read as use_visualdl: false (metrics.jsonl is always written)"
-    others = ", ".join(t for t in targets if t != "visualdl")
-    note = f"{others}: not wired here; " if others else ""
-    return ({"use_visualdl": True} if "visualdl" in targets else {}), \
-        note + "metrics go to output_dir/metrics.jsonl and VisualDL (use_visualdl)"
-
-
 def _attention(value, given):
     if value == "flash_attention_2":
         return {"attn_implementation": "sdpa"}, "read as sdpa: Paddle's scaled_dot_product_attention, flash " \
@@ -690,7 +697,6 @@ SOURCE_KEYS: dict[str, SourceKey] = {
     "dataset_name": SourceKey(PADDLEMIX, _dataset_name),
     "max_prompt_length": SourceKey(TRL, _no_effect("prompts are not truncated here (cutting a prompt cuts its image "
                                                    "tokens); max_pixels bounds their length")),
-    "report_to": SourceKey(TRL, _report_to),
     "do_train": SourceKey(TRL, _no_effect("paddle-r1 train always trains")),
     "overwrite_output_dir": SourceKey(TRL, _no_effect("output_dir is reused; resume_from_checkpoint decides whether its "
                                                       "checkpoints are continued")),

@@ -1,10 +1,43 @@
 """Keep the console for paddle_r1's own lines: paddleformers and paddle's checkpoint loader log every
-file they touch at INFO."""
+file they touch at INFO, and importing paddleformers prints two notices that are false for a Paddle user.
+
+Called by the commands (``paddle_r1.cli.main``, the eval scripts), never on ``import paddle_r1``: a library
+import leaves the process's logging as it was."""
+import logging
+
+# Logged while paddleformers imports transformers with torch hidden (transformers' own __init__ runs twice: once
+# by paddleformers, once by its processing_utils), then by paddleformers itself. Both speak of PyTorch, which a
+# Paddle user does not have and does not need: paddleformers' models are Paddle's.
+IMPORT_NOTICES = {
+    "transformers": "PyTorch was not found. Models won't be available",
+    "PaddleFormers": "Due to potential compatibility issues between PaddlePaddle and PyTorch in PaddleFormers",
+}
+
+
+class DropMessage(logging.Filter):
+    """Drops the records of one logger whose message starts with ``prefix``; every other record passes."""
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+def drop_import_notices() -> None:
+    """Filters ``IMPORT_NOTICES`` out of their loggers; to be called before paddleformers is imported (the
+    loggers are created here if the libraries have not created them yet, and keep the filter). Idempotent."""
+    for name, prefix in IMPORT_NOTICES.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropMessage) and f.prefix == prefix for f in logger.filters):
+            logger.addFilter(DropMessage(prefix))
 
 
 def quiet_libraries(level: str = "WARNING") -> None:
     import warnings
 
+    drop_import_notices()
     warnings.filterwarnings("ignore")
     from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
     from paddleformers.utils.log import logger

@@ -176,7 +176,7 @@ def _rows(path):
 
 
 def test_resumed_logs_drop_the_rows_of_redone_steps(tmp_path):
-    logger = MetricsLogger(str(tmp_path), use_visualdl=False)
+    logger = MetricsLogger(str(tmp_path))
     for step in range(0, 6):  # step 0: the held-out score training starts from
         logger.log(step, {"loss": float(step)}, echo=lambda _: None)
         logger.log_completions([{"step": step, "completion": f"c{step}-{g}"} for g in range(2)])
@@ -184,7 +184,7 @@ def test_resumed_logs_drop_the_rows_of_redone_steps(tmp_path):
         f.write('{"step": 6, "lo')  # a row cut off by the kill
     logger.close()
 
-    resumed = MetricsLogger(str(tmp_path), use_visualdl=False, resume_step=3)
+    resumed = MetricsLogger(str(tmp_path), resume_step=3)
     for step in (4, 5):
         resumed.log(step, {"loss": 10.0 + step}, echo=lambda _: None)
         resumed.log_completions([{"step": step, "completion": "again"}])

@@ -12,18 +12,30 @@ from paddle_r1.config import GRPOConfig
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def paddle_r1(*args, cwd=None, pythonpath=()):
-    """The console script, running the code under test (this checkout first on PYTHONPATH) with the model hub off."""
+def paddle_r1(*args, cwd=None, pythonpath=(), env=None):
+    """The console script, running the code under test (this checkout first on PYTHONPATH) with the model hub off;
+    ``env``: variables added to the environment."""
     exe = os.path.join(os.path.dirname(sys.executable), "paddle-r1")
     command = [exe] if os.path.exists(exe) else [sys.executable, "-m", "paddle_r1.cli"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1",
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {}),
            "PYTHONPATH": os.pathsep.join([ROOT, *map(str, pythonpath), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(command + list(args), capture_output=True, text=True, cwd=cwd, timeout=300, env=env)
+
+
+# What importing paddleformers prints (transformers' notice, then paddleformers' yellow WARNING): both about PyTorch,
+# which a Paddle user neither has nor needs
+LIBRARY_NOTICES = ("PyTorch was not found", "compatibility issues between PaddlePaddle and PyTorch")
+
+
+def assert_no_library_notices(result: subprocess.CompletedProcess) -> None:
+    for notice in LIBRARY_NOTICES:
+        assert notice not in result.stdout + result.stderr, f"the command printed {notice!r}"
 
 
 def test_make_tiny_model(tmp_path):
     result = paddle_r1("make-tiny-model", str(tmp_path / "m"), "--family", "qwen2_5_vl")
     assert result.returncode == 0, result.stderr
+    assert_no_library_notices(result)
     assert json.load(open(tmp_path / "m" / "config.json"))["model_type"] == "qwen2_5_vl"
     result = paddle_r1("make-tiny-model", str(tmp_path / "x"), "--family", "llava")
     assert result.returncode == 2 and "family 'llava' is not supported" in result.stderr
@@ -53,6 +65,7 @@ def test_train_and_resume_from_the_command_line(tmp_path, tiny_model_dir, rec_js
             "--num_generations", "2", "--max_completion_length", "6", "--save_steps", "1", "--use_visualdl", "false"]
     first = paddle_r1(*args, "--max_steps", "1")
     assert first.returncode == 0, first.stderr
+    assert_no_library_notices(first)
     resumed = paddle_r1(*args, "--max_steps", "2", "--resume", "latest")
     assert resumed.returncode == 0, resumed.stderr
     steps = [json.loads(line)["step"] for line in open(out / "metrics.jsonl")]
@@ -64,6 +77,7 @@ def test_demo_runs_and_says_where_things_are(tmp_path, family, output_flag):
     result = paddle_r1("demo", output_flag, str(tmp_path / "demo"), "--family", family, "--max_steps", "2",
                        "--sft_steps", "5", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    assert_no_library_notices(result)
     for what in ("metrics:", "completions:", "checkpoint:"):
         assert what in result.stdout
     assert os.path.isdir(tmp_path / "demo" / "checkpoint-2")

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from PIL import Image
+from test_cli import assert_no_library_notices
 
 from paddle_r1.evaluation.runner import accuracy_table, checkpoint_label, expand_model_paths
 from paddle_r1.evaluation.tasks import TASKS, task_for_dataset
@@ -40,6 +41,7 @@ def test_rec_script_writes_results_table_and_pictures(tmp_path, tiny_model_dir, 
                         "--sample_num", "6", "--steps", "300", "--seed", "42", "--max_new_tokens", "8",
                         "--dtype", "float32", "--output_dir", str(out), "--visualize", "2")
     assert result.returncode == 0, result.stderr
+    assert_no_library_notices(result)
     summary = json.load(open(out / "refcoco_val_Qwen2.5-VL-3B-Instruct_r1_step300.json"))
     assert summary["total"] == 6 and len(summary["results"]) == 6
     assert summary["accuracy"] == sum(r["correct"] for r in summary["results"]) / 6

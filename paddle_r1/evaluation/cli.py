@@ -5,7 +5,6 @@ import argparse
 import os
 import sys
 
-from .runner import (EvalOptions, Evaluator, accuracy_table, checkpoint_label, expand_model_paths, write_results)
 from .protocols import PROTOCOLS, get_protocol
 from .tasks import TASKS, task_for_dataset
 from ..trainer.checkpoint import verify_checkpoint
@@ -58,8 +57,10 @@ def main(kind: str, argv: list[str] | None = None) -> int:
     from ..cpu_math import tune_if_no_gpu
     from ..quiet import quiet_libraries
 
-    quiet_libraries()
+    quiet_libraries()  # before .runner imports paddleformers, whose import-time notices it drops
     tune_if_no_gpu()
+    from .runner import EvalOptions, Evaluator, accuracy_table, checkpoint_label, expand_model_paths, write_results
+
     args = build_parser(kind).parse_args(argv)
     protocol = get_protocol(args.protocol)
     steps = args.steps if args.steps is not None else protocol.steps

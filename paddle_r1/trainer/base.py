@@ -107,7 +107,7 @@ class Trainer:
                                   len(self.samples), self.step, self.total_steps, epochs_based=cfg.max_steps <= 0))
         allocate_optimizer_state(self.optimizer)  # an optimizer that cannot fit fails now, not after a rollout
         # after a resume the logs keep only the rows of the steps the run now continues from
-        self.logger = MetricsLogger(cfg.output_dir, use_visualdl=cfg.use_visualdl,
+        self.logger = MetricsLogger(cfg.output_dir, trackers=cfg.trackers, config=dataclasses.asdict(cfg),
                                     resume_step=self.step if self.resume_path else None) if self.is_main else None
         self.heldout = heldout
 

@@ -14,6 +14,7 @@ from ..cpu_math import tune_cpu_math
 from ..data.loader import load_from_config
 from ..models.coords import COORD_SYSTEMS
 from ..models.loading import model_family
+from .trackers import check_installed
 
 
 def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
@@ -29,12 +30,13 @@ def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
 
 
 def check_before_loading(config) -> None:
-    """The checks that need this machine, before any model loads: the model keys, the device (and the job's rules
-    that depend on it), the model folder and its family, a writable output folder."""
+    """The checks that need this machine, before any model loads: the model keys, the trackers' libraries, the
+    device (and the job's rules that depend on it), the model folder and its family, a writable output folder."""
     if not config.model_name_or_path:
         raise ConfigError("config key 'model_name_or_path' is required")
     if config.coord_system is not None and config.coord_system not in COORD_SYSTEMS:
         raise ConfigError(f"config key 'coord_system': {config.coord_system!r} is not one of {COORD_SYSTEMS}")
+    check_installed(config.trackers)
     device = config.device or ("gpu" if paddle.is_compiled_with_cuda() else "cpu")
     config.check_machine(device)
     if device == "cpu" and config.tune_cpu_math:

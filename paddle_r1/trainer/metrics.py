@@ -1,4 +1,5 @@
-"""Where a run's numbers go: the console, ``metrics.jsonl``, VisualDL, and ``completions.jsonl``.
+"""Where a run's numbers go: the console, ``metrics.jsonl``, ``completions.jsonl``, and the trackers of
+``report_to`` (VisualDL, SwanLab, W&B: ``trackers.py``).
 
 A resumed run redoes the steps after its checkpoint; its logger drops the rows of those steps first, so each file
 describes one history (the rows a step wrote before the interruption are replaced by the rows it writes now)."""
@@ -7,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 from typing import Optional
+
+from .trackers import start_trackers
 
 
 def truncate_log(path: str, last_step: int) -> None:
@@ -35,35 +38,35 @@ def _row_step(line: str):
 
 
 class MetricsLogger:
-    def __init__(self, output_dir: str, use_visualdl: bool = True, resume_step: Optional[int] = None):
-        """``resume_step``: the step a resumed run continues from; rows of later steps are dropped."""
+    def __init__(self, output_dir: str, trackers: tuple = (), config: Optional[dict] = None,
+                 resume_step: Optional[int] = None):
+        """``trackers``: names from ``trackers.TRACKERS``, each given ``config`` (the run's keys) at the start;
+        ``resume_step``: the step a resumed run continues from; rows of later steps are dropped."""
         os.makedirs(output_dir, exist_ok=True)
         self.metrics_path = os.path.join(output_dir, "metrics.jsonl")
         self.completions_path = os.path.join(output_dir, "completions.jsonl")
         if resume_step is not None:
             for path in (self.metrics_path, self.completions_path):
                 truncate_log(path, resume_step)
-        self.writer = None
-        if use_visualdl:
-            from visualdl import LogWriter
-
-            self.writer = LogWriter(logdir=os.path.join(output_dir, "visualdl"))
+        self.trackers = start_trackers(list(trackers), output_dir, config)
 
     def log(self, step: int, metrics: dict, echo=print) -> None:
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"step": step, **metrics}) + "\n")
-        if self.writer is not None:
-            for key, value in metrics.items():
-                self.writer.add_scalar(tag=key, value=float(value), step=step)
+        for tracker in self.trackers:
+            tracker.log(step, metrics)
         shown = ("loss", "reward", "reward_std", "kl", "entropy", "completion_length", "learning_rate", "grad_norm",
                  "step_seconds", "tokens_per_second")
         echo(f"step {step}: " + "  ".join(f"{k}={metrics[k]:.4g}" for k in shown if k in metrics))
 
     def log_completions(self, rows: list[dict]) -> None:
+        """One step's rows (each holds its ``step``): appended to completions.jsonl, and a table for each tracker."""
         with open(self.completions_path, "a", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for tracker in self.trackers:
+            tracker.log_completions(rows[0]["step"], rows)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        for tracker in self.trackers:
+            tracker.close()
