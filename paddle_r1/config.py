@@ -107,6 +107,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 SHARDING_STAGES = ("", "stage1", "stage2")  # see paddle_r1.trainer.sharding
 ROLLOUT_ENGINES = ("auto", "one_token", "layers")  # see paddle_r1.generation.decoder
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")  # paddleformers' SchedulerType
+# TRL 1.16's loss_type values (paddle_r1.trainer.loss.LOSS_TYPES); the last three divide by the step's tokens
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 REPORT_TO = ("visualdl", "swanlab", "wandb", "none")  # see paddle_r1.trainer.trackers
 
 
@@ -248,6 +251,16 @@ class JobKeys:
         return self.per_device_train_batch_size
 
     @property
+    def completions_per_device(self) -> int:
+        """Rows each device trains on per micro-step (SFT: its samples)."""
+        return self.per_device_train_batch_size
+
+    group_size = 1  # rows made from one sample (GRPO: num_generations)
+
+    def check_ranks(self, world_size: int) -> None:
+        """The job's rules that need the number of ranks, checked before any model loads."""
+
+    @property
     def prompt_order_seed(self) -> int:
         """TRL's data_seed: the seed of the prompt order alone, when set; else seed."""
         return self.seed if self.data_seed is None else self.data_seed
@@ -294,10 +307,22 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     # GRPO objective
     beta: float = 0.04
     epsilon: float = 0.2
-    epsilon_high: Optional[float] = None  # default: epsilon
+    epsilon_high: Optional[float] = None  # default: epsilon; cispo: the cap of the importance weight (eps_max)
+    delta: Optional[float] = None  # two-sided clipping: the importance weight of a negative advantage capped here
     num_iterations: int = 1
-    loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo
+    loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo | luspo | cispo | sapo | vespo
+    sapo_temperature_pos: float = 1.0  # sapo's gate temperature for positive advantages
+    sapo_temperature_neg: float = 1.05  # and for the others
+    vespo_k_pos: float = 2.0  # vespo's gamma weighting phi(W) = exp(lambda + k ln W - lambda W): A >= 0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0  # A < 0
+    vespo_lambda_neg: float = 2.0
     scale_rewards: str = "group"  # group | batch | none
+    multi_objective_aggregation: str = "sum_then_normalize"  # or normalize_then_sum (GDPO: each reward per group first)
+    top_entropy_quantile: float = 1.0  # only this top fraction of tokens by entropy carry the policy gradient
+    entropy_coef: float = 0.0  # entropy bonus: loss - coef * mean entropy of the tokens the policy loss keeps
+    off_policy_mask_threshold: Optional[float] = None  # drop A < 0 completions whose mean old - new log-prob exceeds it
+    use_bias_correction_kl: bool = False  # the KL term times the importance weight (TRL 1.16's default is true)
     mask_truncated_completions: bool = False
     sync_ref_model: bool = False
     ref_model_sync_steps: int = 64
@@ -312,6 +337,11 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     importance_sampling_level: str = "token"  # token | sequence (GSPO)
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards all tie, refill from further prompt batches
     max_num_gen_batches: int = 4  # dynamic sampling: prompt batches drawn at most per micro-batch
+    # EasyR1's online filtering band (with dynamic_sampling): keep a group only when the mean of filter_key over its
+    # completions lies strictly between filter_low and filter_high; filter_key: overall (the reward) or a reward name
+    filter_key: str = "overall"
+    filter_low: Optional[float] = None
+    filter_high: Optional[float] = None
     overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_completion_length; 0: off
     overlong_penalty_factor: float = 1.0  # the penalty at max_completion_length
 
@@ -327,8 +357,9 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
 
     def check_own_keys(self) -> None:
         _check_choice(self, "rollout_engine", ROLLOUT_ENGINES)
-        _check_choice(self, "loss_type", ("grpo", "bnpo", "dr_grpo", "dapo"))
+        _check_choice(self, "loss_type", LOSS_TYPES)
         _check_choice(self, "scale_rewards", ("group", "batch", "none"))
+        _check_choice(self, "multi_objective_aggregation", MULTI_OBJECTIVE_AGGREGATIONS)
         _check_choice(self, "ref_model_update", ("", "none", "sync", "ema"))
         _check_choice(self, "adv_estimator", ("grpo", "rloo", "reinforce_plus_plus", "dr_grpo"))
         _check_choice(self, "kl_estimator", ("k1", "k2", "k3"))
@@ -354,26 +385,58 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
         self._check_batch()
         self._check_rewards()
         self._check_reference()
+        self._check_policy_loss()
+        self._check_filter_band()
         if self.eval_steps and not self.eval_data_path:
             raise ConfigError("config key 'eval_data_path' is required when eval_steps > 0",
                               keys=("eval_data_path", "eval_steps"))
 
     def _check_batch(self) -> None:
-        """per_device_train_batch_size counts completions (TRL's meaning); a device generates whole groups."""
+        """per_device_train_batch_size counts completions (TRL's meaning): a device holds whole groups (a multiple of
+        num_generations), or a part of one group whose other completions are on the next ranks (a divisor of it)."""
         batch, group = self.per_device_train_batch_size, self.num_generations
-        if batch is not None and batch % group:
+        if batch is not None and batch % group and group % batch:
             raise ConfigError(
                 f"config keys 'per_device_train_batch_size' and 'num_generations': per_device_train_batch_size counts "
-                f"completions (as in TRL), {batch} is not a multiple of num_generations {group}; each device generates "
-                f"whole groups here, so use {max(1, round(batch / group)) * group} ({max(1, round(batch / group))} "
-                f"prompt(s) x {group}). TRL and VLM-R1 may spread a group over devices (their global batch, ranks x "
-                f"per_device_train_batch_size, must divide); for the same global batch give each device whole groups "
-                f"and fewer devices or gradient_accumulation_steps", keys=("per_device_train_batch_size", "num_generations"))
+                f"completions (as in TRL), and {batch} neither holds whole groups of num_generations {group} (a "
+                f"multiple of it) nor an equal part of one group (a divisor of it, the rest of the group on the next "
+                f"ranks); use a multiple or a divisor of {group}", keys=("per_device_train_batch_size", "num_generations"))
+
+    def check_ranks(self, world_size: int) -> None:
+        """Before any model loads, once the number of ranks is known: a group spread over ranks needs them all
+        (TRL: the global batch, ranks x per_device_train_batch_size, is a multiple of num_generations)."""
+        if self.ranks_per_group > 1 and world_size % self.ranks_per_group:
+            raise ConfigError(
+                f"config keys 'per_device_train_batch_size' and 'num_generations': a group of {self.num_generations} "
+                f"completions takes {self.ranks_per_group} ranks of {self.completions_per_device}, but this job has "
+                f"{world_size} rank(s): ranks x per_device_train_batch_size ({world_size * self.completions_per_device})"
+                f" must be a multiple of num_generations, as in TRL",
+                keys=("per_device_train_batch_size", "num_generations"))
+
+    @property
+    def completions_per_device(self) -> int:
+        """per_device_train_batch_size, num_generations when unset (one prompt's group)."""
+        return self.per_device_train_batch_size or self.num_generations
+
+    @property
+    def group_size(self) -> int:
+        return self.num_generations
 
     @property
     def prompts_per_device(self) -> int:
-        """Prompts each device takes per micro-step: per_device_train_batch_size / num_generations (one when unset)."""
-        return (self.per_device_train_batch_size or self.num_generations) // self.num_generations
+        """Prompts each device holds completions of per micro-step: per_device_train_batch_size / num_generations,
+        one when a device holds part of a group."""
+        return max(1, self.completions_per_device // self.num_generations)
+
+    @property
+    def generations_per_device(self) -> int:
+        """Completions each of a device's prompts gets there: num_generations, or the device's part of the group."""
+        return min(self.completions_per_device, self.num_generations)
+
+    @property
+    def ranks_per_group(self) -> int:
+        """Consecutive ranks a group's completions are on (1: a device holds whole groups)."""
+        return max(1, self.num_generations // self.completions_per_device)
 
     def _check_rewards(self) -> None:
         if not self.reward_funcs:
@@ -388,6 +451,44 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
             names = "reward_funcs or eval_reward" if self.eval_steps else "reward_funcs"
             raise ConfigError(f"config key 'reward_kwargs': {', '.join(map(repr, stray))} not in {names}",
                               keys=("reward_kwargs", "reward_funcs"))
+
+    def _check_policy_loss(self) -> None:
+        """TRL 1.16's loss keys: ranges, and cispo's cap, which TRL takes from epsilon_high (an unset epsilon_high
+        would cap every importance weight at epsilon, 0.2)."""
+        if not 0 <= self.top_entropy_quantile <= 1:
+            raise ConfigError(f"config key 'top_entropy_quantile': must be in [0, 1], got {self.top_entropy_quantile}",
+                              keys=("top_entropy_quantile",))
+        for key in ("delta", "sapo_temperature_pos", "sapo_temperature_neg"):
+            if getattr(self, key) is not None and not getattr(self, key) > 0:
+                raise ConfigError(f"config key {key!r}: must be > 0, got {getattr(self, key)}", keys=(key,))
+        _check_at_least(self, 0, "vespo_lambda_pos", "vespo_lambda_neg", "off_policy_mask_threshold")
+        if self.loss_type == "cispo" and self.epsilon_high is None:
+            raise ConfigError("config keys 'loss_type' and 'epsilon_high': cispo caps the importance weight itself at "
+                              "epsilon_high (ScaleRL's eps_max; 5.0 recommended); set it (unset, it would be "
+                              f"epsilon, {self.epsilon})", keys=("loss_type", "epsilon_high"))
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            beside = [f"{key} {value!r}" for key, value, alone in (
+                ("adv_estimator", self.adv_estimator, self.adv_estimator == "grpo"),
+                ("overlong_buffer", self.overlong_buffer, not self.overlong_buffer),
+                ("use_kl_loss", self.use_kl_loss, self.use_kl_loss or not self.uses_reference)) if not alone]
+            if beside:
+                raise ConfigError(f"config key 'multi_objective_aggregation': normalize_then_sum normalises each "
+                                  f"reward function's scores (GDPO), which leaves no place for {', '.join(beside)} "
+                                  "(they act on the summed reward); use sum_then_normalize with them",
+                                  keys=("multi_objective_aggregation",))
+
+    def _check_filter_band(self) -> None:
+        """EasyR1's online filtering band goes with dynamic sampling, which draws the groups to replace."""
+        band = [key for key in ("filter_low", "filter_high") if getattr(self, key) is not None]
+        if band and not self.dynamic_sampling:
+            raise ConfigError(f"config key {band[0]!r}: the filtering band drops groups and draws others, which is "
+                              "dynamic_sampling: set dynamic_sampling true", keys=(band[0], "dynamic_sampling"))
+        if len(band) == 2 and not self.filter_low < self.filter_high:
+            raise ConfigError(f"config keys 'filter_low' and 'filter_high': {self.filter_low} is not below "
+                              f"{self.filter_high}", keys=("filter_low", "filter_high"))
+        if self.filter_key != "overall" and self.filter_key not in self.reward_funcs:
+            raise ConfigError(f"config key 'filter_key': {self.filter_key!r} is neither overall (the weighted "
+                              f"reward) nor one of reward_funcs {self.reward_funcs}", keys=("filter_key", "reward_funcs"))
 
     def _check_reference(self) -> None:
         if self.sync_ref_model and self.ref_model_update not in ("", "sync"):

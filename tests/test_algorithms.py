@@ -10,16 +10,17 @@ import pytest
 
 from paddle_r1.config import GRPOConfig
 from paddle_r1.models.loading import load_model
-from paddle_r1.trainer.dynamic_sampling import informative_groups
+from paddle_r1.trainer.dynamic_sampling import kept_groups
+from paddle_r1.trainer.groups import GroupTable
 from paddle_r1.trainer.grpo import GRPOTrainer
-from paddle_r1.trainer.loss import advantages_for, grpo_loss, kl_divergence, overlong_penalty
+from paddle_r1.trainer.loss import LossSettings, advantages_for, grpo_loss, kl_divergence, overlong_penalty
 
 T = paddle.to_tensor
 
 
 def test_rloo_baseline_leaves_each_completion_out():
     rewards = T([1.0, 0.0, 2.0, 5.0, float("nan"), 3.0])  # groups of 3; one unscored
-    got = advantages_for("rloo", rewards, 3, mask=paddle.ones([6, 2]))
+    got = advantages_for("rloo", rewards, 3, lengths=paddle.full([6], 2.0))
     # group 0: 1 - (0 + 2) / 2 = 0, 0 - 1.5 = -1.5, 2 - 0.5 = 1.5; group 1 (5, 3 scored): 5 - 3 = 2, 3 - 5 = -2
     np.testing.assert_allclose(got.numpy(), [0.0, -1.5, 1.5, 2.0, 0.0, -2.0], rtol=1e-6)
 
@@ -30,12 +31,12 @@ def test_reinforce_plus_plus_whitens_over_tokens_of_the_batch():
     token_returns = np.array([1, 1, 1, 0, 0, 0, 0], dtype="float64")
     mean, var = token_returns.mean(), token_returns.var(ddof=1)
     expected = (np.array([1.0, 0, 0, 0]) - mean) / math.sqrt(var + 1e-8)
-    np.testing.assert_allclose(advantages_for("reinforce_plus_plus", rewards, 2, mask=mask).numpy(), expected,
-                               rtol=1e-5)
+    np.testing.assert_allclose(advantages_for("reinforce_plus_plus", rewards, 2, lengths=mask.sum(axis=1)).numpy(),
+                               expected, rtol=1e-5)
 
 
 def test_dr_grpo_estimator_does_not_divide_by_std():
-    got = advantages_for("dr_grpo", T([1.0, 3.0, 2.0, 2.0]), 2, mask=paddle.ones([4, 1]), scale_rewards="group")
+    got = advantages_for("dr_grpo", T([1.0, 3.0, 2.0, 2.0]), 2, lengths=paddle.ones([4]), scale_rewards="group")
     np.testing.assert_allclose(got.numpy(), [-1.0, 1.0, 0.0, 0.0])
 
 
@@ -51,10 +52,10 @@ def test_sequence_level_importance_ratio_is_the_mean_log_ratio():
     logp = T([[-1.0, -2.0, -3.0]])
     old = T([[-1.5, -2.0, -2.0]])  # log ratios 0.5, 0, -1 -> masked mean over the first two: 0.25
     mask = T([[1, 1, 0]])
-    args = dict(beta=0.0, epsilon_low=0.5, epsilon_high=0.5, loss_type="grpo", max_completion_length=3)
-    loss, _ = grpo_loss(logp, old, None, T([1.0]), mask, importance_sampling_level="sequence", **args)
+    args = dict(epsilon_low=0.5, epsilon_high=0.5, loss_type="grpo", max_completion_length=3)
+    loss, _ = grpo_loss(logp, old, None, T([1.0]), mask, LossSettings(importance_sampling_level="sequence", **args))
     assert float(loss) == pytest.approx(-math.exp(0.25), rel=1e-6)
-    token_loss, _ = grpo_loss(logp, old, None, T([1.0]), mask, **args)
+    token_loss, _ = grpo_loss(logp, old, None, T([1.0]), mask, LossSettings(**args))
     assert float(token_loss) == pytest.approx(-(1.5 + 1.0) / 2, rel=1e-6)  # exp(0.5) > 1 + eps: clipped to 1.5
 
 
@@ -62,9 +63,14 @@ def test_overlong_penalty_is_soft_in_the_buffer():
     assert overlong_penalty([4, 6, 7, 8], max_completion_length=8, buffer=4, factor=0.5) == [0.0, -0.25, -0.375, -0.5]
 
 
-def test_informative_groups_have_untied_scored_rewards():
-    rewards = np.array([1, 1, 1, 0, 1, 0, np.nan, 2, np.nan], dtype="float32")
-    assert informative_groups(rewards, 3) == [1]
+def _table(rewards, scores=None) -> GroupTable:
+    rewards = np.asarray(rewards, dtype="float64")
+    scores = rewards[..., None] if scores is None else np.asarray(scores, dtype="float64")
+    return GroupTable(rewards, scores, np.ones_like(rewards), local=np.arange(rewards.size))
+
+
+def test_kept_groups_have_untied_scored_rewards():
+    assert kept_groups(_table([[1, 1, 1], [0, 1, 0], [np.nan, 2, np.nan]])).tolist() == [False, True, False]
 
 
 def _config(model_dir, out, **kw):

@@ -251,7 +251,7 @@ def test_a_mid_iteration_checkpoint_is_refused_on_another_rank_count(resumed_on_
         error = (resumed_on_two_ranks / "mid_iteration" / f"rank{rank}_error.txt").read_text()
         assert error.startswith(f"config key 'resume_from_checkpoint': {mid_iteration} was saved mid-way through "
                                 "num_iterations (its rollout buffers extra_state_rank0.pdparams are per rank"), error
-        assert "1 rank(s) x 2 prompt(s) x 1 micro-step(s)); this run has 2 x 1 x 1" in error, error
+        assert "1 rank(s) x 6 completion(s) x 1 micro-step(s)); this run has 2 x 3 x 1" in error, error
     assert not list((resumed_on_two_ranks / "mid_iteration").glob("rank*.npz"))  # refused before training
 
 
