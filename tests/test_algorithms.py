@@ -69,6 +69,21 @@ def _table(rewards, scores=None) -> GroupTable:
     return GroupTable(rewards, scores, np.ones_like(rewards), local=np.arange(rewards.size))
 
 
+def test_loss_settings_take_every_loss_key_from_the_config():
+    config = GRPOConfig(loss_type="vespo", beta=0.3, epsilon=0.1, epsilon_high=0.4, delta=2.0, max_completion_length=9,
+                        kl_estimator="k2", importance_sampling_level="sequence", sapo_temperature_pos=0.7,
+                        sapo_temperature_neg=1.3, vespo_k_pos=1.1, vespo_lambda_pos=1.2, vespo_k_neg=1.3,
+                        vespo_lambda_neg=1.4, off_policy_mask_threshold=0.2, use_bias_correction_kl=True,
+                        entropy_coef=0.01, gradient_accumulation_steps=3)
+    assert LossSettings.of(config) == LossSettings(
+        loss_type="vespo", beta=0.3, epsilon_low=0.1, epsilon_high=0.4, max_completion_length=9, kl_estimator="k2",
+        importance_sampling_level="sequence", delta=2.0, sapo_temperature_pos=0.7, sapo_temperature_neg=1.3,
+        vespo_k_pos=1.1, vespo_lambda_pos=1.2, vespo_k_neg=1.3, vespo_lambda_neg=1.4, off_policy_mask_threshold=0.2,
+        use_bias_correction_kl=True, entropy_coef=0.01, gradient_accumulation_steps=3)
+    assert LossSettings.of(GRPOConfig(beta=0.3, use_kl_loss=False)).beta == 0.0  # the KL is in the reward then
+    assert LossSettings.of(GRPOConfig(epsilon=0.3)).epsilon_high == 0.3
+
+
 def test_kept_groups_have_untied_scored_rewards():
     assert kept_groups(_table([[1, 1, 1], [0, 1, 0], [np.nan, 2, np.nan]])).tolist() == [False, True, False]
 
@@ -108,6 +123,21 @@ def test_dynamic_sampling_drops_tied_groups_deterministically_and_resumes(tiny_m
         np.testing.assert_allclose(_weights(resumed)[key], value, rtol=1e-6, atol=1e-7, err_msg=key)
 
 
+def test_the_filtering_band_keeps_groups_whose_mean_lies_inside(tiny_model_dir, rec_samples, tmp_path):
+    """EasyR1's online filtering: every other sample's rewards are shifted by 1 (group means about 0.9 against
+    -0.1); with the band (0.5, 2) only the shifted samples' groups are trained on, as long as the refills found
+    enough of them; without it, dynamic sampling keeps both kinds (each group's rewards differ)."""
+    samples = [dict(s, shift=float(i % 2)) for i, s in enumerate(rec_samples)]
+    common = dict(reward_funcs=["reward_helpers:shifted_short_reward"], dynamic_sampling=True, max_num_gen_batches=4,
+                  max_steps=2)
+    for band, out in ((dict(filter_low=0.5, filter_high=2.0), "band"), ({}, "no_band")):
+        history = GRPOTrainer(_config(tiny_model_dir, tmp_path / out, **common, **band), samples=samples).train()
+        rows = [json.loads(line) for line in open(tmp_path / out / "completions.jsonl")]
+        full = {step for step, h in enumerate(history["history"], 1) if h["num_gen_batches"] < 4}  # enough found
+        rewards = np.array([r["reward"] for r in rows if r["step"] in full])
+        assert rewards.size and ((rewards > 0.5).all() if band else (rewards < 0.5).any())
+
+
 _BASELINES: dict = {}
 
 
@@ -128,6 +158,18 @@ def _train(model_dir, samples, out, **options) -> tuple[list, dict, GRPOTrainer]
     (dict(importance_sampling_level="sequence", num_iterations=2), dict(num_iterations=2), "weights"),
     (dict(overlong_buffer=3), {}, "reward"),  # completions within 3 tokens of max_completion_length are penalised
     (dict(ref_model_update="ema", ref_ema_decay=0.5), {}, "reference"),
+    # TRL 1.16's loss family (their values against TRL's own code: test_loss.py). On-policy, with completions of one
+    # length, each has grpo's gradient up to a factor Adam divides out: the second of num_iterations=2 is off-policy
+    (dict(loss_type="cispo", epsilon_high=1.0, num_iterations=2), dict(num_iterations=2), "weights"),
+    (dict(loss_type="sapo", num_iterations=2), dict(num_iterations=2), "weights"),
+    (dict(loss_type="luspo", importance_sampling_level="sequence", num_iterations=2), dict(num_iterations=2),
+     "weights"),
+    (dict(loss_type="vespo", num_iterations=2), dict(num_iterations=2), "weights"),
+    (dict(top_entropy_quantile=0.2), {}, "weights"),
+    (dict(entropy_coef=0.5), {}, "weights"),  # through the entropy's own gradient
+    (dict(use_bias_correction_kl=True), {}, "weights"),  # beta 0.05: the KL's gradient changes on-policy too
+    (dict(off_policy_mask_threshold=0.0, num_iterations=2), dict(num_iterations=2), "weights"),
+    (dict(multi_objective_aggregation="normalize_then_sum"), {}, "weights"),
 ], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) if isinstance(o, dict) else None)
 def test_each_option_changes_what_it_should(tiny_model_dir, rec_samples, tmp_path, options, without, changes):
     """Each option against the same run without it: a trainer that ignored the option would fail here."""
