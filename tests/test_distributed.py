@@ -334,22 +334,46 @@ def rec_mixture(rec_jsonl):
 
 
 @pytest.fixture(scope="module")
-def across_ranks(tmp_path_factory, tiny_model_dir, rec_mixture):
+def tied_mixture(rec_jsonl):
+    """The REC samples, every other one marked ``tied`` (``reward_helpers.short_reward_unless_tied`` gives its
+    group one reward: dynamic sampling drops it)."""
+    folder = os.path.dirname(rec_jsonl)
+    with open(rec_jsonl) as f, open(os.path.join(folder, "tied.jsonl"), "w") as out:
+        for i, line in enumerate(f):
+            out.write(json.dumps({**json.loads(line), "tied": i % 2 == 0}) + "\n")
+    path = os.path.join(folder, "tied.yaml")
+    with open(path, "w") as f:
+        f.write(f"datasets:\n  - json_path: {os.path.join(folder, 'tied.jsonl')}\n")
+    return path
+
+
+# dynamic sampling, tied groups dropped and refilled (at most 3 prompt batches per micro-step)
+DYNAMIC = dict(dynamic_sampling="true", max_num_gen_batches=3, reward_funcs="reward_helpers:short_reward_unless_tied")
+
+
+@pytest.fixture(scope="module")
+def across_ranks(tmp_path_factory, tiny_model_dir, rec_mixture, tied_mixture):
     """One spawn of 2 ranks: PaddleMIX's command, VLM-R1's (saving at step 1), VLM-R1's resumed from that
-    checkpoint-1, and VLM-R1's 8-GPU command (a group of 8 on ranks of 1) refused; then each command's one-process
-    run over the same global batch."""
+    checkpoint-1, VLM-R1's 8-GPU command (a group of 8 on ranks of 1) refused, VLM-R1's with dynamic sampling (a
+    group across ranks) and with dynamic sampling and whole groups (a rank may be full while the other draws on);
+    then the one-process runs over the same global batch."""
     out = tmp_path_factory.mktemp("across_ranks")
     model, mixture = tiny_model_dir, rec_mixture
     vlm_r1 = vlm_r1_rec_command(model, mixture, str(out / "vlm_r1"), save_steps=1)
     commands = [paddlemix_rec_command(model, mixture, str(out / "paddlemix")), vlm_r1,
                 _command(vlm_r1, output_dir=out / "vlm_r1_resumed", resume_from_checkpoint=out / "vlm_r1" / "checkpoint-1"),
-                vlm_r1_rec_command(model, mixture, str(out / "refused"), num_generations=8)]
+                vlm_r1_rec_command(model, mixture, str(out / "refused"), num_generations=8),
+                vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic"), gradient_accumulation_steps=2, **DYNAMIC),
+                vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic_whole_groups"), per_device=2,
+                                   gradient_accumulation_steps=1, **DYNAMIC)]
     dist.spawn(train_commands, args=(commands, str(out)), nprocs=2, backend="gloo")
     from paddle_r1.cli import main
 
     assert main(["train", *paddlemix_rec_command(model, mixture, str(out / "paddlemix_one"), per_device=4,
                                                  sharding="")]) == 0
     assert main(["train", *vlm_r1_rec_command(model, mixture, str(out / "vlm_r1_one"), per_device=2)]) == 0
+    assert main(["train", *vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic_one"), per_device=2,
+                                              gradient_accumulation_steps=2, **DYNAMIC)]) == 0
     return out
 
 
@@ -369,10 +393,14 @@ def _final_weights(run) -> dict:
     return _weights_in(run / "checkpoint-2")
 
 
-# the numbers of the whole global batch (TRL's), which a rank's own completions alone would get wrong
-GLOBAL_METRICS = ("loss", "reward", "reward_std", "frac_reward_zero_std", "rewards/reward_helpers:short_reward/mean",
-                  "rewards/reward_helpers:short_reward/std", "kl", "entropy", "clip_ratio/region_mean",
+# the numbers of the whole global batch (TRL's), which a rank's own completions alone would get wrong (and each
+# reward's rewards/<name>/mean and /std)
+GLOBAL_METRICS = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/region_mean",
                   "completion_length", "grad_norm")
+
+
+def _global_metrics(rows: list[dict]) -> list[str]:
+    return [*GLOBAL_METRICS, *sorted(k for k in rows[0] if k.startswith("rewards/"))]
 
 
 def _assert_one_rank_and_two_agree(two, one, tiny_model_dir):
@@ -390,7 +418,7 @@ def _assert_one_rank_and_two_agree(two, one, tiny_model_dir):
     np.testing.assert_allclose(advantages, [r["advantage"] for r in rows_one], rtol=1e-5, atol=1e-6)
     metrics_two, metrics_one = _rows(two / "metrics.jsonl"), _rows(one / "metrics.jsonl")
     assert [m["step"] for m in metrics_two] == [m["step"] for m in metrics_one] == [1, 2]
-    for name in GLOBAL_METRICS:
+    for name in _global_metrics(metrics_one):
         np.testing.assert_allclose([m[name] for m in metrics_two], [m[name] for m in metrics_one], rtol=1e-4,
                                    atol=1e-7, err_msg=name)
     initial, weights_two, weights_one = _weights_in(tiny_model_dir), _final_weights(two), _final_weights(one)
@@ -426,7 +454,7 @@ def test_a_group_across_ranks_resumes_in_the_middle_as_the_uninterrupted_run(acr
     step2 = [r for r in _rows(uninterrupted / "completions.jsonl") if r["step"] == 2]
     assert _rows(resumed / "completions.jsonl") == step2
     after, before = _rows(resumed / "metrics.jsonl"), _rows(uninterrupted / "metrics.jsonl")[1:]
-    for name in GLOBAL_METRICS:
+    for name in _global_metrics(before):
         np.testing.assert_allclose([m[name] for m in after], [m[name] for m in before], rtol=1e-6, err_msg=name)
     weights = _final_weights(uninterrupted)
     for name, value in _final_weights(resumed).items():
@@ -437,3 +465,18 @@ def test_a_group_the_ranks_cannot_hold_is_refused_before_loading(across_ranks):
     """VLM-R1's 8-GPU command (a group of 8, 1 completion per device) on 2 ranks: exit code 2, nothing written."""
     assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[3] for r in (0, 1)] == [2, 2]
     assert not (across_ranks / "refused").exists() or not list((across_ranks / "refused").glob("checkpoint-*"))
+
+
+@pytest.mark.timeout(600)
+def test_dynamic_sampling_decides_on_the_whole_group_across_ranks(across_ranks, tiny_model_dir):
+    """VLM-R1's command with dynamic sampling: each group lies on both ranks, which keep or drop it alike (decided
+    on the gathered rewards) and refill together: the run equals one process's. Then with a whole group per rank,
+    where a rank whose group was kept draws the refill batches without generating while the other generates: both
+    ranks end, and every step trains on a full batch."""
+    assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[4:] for r in (0, 1)] == [[0, 0], [0, 0]]
+    _assert_one_rank_and_two_agree(across_ranks / "dynamic", across_ranks / "dynamic_one", tiny_model_dir)
+    assert any(m["frac_reward_zero_std"] > 0 for m in _rows(across_ranks / "dynamic" / "metrics.jsonl"))
+    metrics = _rows(across_ranks / "dynamic_whole_groups" / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2] and max(m["num_gen_batches"] for m in metrics) > 1
+    rows = _rows(across_ranks / "dynamic_whole_groups" / "completions.jsonl")
+    assert [sum(r["step"] == step for r in rows) for step in (1, 2)] == [4, 4]  # 2 ranks x a group of 2
