@@ -1,5 +1,5 @@
-"""The GRPO objective: per-token log-probs of the completions, group advantages, and the policy loss (with TRL's
-loss-type normalisations).
+"""The GRPO objective: per-token log-probs of the completions, group advantages, and the policy loss (TRL 1.16's
+loss types, each one objective and one normalisation in ``LOSS_TYPES``).
 
 Log-probs are computed without a full [N, T, vocab] log-softmax: the decoder runs once over prompt +
 completion; the LM head and log-softmax then run on chunks of at most ``chunk_size`` completion positions. With
@@ -351,9 +351,9 @@ def clipped_objective(w: _Weights, s: LossSettings):
     per_token = -paddle.minimum(weight * w.advantages, clipped * w.advantages)
     low = (weight < 1 - s.epsilon_low) & (w.advantages < 0)
     high = (weight > 1 + s.epsilon_high) & (w.advantages > 0)
-    return per_token, {"clip_ratio/low_mean": _masked_fraction(low, w.mask),
-                       "clip_ratio/high_mean": _masked_fraction(high, w.mask),
-                       "clip_ratio/region_mean": _masked_fraction(low | high, w.mask)}
+    return per_token, {"clip_ratio/low_mean": _masked_mean(low, w.mask),
+                       "clip_ratio/high_mean": _masked_mean(high, w.mask),
+                       "clip_ratio/region_mean": _masked_mean(low | high, w.mask)}
 
 
 def cispo_objective(w: _Weights, s: LossSettings):
@@ -362,7 +362,7 @@ def cispo_objective(w: _Weights, s: LossSettings):
     Logged: ``cispo_clip_ratio``, the fraction with w > eps_max and A > 0."""
     capped = paddle.clip(w.weight, max=s.epsilon_high).detach()
     clipped = (w.weight > s.epsilon_high) & (w.advantages > 0)
-    return -capped * w.advantages * w.logp, {"cispo_clip_ratio": _masked_fraction(clipped, w.mask)}
+    return -capped * w.advantages * w.logp, {"cispo_clip_ratio": _masked_mean(clipped, w.mask)}
 
 
 def sapo_objective(w: _Weights, s: LossSettings):
@@ -388,7 +388,7 @@ def vespo_objective(w: _Weights, s: LossSettings):
                            paddle.full_like(log_w, s.vespo_lambda_neg)).clip(min=1e-4)
         phi = paddle.exp(lam + k * log_w - lam * paddle.exp(log_w))
         phi = paddle.where(paddle.isfinite(phi), phi, paddle.zeros_like(phi))
-    return -phi * w.advantages * w.logp, {"vespo/phi_seq_mean": _masked_fraction(phi, w.mask)}
+    return -phi * w.advantages * w.logp, {"vespo/phi_seq_mean": _masked_mean(phi, w.mask)}
 
 
 def per_sequence_mean(per_token, mask, num_items_in_batch, s: LossSettings):
@@ -522,7 +522,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: LossSettings
     return loss, stats
 
 
-def _masked_fraction(flags: paddle.Tensor, mask: paddle.Tensor) -> float:
+def _masked_mean(flags: paddle.Tensor, mask: paddle.Tensor) -> float:
     """TRL 1.16's ``global_masked_mean`` on one process: with a value per token ([N, T]) its mean over the
     completion tokens; with one per completion ([N, 1]: GSPO's ratios, VESPO's phi) its mean over completions,
     every row counted."""
