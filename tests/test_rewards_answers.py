@@ -7,9 +7,11 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
 from paddle_r1.rewards.families.answers import parse_choice
 from paddle_r1.rewards.manager import RewardManager
+
+REWARDS = load_builtin_rewards()
 
 counting = REWARDS["counting"]
 mcq = REWARDS["mcq"]

@@ -7,7 +7,9 @@ import pytest
 from pycocotools import mask as mask_utils
 from test_rewards_boxes import GARBAGE, columns
 
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
+
+REWARDS = load_builtin_rewards()
 
 multi_box_format = REWARDS["multi_box_format"]
 multi_iou = REWARDS["multi_iou"]

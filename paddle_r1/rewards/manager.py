@@ -23,7 +23,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..config import ConfigError
-from . import BadSolution, CountedReward, get_reward
+from .lookup import get_reward
+from .registry import BadSolution, CountedReward
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import time
 from typing import Callable, Optional
 
 from ...models.coords import as_box
-from .. import REWARDS, BadSolution, CountedReward, register
+from ..registry import REWARDS, BadSolution, CountedReward, register
 from ..parsing import NUMBER, answer_content, exact_match, normalize_answer, reference_texts
 
 logger = logging.getLogger(__name__)
