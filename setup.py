@@ -34,8 +34,9 @@ setup(
         "visualdl",
     ],
     # pytest-xdist: the suite runs on two workers (README "Test"); openai: the serve test's client; nbclient,
-    # nbformat, ipykernel: tests/test_notebooks.py runs notebooks/ in a kernel of the test environment
+    # nbformat, ipykernel: tests/test_notebooks.py runs notebooks/ in a kernel of the test environment; hypothesis:
+    # the command-line fuzz (tests/test_command_line_fuzz.py)
     extras_require={"test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "openai>=1.0", "nbclient", "nbformat",
-                             "ipykernel"]},
+                             "ipykernel", "hypothesis"]},
     entry_points={"console_scripts": ["paddle-r1=paddle_r1.cli:main"]},
 )
