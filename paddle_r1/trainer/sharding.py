@@ -15,16 +15,21 @@ order its first forward recorded, and the rollout's KV-cached decode calls the l
 
 With gradients split over ranks, the global gradient norm is summed over them: ``clip_by_global_norm`` is
 paddle's ``ClipGradByGlobalNorm`` for that case, and it returns the norm the step logs.
+
+Every stage guards its optimizer step (``step_guard``): the weights this rank's step wrote are checked for NaN and
+infinity, the verdict is agreed over ranks, and a step that wrote any is undone on every rank.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import paddle
 
 from .distributed import GRADIENT_BUCKET_BYTES, GradientReducer, sum_across_ranks
 from .loss import completion_logprobs
+from .step_guard import StepSnapshot, finite_flags
 
 def fleet_strategy(world_size: int):
     """A fleet strategy whose only parallel axis is sharding over all ranks (needed by the stage-1 optimizer)."""
@@ -71,6 +76,33 @@ class Update:
         self.parameters = [p for p in policy.parameters() if not p.stop_gradient]
         self.max_grad_norm = max_grad_norm
         self.world_size = world_size
+        self.weights_restored = False  # the last step wrote a non-finite weight and was undone
+
+    def stepped_parameters(self) -> list:
+        """The weights this rank's optimizer step writes (and a restore must put back)."""
+        return self.parameters
+
+    def resync_parameters(self) -> None:
+        """After a restore: bring every rank's copy of the weights back in line (only stage 1 needs it)."""
+
+    @functools.cached_property
+    def snapshot(self) -> StepSnapshot:
+        return StepSnapshot(self.optimizer, self.stepped_parameters())
+
+    def _guarded_step(self, scaler) -> bool:
+        """The optimizer step (through float16's ``scaler`` when there is one), undone on every rank (weights and
+        optimizer state) when a weight it wrote is not finite on any rank; whether it was kept."""
+        self.snapshot.take()
+        if scaler is not None:
+            scaler.step(self.optimizer)
+        else:
+            self.optimizer.step()
+        finite = sum_across_ranks(float(not finite_flags(self.snapshot.parameters).all()), self.world_size) == 0
+        if not finite:
+            self.snapshot.restore()
+            self.resync_parameters()
+        self.weights_restored = not finite
+        return finite
 
     def wrap(self, forward: "PolicyLogprobs") -> paddle.nn.Layer:
         """The training forward as the trainer calls it (only stage 2 wraps it)."""
@@ -86,16 +118,13 @@ class Update:
         return scaler
 
     def _clip_and_step(self, parameters, world_size: int, finite_loss: bool, scaler) -> tuple[float, bool]:
+        self.weights_restored = False
         if scaler is not None:
             scaler.unscale_(self.optimizer)
         norm = clip_by_global_norm(parameters, self.max_grad_norm, world_size)
-        applied = finite_loss and math.isfinite(norm)
+        applied = finite_loss and math.isfinite(norm) and self._guarded_step(scaler)
         if scaler is not None:
-            if applied:
-                scaler.step(self.optimizer)
             scaler.update()  # an overflow lowers the scale
-        elif applied:
-            self.optimizer.step()
         return norm, applied
 
     def clear_grad(self) -> None:
@@ -122,9 +151,10 @@ class ReplicatedUpdate(Update):
         return self.reducer.final_backward() if self.reducer is not None else contextlib.nullcontext()
 
     def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
-        """Sync gradients, clip, update, unless the loss or the gradient norm is not finite; (the gradient norm
-        before clipping, whether the update was applied). The norm is the same on every rank, so all skip
-        together. ``scaler``: float16's ``paddle.amp.GradScaler``; gradients are unscaled before the norm."""
+        """Sync gradients, clip, update, unless the loss or the gradient norm is not finite, and undo an update that
+        wrote a non-finite weight; (the gradient norm before clipping, whether the update was applied). The norm is
+        the same on every rank, so all skip together. ``scaler``: float16's ``paddle.amp.GradScaler``; gradients are
+        unscaled before the norm."""
         if self.reducer is not None:
             self.reducer.reduce()
         return self._clip_and_step(self.parameters, 1, finite_loss, scaler)
@@ -153,17 +183,24 @@ class ShardedStateUpdate(Update):
 
         return fleet.distributed_scaler(scaler)
 
+    def stepped_parameters(self) -> list:
+        return self.optimizer.filter_parameters(self.parameters, self.hcg)
+
+    def resync_parameters(self) -> None:
+        """Each owner restored its own weights; the others still hold what the undone step broadcast."""
+        self.optimizer._sharding_sync_parameters()
+
     def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
         self.optimizer.reduce_gradients(self.parameters, self.hcg)  # each gradient, averaged, to its owner
-        owned = self.optimizer.filter_parameters(self.parameters, self.hcg)
         # the norm is summed over ranks, so all agree; the step updates the owned weights, then broadcasts them
-        return self._clip_and_step(owned, self.world_size, finite_loss, scaler)
+        return self._clip_and_step(self.stepped_parameters(), self.world_size, finite_loss, scaler)
 
 
 class ShardedGradientsUpdate(Update):
     """Stage 2 (GPU/XPU): Paddle's group-sharded wrapper reduces gradients in backward hooks and clips with a
     norm over all ranks (the optimizer must carry ``ClipGradByGlobalNorm``); the norm itself is not exposed,
-    so the step logs NaN for it and only a non-finite loss skips the step."""
+    so the step logs NaN for it and only a non-finite loss or update skips the step. The wrapper's step broadcasts
+    every weight from its owner, so each rank checks and restores all of them itself."""
 
     shards_optimizer_state = True
 
@@ -184,13 +221,11 @@ class ShardedGradientsUpdate(Update):
         return GroupShardedScaler(scaler)
 
     def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
+        self.weights_restored = False
+        applied = finite_loss and self._guarded_step(scaler)
         if scaler is not None:
-            if finite_loss:
-                scaler.step(self.optimizer)
             scaler.update()
-        elif finite_loss:
-            self.optimizer.step()
-        return float("nan"), finite_loss
+        return float("nan"), applied
 
 
 def optimizer_clips(stage: str, world_size: int) -> bool:
