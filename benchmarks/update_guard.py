@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
+import timeit
 import warnings
 
 warnings.filterwarnings("ignore")
@@ -30,13 +30,8 @@ SIZES = {  # name: TinySize fields
 
 
 def _median_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    fn()  # warm-up
+    return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=repeats))
 
 
 def measure(size: dict, repeats: int) -> dict:
