@@ -217,8 +217,8 @@ class Trainer:
             raise TrainingDiverged(
                 f"{self.skipped_in_row} steps in a row (up to step {self.step}) had a non-finite loss, gradient "
                 f"norm or update; stopping (config key max_skipped_steps). The weights are those of the last finite "
-                f"update; "
-                + self._newest_checkpoint_words() + "Lower learning_rate or max_grad_norm, or check the rewards.")
+                "update; " + self._newest_checkpoint_words() + "Lower learning_rate or max_grad_norm, or check the "
+                "rewards.")
         return {"learning_rate": float(learning_rate), "grad_norm": grad_norm, "train/skipped_steps": self.skipped_steps}
 
     # ---- checkpoints -------------------------------------------------------------------------
@@ -230,7 +230,8 @@ class Trainer:
         """The last guard before a save: a checkpoint holding a NaN or infinite weight would be resumed, evaluated
         and served as a model. Every rank checks its copy and all agree, so none waits at a barrier alone."""
         saved = [self.policy] + ([self.reference] if self.saves_reference and not self.config.save_only_model else [])
-        named = [(name, tensor) for model in saved for name, tensor in model.state_dict().items()]
+        named = [(name, tensor) for model in saved for name, tensor in model.state_dict().items()
+                 if tensor.is_floating_point()]
         bad = [name for (name, _), finite in zip(named, finite_flags([t for _, t in named])) if not finite]
         if sum_across_ranks(float(len(bad)), self.world_size):
             which = f"{len(bad)} of {len(named)} weight tensors ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" \
