@@ -69,7 +69,8 @@ def _serve(args, extra: list[str]) -> int:
     tune_if_no_gpu()
     limits = ServeLimits(max_request_bytes=args.max_request_mb << 20, max_images=args.max_images,
                          max_image_pixels=args.max_image_pixels, max_tokens=args.max_tokens, max_n=args.max_n,
-                         max_concurrency=args.max_concurrency, max_batch=args.max_batch)
+                         max_concurrency=args.max_concurrency, max_batch=args.max_batch, read_timeout=args.read_timeout,
+                         max_prompt_tokens=args.max_prompt_tokens)
     serve(args.checkpoint, host=args.host, port=args.port, model_name=args.model_name, image_root=args.image_root,
           limits=limits, dtype=args.dtype)
     return 0
@@ -166,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max_n", type=int, default=8, help="ceiling of a request's n")
     srv.add_argument("--max_concurrency", type=int, default=16, help="requests in progress at once; more get 429")
     srv.add_argument("--max_batch", type=int, default=8, help="requests decoded together in one batch")
+    srv.add_argument("--read_timeout", type=float, default=30.0, help="seconds a request (headers and body) may take "
+                     "to arrive; slower clients get 408")
+    srv.add_argument("--max_prompt_tokens", type=int, help="longest prompt, text and image tokens (default: the "
+                     "model's context less max_tokens, and what a full batch fits in half the free memory)")
     srv.set_defaults(run=_serve)
     check = sub.add_parser("check-data", help="validate a config's data without training; counts per file")
     check.add_argument("config")

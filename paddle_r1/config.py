@@ -9,6 +9,7 @@ command line it came from.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import typing
@@ -18,16 +19,88 @@ from typing import Any, Optional, Union
 import yaml
 
 
+class DuplicateKey(ValueError):
+    """A mapping that gives one key twice; ``first`` and ``second`` say where ("line 3")."""
+
+    def __init__(self, key, first: str, second: str):
+        super().__init__(f"key {key!r} is given twice, on {first} and {second}")
+
+
+def _positions(first: tuple[int, int], second: tuple[int, int]) -> tuple[str, str]:
+    """Two (line, column) places (1-based) as a message names them: by line, and by column when on one line."""
+    if first[0] != second[0]:
+        return f"line {first[0]}", f"line {second[0]}"
+    return f"line {first[0]} column {first[1]}", f"column {second[1]}"
+
+
 class _YamlLoader(yaml.SafeLoader):
-    """YAML 1.1 reads ``1e-5`` (no dot) as a string; learning rates are written that way, so read it as a float."""
+    """YAML 1.1 reads ``1e-5`` (no dot) as a string; learning rates are written that way, so read it as a float.
+    A key given twice in one mapping is a ``DuplicateKey`` (PyYAML would keep the last silently); a merge (``<<``)
+    may still override what it merges."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                place = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                try:
+                    first = seen.setdefault(key, place)
+                except TypeError:  # an unhashable key: the base class names it
+                    continue
+                if first != place:
+                    raise DuplicateKey(key, *_positions(first, place))
+        return super().construct_mapping(node, deep)
 
 
-_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
-                                  list("-+0123456789."))
+EXPONENT_FLOAT = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$")  # 1e-5, 2E+3: floats here, strings in YAML 1.1
+_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789."))
 
 
 def _load_yaml(text: str):
     return yaml.load(text, Loader=_YamlLoader)
+
+
+# a JSON string (and the colon that makes it an object's key), or an object's brace
+_JSON_KEY_OR_BRACE = re.compile(r'"(?:[^"\\]|\\.)*"(?:\s*:)?|[{}]')
+
+
+def _duplicate_json_key_lines(text: str) -> tuple[str, tuple[int, int], tuple[int, int]]:
+    """(key, its first place, its second) for the first key given twice in one object of valid JSON ``text``:
+    ``json.loads`` tells that a key repeats but not where."""
+    objects: list[dict] = []
+    for match in _JSON_KEY_OR_BRACE.finditer(text):
+        token = match.group()
+        if token == "{":
+            objects.append({})
+        elif token == "}":
+            objects.pop()
+        elif token.endswith(":"):
+            key = json.loads(token[:-1])
+            line_start = text.rfind("\n", 0, match.start()) + 1
+            place = (text.count("\n", 0, match.start()) + 1, match.start() - line_start + 1)
+            first = objects[-1].setdefault(key, place)
+            if first != place:
+                return key, first, place
+    raise AssertionError("json.loads found a repeated key that the scan did not")
+
+
+def _load_json(text: str):
+    """``json.loads``, with a key given twice in one object a ``DuplicateKey`` (json keeps the last silently)."""
+    repeats = []
+
+    def to_dict(pairs: list) -> dict:
+        if len({key for key, _ in pairs}) < len(pairs):
+            repeats.append(pairs)
+        return dict(pairs)
+
+    values = json.loads(text, object_pairs_hook=to_dict)
+    if repeats:
+        key, first, second = _duplicate_json_key_lines(text)
+        raise DuplicateKey(key, *_positions(first, second))
+    return values
 
 
 class ConfigError(ValueError):
@@ -162,6 +235,10 @@ class OptimizerKeys:
     adam_epsilon: float = 1e-8
     max_grad_norm: float = 1.0
     max_skipped_steps: int = 5  # a step whose loss or gradient norm is not finite is skipped; this many in a row stop the run
+    # a step that writes a NaN or infinite weight is put back from a host copy of the weights and AdamW state taken
+    # before every step (a copy of this rank's share; cost: README, Reliability); false: no copy, such a step stops
+    # the run before anything is saved
+    undo_non_finite_updates: bool = True
     lr_scheduler_type: str = "constant"  # linear | cosine | constant | constant_with_warmup | polynomial
     warmup_steps: int = 0
     warmup_ratio: float = 0.0
@@ -202,17 +279,90 @@ def _check_choice(config, key: str, allowed: tuple) -> None:
                           keys=(key,))
 
 
-def _check_at_least(config, minimum: int, *keys: str) -> None:
-    """Each of ``keys`` (when set) is >= ``minimum``."""
-    for key in keys:
-        value = getattr(config, key)
-        if value is not None and value < minimum:
-            raise ConfigError(f"config key {key!r}: must be >= {minimum}, got {value}", keys=(key,))
+@dataclass(frozen=True)
+class Bounds:
+    """The values a numeric key may take: finite, and between ``low`` and ``high`` (each end included unless
+    ``*_open``); ``why`` is added to the error when the bound is not obvious."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    why: str = ""
+
+    def admits(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        def number(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+        if math.isinf(self.low) and math.isinf(self.high):
+            return "finite"
+        if math.isinf(self.high):
+            return f"{'>' if self.low_open else '>='} {number(self.low)}"
+        return f"in {'(' if self.low_open else '['}{number(self.low)}, {number(self.high)}" \
+               f"{')' if self.high_open else ']'}"
+
+
+def at_least(low: float, why: str = "") -> Bounds:
+    return Bounds(low=low, why=why)
+
+
+def above(low: float, why: str = "") -> Bounds:
+    return Bounds(low=low, low_open=True, why=why)
+
+
+SEEDS = Bounds(0, 2 ** 32, high_open=True, why="the seeds numpy takes")
+UNIT = Bounds(0, 1)  # a fraction or probability, both ends allowed
+# Every numeric key of both jobs, with the values it may take (a NaN or infinity never); a list key's items each.
+# ``JobKeys.validate`` checks them with the other rules, before anything loads; a test keeps the table complete.
+NUMERIC_BOUNDS: dict[str, Bounds] = {
+    # model and memory
+    "lora_rank": at_least(1), "lora_alpha": above(0), "lora_dropout": Bounds(0, 1, high_open=True),
+    "min_pixels": at_least(1), "max_pixels": at_least(1), "logprob_chunk_size": at_least(1),
+    "max_image_pixels": at_least(1),
+    # optimizer and run length
+    "per_device_train_batch_size": at_least(1), "learning_rate": at_least(0), "weight_decay": at_least(0),
+    "adam_beta1": Bounds(0, 1, high_open=True), "adam_beta2": Bounds(0, 1, high_open=True),
+    "adam_epsilon": above(0, "it keeps AdamW's division finite"), "max_grad_norm": at_least(0),
+    "max_skipped_steps": at_least(1), "warmup_steps": at_least(0), "warmup_ratio": UNIT,
+    "max_steps": at_least(-1, "-1: num_train_epochs decides"), "num_train_epochs": above(0),
+    "seed": SEEDS, "data_seed": SEEDS,
+    # output
+    "logging_steps": at_least(1), "save_steps": at_least(0), "save_total_limit": at_least(0),
+    "collective_timeout": above(0, "seconds a rank waits for the others"),
+    # GRPO
+    "reward_weights": Bounds(), "num_generations": at_least(2, "GRPO compares completions within a group"),
+    "max_completion_length": at_least(1), "temperature": at_least(0), "top_p": Bounds(0, 1, low_open=True),
+    "top_k": at_least(0), "beta": at_least(0), "epsilon": at_least(0), "epsilon_high": at_least(0),
+    "num_iterations": at_least(1), "ref_model_sync_steps": at_least(1), "ref_model_mixup_alpha": UNIT,
+    "ref_ema_decay": Bounds(0, 1, low_open=True, high_open=True), "max_num_gen_batches": at_least(1),
+    "overlong_buffer": at_least(0), "overlong_penalty_factor": at_least(0), "gradient_accumulation_steps": at_least(1),
+    "log_completions_steps": at_least(0), "eval_steps": at_least(0), "eval_sample_num": at_least(1),
+}
+
+
+def _check_bounds(config) -> None:
+    """Every numeric key of ``config`` that is set, against ``NUMERIC_BOUNDS`` (after the types are checked)."""
+    for key, bounds in NUMERIC_BOUNDS.items():
+        value = getattr(config, key, None)
+        items = [(f"{key}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else [(key, value)]
+        for where, item in items:
+            if item is not None and not bounds.admits(item):
+                finite = "" if math.isfinite(item) or str(bounds) == "finite" else "finite and "
+                why = f" ({bounds.why})" if bounds.why else ""
+                raise ConfigError(f"config key {where!r}: must be {finite}{bounds}, got {item}{why}", keys=(key,))
 
 
 class JobKeys:
     """What both job configs do once their keys are set: one validation step, types first (so that the rules
-    compare numbers with numbers), then the rules on the shared keys, then the job's own."""
+    compare numbers with numbers), then the rules on the shared keys (choices, ``NUMERIC_BOUNDS``), then the job's
+    own."""
 
     def __post_init__(self):
         self.validate()
@@ -221,10 +371,7 @@ class JobKeys:
         _apply_types(self)
         _check_choice(self, "dtype", DTYPES)
         _check_choice(self, "lr_scheduler_type", LR_SCHEDULERS)
-        _check_at_least(self, 1, "per_device_train_batch_size", "logprob_chunk_size", "max_skipped_steps")
-        if not self.collective_timeout > 0:
-            raise ConfigError(f"config key 'collective_timeout': seconds > 0, got {self.collective_timeout}",
-                              keys=("collective_timeout",))
+        _check_bounds(self)
         for name in self.report_to:
             if name not in REPORT_TO or (name == "none" and len(self.report_to) > 1):
                 raise ConfigError(f"config key 'report_to': {name!r} is not one of {', '.join(REPORT_TO)} "
@@ -333,24 +480,11 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
         _check_choice(self, "adv_estimator", ("grpo", "rloo", "reinforce_plus_plus", "dr_grpo"))
         _check_choice(self, "kl_estimator", ("k1", "k2", "k3"))
         _check_choice(self, "importance_sampling_level", ("token", "sequence"))
-        _check_at_least(self, 1, "max_num_gen_batches")
-        _check_at_least(self, 0, "overlong_buffer", "overlong_penalty_factor")
         if self.overlong_buffer >= self.max_completion_length:
             raise ConfigError(f"config key 'overlong_buffer': {self.overlong_buffer} must be below "
                               f"max_completion_length {self.max_completion_length}",
                               keys=("overlong_buffer", "max_completion_length"))
-        if not 0 < self.ref_ema_decay < 1:
-            raise ConfigError(f"config key 'ref_ema_decay': must be in (0, 1), got {self.ref_ema_decay}",
-                              keys=("ref_ema_decay",))
         _check_choice(self, "sharding", SHARDING_STAGES)
-        _check_at_least(self, 1, "gradient_accumulation_steps", "num_iterations", "max_completion_length",
-                        "ref_model_sync_steps", "eval_sample_num")
-        _check_at_least(self, 0, "beta", "temperature", "eval_steps", "log_completions_steps")
-        if self.num_generations < 2:
-            raise ConfigError(f"config key 'num_generations': {self.num_generations} < 2; GRPO compares completions "
-                              "within a group", keys=("num_generations",))
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"config key 'top_p': must be in (0, 1], got {self.top_p}", keys=("top_p",))
         self._check_batch()
         self._check_rewards()
         self._check_reference()
@@ -472,7 +606,9 @@ def read_config_file(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         text = f.read()
     try:
-        values = json.loads(text) if path.endswith(".json") else _load_yaml(text)
+        values = _load_json(text) if path.endswith(".json") else _load_yaml(text)
+    except DuplicateKey as e:
+        raise ConfigError(f"{path}: {e}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot parse: {e}") from e
     if values is None:
@@ -488,7 +624,8 @@ def _split_overrides(args: list[str]) -> dict[str, list[str]]:
     key = None
     for arg in args:
         if arg.startswith("--"):
-            key, eq, text = arg[2:].replace("-", "_").partition("=")
+            key, eq, text = arg[2:].partition("=")
+            key = key.replace("-", "_")  # --output-dir is --output_dir; the value keeps its dashes
             texts[key] = [text] if eq else []
             key = None if eq else key  # --key=value takes exactly that value
         elif key is None:
@@ -507,20 +644,25 @@ def _read_text(key: str, text: str, annotation) -> Any:
         return text
     try:
         return _load_yaml(text)
-    except yaml.YAMLError as e:
+    except (yaml.YAMLError, DuplicateKey) as e:
         raise ConfigError(f"command line: --{key}: cannot read {text!r} ({e})", keys=(key,)) from None
 
 
 def _read_texts(key: str, texts: list[str], annotation) -> Any:
-    """The value of ``--key texts...`` as TRL's HfArgumentParser takes it: no text is true (a flag); yaml's null
-    unsets a key that may be null (``--data_path null``); a list key takes every text as one item, or one yaml
-    list ``"[a, b]"``; any other key one value."""
+    """The value of ``--key texts...`` as TRL's HfArgumentParser takes it: no text is true for a true/false key (a
+    flag) or a key ``cls`` lacks (a peer's flag, see ``SOURCE_KEYS``), and an error for any other; yaml's null unsets
+    a key that may be null (``--data_path null``); a list key takes every text as one item, or one yaml list
+    ``"[a, b]"`` (a text in brackets; ``"[qk]_proj"`` is an item); any other key one value."""
     inner, optional = _split_optional(annotation)
     if not texts:
+        if annotation is not None and inner is not bool:
+            raise ConfigError(f"command line: --{key} needs a value (only a true/false key may be given alone)",
+                              keys=(key,))
         return True
     if optional and len(texts) == 1 and texts[0] in YAML_NULLS:
         return None
-    if typing.get_origin(inner) is list and not (len(texts) == 1 and texts[0].lstrip().startswith("[")):
+    one_yaml_list = len(texts) == 1 and texts[0].strip().startswith("[") and texts[0].strip().endswith("]")
+    if typing.get_origin(inner) is list and not one_yaml_list:
         return [_read_text(key, text, typing.get_args(inner)[0]) for text in texts]
     values = [_read_text(key, text, annotation) for text in texts]
     return values[0] if len(values) == 1 else values
