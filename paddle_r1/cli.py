@@ -9,20 +9,21 @@ from .quiet import quiet_libraries
 
 
 def _train(args, extra: list[str]) -> int:
-    from .config import GRPOConfig, load_config
+    from .config import GRPOConfig
+    from .config_reading.loading import load_config
     from .evaluation.heldout import heldout_for
     from .trainer.grpo import GRPOTrainer
 
-    config = load_config(GRPOConfig, args.config, extra)
-    if args.resume:
-        config.resume_from_checkpoint = args.resume
+    resume = ["--resume_from_checkpoint", args.resume] if args.resume else []
+    config = load_config(GRPOConfig, args.config, extra + resume)
     result = GRPOTrainer(config, heldout=heldout_for(config)).train()
     print(f"done: {len(result['history'])} steps; checkpoint {result['checkpoint']}")
     return 0
 
 
 def _sft(args, extra: list[str]) -> int:
-    from .config import SFTConfig, load_config
+    from .config import SFTConfig
+    from .config_reading.loading import load_config
     from .trainer.sft import SFTTrainer
 
     result = SFTTrainer(load_config(SFTConfig, args.config, extra)).train()
@@ -77,7 +78,8 @@ def _serve(args, extra: list[str]) -> int:
 
 
 def _check_data(args, extra: list[str]) -> int:
-    from .config import GRPOConfig, load_config
+    from .config import GRPOConfig
+    from .config_reading.loading import load_config
     from .data.loader import load_from_config
 
     config = load_config(GRPOConfig, args.config, extra)
@@ -88,7 +90,8 @@ def _check_data(args, extra: list[str]) -> int:
 
 
 def _demo(args, extra: list[str]) -> int:
-    from .config import GRPOConfig, parse_overrides
+    from .config import GRPOConfig
+    from .config_reading.command_line import parse_overrides
     from .demo import run_demo
 
     run_demo(args.output_dir, args.family, sft_steps=args.sft_steps, **parse_overrides(extra, GRPOConfig))
@@ -96,7 +99,8 @@ def _demo(args, extra: list[str]) -> int:
 
 
 def _estimate_memory(args, extra: list[str]) -> int:
-    from .config import GRPOConfig, load_config
+    from .config import GRPOConfig
+    from .config_reading.loading import load_config
     from .memory import estimate
 
     result = estimate(load_config(GRPOConfig, args.config, extra), args.gpus, args.gpu_memory)
@@ -228,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. A user's mistake (a bad key, value, path, data file, a checkpoint that fails verification) is
     one line and exit code 2; a run that stopped (a reward that raised, steps no longer finite, a full disk) is its
     full report and exit code 1; any other exception is a bug and keeps its traceback."""
-    from .config import ConfigError
+    from .errors import ConfigError
     from .data.samples import DataError
     from .trainer.manifest import CheckpointError
 

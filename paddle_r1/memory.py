@@ -322,7 +322,7 @@ def check_fits(config, gpus: int) -> Optional[Estimate]:
     cannot fit this GPU's memory; on CPU nothing is checked (None)."""
     import paddle
 
-    from .config import ConfigError
+    from .errors import ConfigError
 
     if not paddle.get_device().startswith("gpu"):
         return None

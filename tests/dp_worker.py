@@ -42,7 +42,7 @@ def train_each_and_dump(jobs: list) -> None:
     run refused with a ``ConfigError`` leaves its message in ``dump_dir/rank<r>_error.txt``."""
     import paddle.distributed as dist
 
-    from paddle_r1.config import ConfigError
+    from paddle_r1.errors import ConfigError
 
     for settings, dump_dir in jobs:
         os.makedirs(dump_dir, exist_ok=True)

@@ -17,8 +17,11 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from paddle_r1.cli import build_parser  # noqa: E402
-from paddle_r1.config import (EXPONENT_FLOAT, LR_SCHEDULERS, NUMERIC_BOUNDS, ROLLOUT_ENGINES,  # noqa: E402
-                              SHARDING_STAGES, YAML_NULLS, GRPOConfig, load_config)
+from paddle_r1.config import (LR_SCHEDULERS, NUMERIC_BOUNDS, ROLLOUT_ENGINES, SHARDING_STAGES,  # noqa: E402
+                              GRPOConfig)
+from paddle_r1.config_reading.command_line import YAML_NULLS  # noqa: E402
+from paddle_r1.config_reading.files import EXPONENT_FLOAT  # noqa: E402
+from paddle_r1.config_reading.loading import load_config  # noqa: E402
 
 # the string keys whose value is one of a few words (every other string key takes any text); dataset_name is also
 # PaddleMIX's (any other name is read as data_path, see SOURCE_KEYS), attn_implementation TRL's (flash_attention_2)

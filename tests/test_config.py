@@ -4,7 +4,10 @@ import re
 
 import pytest
 
-from paddle_r1.config import ConfigError, GRPOConfig, load_config, parse_overrides
+from paddle_r1.config import GRPOConfig
+from paddle_r1.errors import ConfigError
+from paddle_r1.config_reading.loading import load_config
+from paddle_r1.config_reading.command_line import parse_overrides
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -233,7 +236,7 @@ def test_a_key_given_twice_in_a_file_names_the_key_and_both_lines(tmp_path, name
 def test_a_yaml_merge_may_override_what_it_merges(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("base: &base {iou: {a: 1}}\nreward_kwargs:\n  <<: *base\n  iou: {a: 2}\n")
-    from paddle_r1.config import read_config_file
+    from paddle_r1.config_reading.files import read_config_file
 
     assert read_config_file(str(path))["reward_kwargs"] == {"iou": {"a": 2}}
 

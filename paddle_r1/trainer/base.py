@@ -22,7 +22,7 @@ import numpy as np
 import paddle
 from tqdm import tqdm
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..data.samples import DataError
 from ..generation.generator import Generator
 from ..generation.generator import load_sample_images
@@ -63,7 +63,8 @@ class Trainer:
         self.precision = precision_for_this_device(cfg.dtype, cfg.attn_implementation)
         if self.is_main:
             print(f"precision: {self.precision.reason}")
-        cfg.dtype = self.precision.dtype  # the optimizer's master weights and the saved config follow it
+        if self.precision.dtype != cfg.dtype:  # the optimizer's master weights and the saved config follow it
+            self.config = cfg = cfg.with_values(dtype=self.precision.dtype)
         check_fits(cfg, self.world_size)  # GPU only: refuses, with the table and the keys to change
         # chosen and verified on rank 0, for every rank
         self.resume_path = decided_by_main(lambda: ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir),
