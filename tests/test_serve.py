@@ -135,7 +135,7 @@ def test_the_openai_client_sees_4xx_as_its_errors(client):
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=99)
 
 
-def test_llm_judge_pointed_at_the_server(server):
+def test_llm_judge_pointed_at_the_server(server, caplog):
     host, port = server.server_address[:2]
     judge = LLMJudge(base_url=f"http://{host}:{port}/v1", model="tiny", timeout=60, max_retries=0)
     counts = {}
@@ -143,10 +143,13 @@ def test_llm_judge_pointed_at_the_server(server):
     scores = judge(["<answer>a red square</answer>", "<answer>blue</answer>", "<answer>Blue.</answer>"],
                    solution=["a green circle", "blue", "blue"], problem=["what?", "colour?", "colour?"])
     assert scores[1] == scores[2] == 1.0  # exact matches are settled without a request
-    assert scores[0] in (0.0, 1.0) or 0.0 <= scores[0] <= 1.0
-    assert counts["requests"] == 1
-    # the server answered: a tiny random model's reply may hold no verdict, but no request failed over HTTP
-    assert judge._warned <= {"unparseable reply"}
+    # the one request was answered: a verdict, or (a tiny random model's reply holding none) the exact-match
+    # fallback, which scores "a red square" against "a green circle" 0
+    assert counts["requests"] == 1 and counts.get("failures", 0) == counts.get("fallbacks", 0) <= 1
+    assert scores[0] in (0.0, 1.0) and (scores[0] == 0.0 or not counts.get("fallbacks"))
+    # and it was answered over HTTP: the only warning a judge may give here is about the reply's content
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert all("unparseable reply" in w or "no 0/1" in w for w in warnings), warnings
 
 
 # ---- what a client sends is bounded: slow bodies, long prompts, hang-ups (real sockets on 127.0.0.1) ----------
