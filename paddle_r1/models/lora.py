@@ -17,7 +17,7 @@ import os
 
 import paddle
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 # Qwen-VL decoder projections as paddleformers names them (q, k, v are fused into qkv_proj; gate and up into
 # up_gate_proj); the vision tower is left alone.
