@@ -26,7 +26,7 @@ class GroupTable:
     """Every completion of a micro-step over all ranks: one row per group (sorted by key), one column per
     generation."""
 
-    rewards: np.ndarray  # [P, G] float64, NaN: unscored or held by no rank
+    rewards: np.ndarray  # [P, G] float32 (as the rewards, and TRL's), NaN: unscored or held by no rank
     scores: np.ndarray  # [P, G, F] each reward function's score, NaN: None, unscored or held by no rank
     lengths: np.ndarray  # [P, G] completion tokens (0 where no rank holds one)
     local: np.ndarray  # this rank's completions, in its row order: flat positions p * G + g in the table
@@ -64,7 +64,7 @@ class GroupTable:
         else:
             every = advantages_for(estimator, paddle.to_tensor(self.rewards.reshape(-1)), g,
                                    paddle.to_tensor(self.lengths.reshape(-1)), scale_rewards)
-        return paddle.to_tensor(every.numpy()[self.local].astype("float32"))
+        return paddle.to_tensor(every.numpy()[self.local])
 
 
 def gather_groups(keys: list, generations: list[int], rewards: np.ndarray, scores: np.ndarray, lengths: np.ndarray,
@@ -73,14 +73,15 @@ def gather_groups(keys: list, generations: list[int], rewards: np.ndarray, score
     ``keys`` and ``generations``: per completion of this rank, its group's key (comparable, alike on every rank
     holding the group) and its generation index in the group."""
     mine = {"keys": list(keys), "generations": np.asarray(generations, dtype=np.int64),
-            "rewards": np.asarray(rewards, dtype=np.float64), "scores": np.asarray(scores, dtype=np.float64),
-            "lengths": np.asarray(lengths, dtype=np.float64)}
+            "rewards": np.asarray(rewards, dtype=np.float32), "scores": np.asarray(scores, dtype=np.float32),
+            "lengths": np.asarray(lengths, dtype=np.float32)}
     parts = gather_objects(mine, world_size, where)
     order = {key: row for row, key in enumerate(sorted({key for part in parts for key in part["keys"]}))}
     functions = scores.shape[1]
-    table = GroupTable(rewards=np.full((len(order), num_generations), np.nan),
-                       scores=np.full((len(order), num_generations, functions), np.nan),
-                       lengths=np.zeros((len(order), num_generations)), local=np.zeros(0, dtype=np.int64))
+    table = GroupTable(rewards=np.full((len(order), num_generations), np.nan, dtype=np.float32),
+                       scores=np.full((len(order), num_generations, functions), np.nan, dtype=np.float32),
+                       lengths=np.zeros((len(order), num_generations), dtype=np.float32),
+                       local=np.zeros(0, dtype=np.int64))
     for part in parts:
         rows = np.asarray([order[key] for key in part["keys"]], dtype=np.int64)
         positions = rows * num_generations + part["generations"]
