@@ -141,7 +141,9 @@ class OutputKeys:
     disable_tqdm: bool = key(False, "no progress bar")
     resume_from_checkpoint: Optional[str] = key(None, "a checkpoint folder; latest: output_dir's newest (an error "
                                                 "when there is none); auto: the newest when output_dir has a complete "
-                                                "checkpoint, else a fresh start (VLM-R1's behaviour)")
+                                                "checkpoint, else a fresh start (VLM-R1's behaviour). Unset: a "
+                                                "fresh start, so that an output folder reused by mistake does not "
+                                                "silently continue another run")
     collective_timeout: float = key(1800.0, "seconds a rank waits at a collective for the other ranks before the job "
                                     "ends, naming the late rank and its phase; above the slowest bounded wait a step "
                                     "has (docs/reference.md, Reliability)")
@@ -243,7 +245,8 @@ class RewardKeys:
     reward_funcs: list[str] = key(help="registry names (paddle_r1.rewards.REWARDS) or module.path:function for your "
                                   "own", factory=lambda: ["format", "iou"])
     reward_weights: Optional[list[float]] = key(None, "one weight per reward in reward_funcs; default: 1 each")
-    reward_kwargs: dict[str, dict] = key(help="{reward name: {keyword: value}} passed to that reward",
+    reward_kwargs: dict[str, dict] = key(help="{reward name: {keyword: value}} passed to that reward, e.g. "
+                                         "{gaussian_point: {alpha: 0.5}, llm_judge: {base_url: ..., model: ...}}",
                                          factory=dict)
 
 
@@ -258,8 +261,9 @@ class RolloutKeys:
     temperature: float = key(1.0, "sampling temperature")
     top_p: float = key(1.0, "nucleus sampling: the smallest set of tokens with this much probability")
     top_k: int = key(0, "sample among the k likeliest tokens; 0: all")
-    rollout_engine: str = key("auto", "auto | one_token | layers: the decode step; auto: one_token where it runs "
-                              "(Qwen2/2.5-VL), else layers (the model's own)")
+    rollout_engine: str = key("auto", "auto | one_token | layers: the decode step; one_token (Qwen2/2.5-VL, LoRA "
+                              "adapters included): plain tensor operations over the decoder's weights; layers: the "
+                              "model's own layers (any decoder); auto: one_token where it runs, else layers")
 
 
 @dataclass
@@ -290,18 +294,22 @@ class VariantKeys:
 
     Formulas in paddle_r1/trainer/loss.py and dynamic_sampling.py."""
 
-    adv_estimator: str = key("grpo", "grpo (scaled as scale_rewards says) | rloo | reinforce_plus_plus | dr_grpo "
-                             "(EasyR1's names)")
+    adv_estimator: str = key("grpo", "EasyR1's names: grpo ((r - mean_group) / std as scale_rewards says) | rloo "
+                             "(r_i - mean_{j != i} r_j) | reinforce_plus_plus ((r - mu) / sigma over all completion "
+                             "tokens of the batch, no group baseline) | dr_grpo (r - mean_group)")
     kl_estimator: str = key("k3", "k1 (logp - ref) | k2 ((logp - ref)^2 / 2) | k3 (exp(ref - logp) - (ref - logp) "
                             "- 1)")
     use_kl_loss: bool = key(True, "false: beta * sum_t KL is subtracted from each completion's reward instead of "
                             "added to the loss")
-    importance_sampling_level: str = key("token", "token | sequence (GSPO: one ratio per completion)")
-    dynamic_sampling: bool = key(False, "DAPO: drop groups whose rewards all tie, refill from further prompt "
-                                 "batches")
+    importance_sampling_level: str = key("token", "token | sequence (GSPO, as TRL: one ratio per completion, "
+                                         "exp(mean_t(logp - old_logp)); the clip_ratio/* metrics then count "
+                                         "completions, not tokens, as TRL 1.16 logs them)")
+    dynamic_sampling: bool = key(False, "DAPO: drop groups whose rewards all tie and draw further prompt batches "
+                                 "until the micro-batch is full (at most max_num_gen_batches; then tied groups fill "
+                                 "it); logs frac_reward_zero_std, num_gen_batches; deterministic and resumable")
     max_num_gen_batches: int = key(4, "dynamic sampling: prompt batches drawn at most per micro-batch")
-    overlong_buffer: int = key(0, "DAPO's soft overlong penalty over the last N tokens before "
-                               "max_completion_length; 0: off")
+    overlong_buffer: int = key(0, "DAPO's soft overlong penalty added to the reward, -factor * (L - (L_max - "
+                               "buffer)) / buffer in the last buffer tokens before max_completion_length; 0: off")
     overlong_penalty_factor: float = key(1.0, "the overlong penalty at max_completion_length")
 
 
@@ -337,7 +345,8 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
     per_device_train_batch_size: Optional[int] = key(
         None, "completions per device and micro-step, as in TRL, VLM-R1 and EasyDistill: a multiple of "
         "num_generations, since each device generates whole groups (prompts per device = this / num_generations); "
-        "default: num_generations")
+        "default: num_generations (one prompt). One optimizer step sees this x devices x gradient_accumulation_steps "
+        "completions")
 
     def check_own_keys(self) -> None:
         _check_choice(self, "rollout_engine", ROLLOUT_ENGINES)
