@@ -234,12 +234,17 @@ def test_a_client_that_hangs_up_is_one_line_in_the_log(server, client, caplog, c
                 sock.shutdown(socket.SHUT_WR)  # the body ends early: the server answers 400 to a closed socket
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()  # a reset: the reply cannot be written
-    for _ in range(600):  # the four replies are written (and fail) once generated: wait for their lines
-        if len([r for r in caplog.records if "hung up" in r.getMessage()]) == 4:
+
+    def hung_up_lines() -> list:
+        return [r for r in caplog.records if "hung up" in r.getMessage()]
+
+    for _ in range(600):  # the two whole requests are answered after generating, long after their reset arrived:
+        if len(hung_up_lines()) >= 2:  # those writes fail; a half body's 400 may be written before its reset lands
             break
         time.sleep(0.1)
-    hung_up = [r for r in caplog.records if "hung up" in r.getMessage()]
-    assert len(hung_up) == 4, [r.getMessage() for r in caplog.records]
+    time.sleep(1.0)  # the half bodies' lines, if theirs failed too
+    hung_up = hung_up_lines()
+    assert 2 <= len(hung_up) <= 4, [r.getMessage() for r in caplog.records]
     assert all(r.exc_info is None and r.getMessage().startswith("127.0.0.1: client hung up (") for r in hung_up)
     assert not [r for r in caplog.records if r.exc_info]
     assert "Traceback" not in capfd.readouterr().err
