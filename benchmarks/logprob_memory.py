@@ -33,7 +33,7 @@ def main() -> None:
     from paddle.base import core
 
     from paddle_r1.cpu_math import tune_cpu_math
-    from paddle_r1.trainer.loss import chunked_token_logprobs
+    from paddle_r1.trainer.logprobs import chunked_token_logprobs
 
     tune_cpu_math()  # as a CPU job makes it (glibc's heap settings shape the peaks measured here)
     paddle.seed(0)

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .algorithms import (ADV_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
+                         MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS, SHARDING_STAGES)
 from .config_values import Bounds, above, apply_types, at_least, check_bounds
 from .errors import ConfigError
 
@@ -24,12 +26,8 @@ DEFAULT_QUESTION_TEMPLATE = (
 # The thinking is left empty: SFT here teaches the format and a first answer.
 DEFAULT_ANSWER_TEMPLATE = "<think> </think><answer>{Answer}</answer>"
 DTYPES = ("float32", "bfloat16", "float16")
-SHARDING_STAGES = ("", "stage1", "stage2")  # see paddle_r1.trainer.sharding
 ROLLOUT_ENGINES = ("auto", "one_token", "layers")  # see paddle_r1.generation.decoder
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")  # paddleformers' SchedulerType
-# TRL 1.16's loss_type values (paddle_r1.trainer.loss.LOSS_TYPES); the last three divide by the step's tokens
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")
-MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 REPORT_TO = ("visualdl", "swanlab", "wandb", "none")  # see paddle_r1.trainer.trackers
 
 
@@ -422,12 +420,12 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
     def check_own_keys(self) -> None:
         _check_choice(self, "rollout_engine", ROLLOUT_ENGINES)
         _check_choice(self, "loss_type", LOSS_TYPES)
-        _check_choice(self, "scale_rewards", ("group", "batch", "none"))
+        _check_choice(self, "scale_rewards", SCALE_REWARDS)
         _check_choice(self, "multi_objective_aggregation", MULTI_OBJECTIVE_AGGREGATIONS)
         _check_choice(self, "ref_model_update", ("", "none", "sync", "ema"))
-        _check_choice(self, "adv_estimator", ("grpo", "rloo", "reinforce_plus_plus", "dr_grpo"))
-        _check_choice(self, "kl_estimator", ("k1", "k2", "k3"))
-        _check_choice(self, "importance_sampling_level", ("token", "sequence"))
+        _check_choice(self, "adv_estimator", ADV_ESTIMATORS)
+        _check_choice(self, "kl_estimator", KL_ESTIMATORS)
+        _check_choice(self, "importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
         if self.overlong_buffer >= self.max_completion_length:
             raise ConfigError(f"config key 'overlong_buffer': {self.overlong_buffer} must be below "
                               f"max_completion_length {self.max_completion_length}",

@@ -4,7 +4,7 @@ import paddle
 
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
-from paddle_r1.trainer.loss import completion_logprobs
+from paddle_r1.trainer.logprobs import completion_logprobs
 
 
 def assert_completion_logprobs_match_forward(model, processor, samples) -> None:

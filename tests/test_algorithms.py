@@ -13,7 +13,8 @@ from paddle_r1.models.loading import load_model
 from paddle_r1.trainer.dynamic_sampling import kept_groups
 from paddle_r1.trainer.groups import GroupTable
 from paddle_r1.trainer.grpo import GRPOTrainer
-from paddle_r1.trainer.loss import LossSettings, advantages_for, grpo_loss, kl_divergence, overlong_penalty
+from paddle_r1.trainer.advantages import advantages_for, overlong_penalty
+from paddle_r1.trainer.loss import LossSettings, grpo_loss, kl_divergence
 
 T = paddle.to_tensor
 
@@ -188,3 +189,23 @@ def test_each_option_changes_what_it_should(tiny_model_dir, rec_samples, tmp_pat
         assert moved and all(not np.allclose(ref[k], initial[k]) and not np.allclose(ref[k], weights[k]) for k in moved)
     else:
         assert history[1][changes] != pytest.approx(base_history[1][changes], rel=1e-6, abs=1e-9), changes
+
+
+def test_every_algorithm_name_has_an_implementation_and_every_implementation_a_name():
+    """The names config checks its keys against (paddle_r1/algorithms.py) are the keys of the implementations'
+    tables: a name added to one side only fails here."""
+    from paddle_r1 import algorithms
+    from paddle_r1.trainer.advantages import ADVANTAGE_ESTIMATORS, group_advantages
+    from paddle_r1.trainer.loss import KL_ESTIMATES, LOG_RATIO_LEVELS, LOSS_TYPE_RULES
+    from paddle_r1.trainer.sharding import UPDATES
+
+    assert set(LOSS_TYPE_RULES) == set(algorithms.LOSS_TYPES)
+    assert set(ADVANTAGE_ESTIMATORS) == set(algorithms.ADV_ESTIMATORS)
+    assert set(KL_ESTIMATES) == set(algorithms.KL_ESTIMATORS)
+    assert set(LOG_RATIO_LEVELS) == set(algorithms.IMPORTANCE_SAMPLING_LEVELS)
+    assert set(UPDATES) == set(algorithms.SHARDING_STAGES)
+    rewards = T([1.0, 2.0, 3.0, 5.0])
+    scaled = {name: group_advantages(rewards, 2, name).numpy().tolist() for name in algorithms.SCALE_REWARDS}
+    assert len({str(v) for v in scaled.values()}) == len(algorithms.SCALE_REWARDS)  # each divides differently
+    with pytest.raises(ValueError, match="scale_rewards"):
+        group_advantages(rewards, 2, "tokens")

@@ -16,6 +16,7 @@ hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is in the test
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from paddle_r1 import algorithms  # noqa: E402
 from paddle_r1.cli import build_parser  # noqa: E402
 from paddle_r1.config import (LR_SCHEDULERS, NUMERIC_BOUNDS, ROLLOUT_ENGINES, SHARDING_STAGES,  # noqa: E402
                               GRPOConfig)
@@ -27,10 +28,12 @@ from paddle_r1.config_reading.loading import load_config  # noqa: E402
 # PaddleMIX's (any other name is read as data_path, see SOURCE_KEYS), attn_implementation TRL's (flash_attention_2)
 CHOICES = {"dataset_name": ("synthetic_rec",), "attn_implementation": ("eager", "sdpa"), "dtype": ("float32", "bfloat16", "float16"), "lr_scheduler_type": LR_SCHEDULERS,
            "sharding": SHARDING_STAGES, "rollout_engine": ROLLOUT_ENGINES,
-           "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"), "scale_rewards": ("group", "batch", "none"),
-           "ref_model_update": ("", "none", "sync", "ema"), "adv_estimator": ("grpo", "rloo", "reinforce_plus_plus",
-                                                                              "dr_grpo"),
-           "kl_estimator": ("k1", "k2", "k3"), "importance_sampling_level": ("token", "sequence")}
+           # the loss types and the aggregation with no rules tying them to other keys (cispo needs epsilon_high;
+           # normalize_then_sum refuses other estimators and the KL in the reward)
+           "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"), "multi_objective_aggregation": ("sum_then_normalize",),
+           "scale_rewards": algorithms.SCALE_REWARDS, "ref_model_update": ("", "none", "sync", "ema"),
+           "adv_estimator": algorithms.ADV_ESTIMATORS, "kl_estimator": algorithms.KL_ESTIMATORS,
+           "importance_sampling_level": algorithms.IMPORTANCE_SAMPLING_LEVELS}
 TYPES = typing.get_type_hints(GRPOConfig)
 
 # characters users' paths, ids and prompts hold, and any other but surrogates (no file or argv holds them), NUL (no

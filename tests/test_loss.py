@@ -8,8 +8,8 @@ import paddle
 import pytest
 
 from paddle_r1.rewards.manager import RewardManager
-from paddle_r1.trainer.loss import (LossSettings, advantages_for, entropy_threshold, group_advantages, grpo_loss,
-                                    high_entropy_mask, normalize_then_sum_advantages)
+from paddle_r1.trainer.advantages import advantages_for, group_advantages, normalize_then_sum_advantages
+from paddle_r1.trainer.loss import LossSettings, entropy_threshold, grpo_loss, high_entropy_mask
 from paddle_r1.trainer.groups import GroupTable
 
 T = paddle.to_tensor

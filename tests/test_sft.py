@@ -11,8 +11,8 @@ from paddle_r1.config import GRPOConfig, SFTConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.config_reading.loading import load_config
 from paddle_r1.models.loading import load_model
-from paddle_r1.trainer.loss import completion_logprobs
-from paddle_r1.trainer.loss import completion_logprobs
+from paddle_r1.trainer.logprobs import completion_logprobs
+from paddle_r1.trainer.logprobs import completion_logprobs
 from paddle_r1.trainer.sft import SFTTrainer, answer_for, build_sft_batch, sft_loss
 
 from test_cli import paddle_r1

@@ -26,7 +26,7 @@ def _as_float32(tensor) -> np.ndarray:
 
 def _logprobs(model, rollout, backward: bool = False):
     """(masked per-token log-probs [rows, T], {name: gradient} when ``backward``) through the trainer's log-probs."""
-    from ..trainer.loss import completion_logprobs
+    from ..trainer.logprobs import completion_logprobs
 
     mask = rollout.completion_mask.astype("float32")
     logp = completion_logprobs(model, rollout, CHUNK).astype("float32") * mask
@@ -71,7 +71,7 @@ def training_step(ws) -> str:
     float16 a first step's gradients are made to overflow (the loss times 1e6): it must be skipped, the weights left
     as they were and the loss scale lowered."""
     from ..config import GRPOConfig
-    from ..trainer.loss import completion_logprobs
+    from ..trainer.logprobs import completion_logprobs
     from ..trainer.optim import build_optimizer
     from ..trainer.sharding import build_update
 

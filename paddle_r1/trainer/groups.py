@@ -18,7 +18,7 @@ import numpy as np
 import paddle
 
 from .distributed import gather_objects
-from .loss import advantages_for, normalize_then_sum_advantages
+from .advantages import advantages_for, normalize_then_sum_advantages
 
 
 @dataclass

@@ -28,8 +28,9 @@ from .base import Draw, Trainer
 from .distributed import gather_objects, phase, sum_across_ranks
 from .dynamic_sampling import concat_rollouts, kept_groups, select_groups
 from .groups import GroupTable, gather_groups
-from .loss import (LossSettings, completion_logprobs, entropy_threshold, grpo_loss, high_entropy_mask,
-                   kl_divergence, overlong_penalty)
+from .advantages import overlong_penalty
+from .logprobs import completion_logprobs
+from .loss import LossSettings, entropy_threshold, grpo_loss, high_entropy_mask, kl_divergence
 from .resume import BatchLayout
 from .step_metrics import Max, Mean, Same, Std, Sum
 

@@ -38,7 +38,7 @@ import math
 import paddle
 
 from .distributed import GRADIENT_BUCKET_BYTES, GradientReducer, sum_across_ranks
-from .loss import completion_logprobs
+from .logprobs import completion_logprobs
 from .step_guard import StepSnapshot, finite_flags
 
 def fleet_strategy(world_size: int):
@@ -256,15 +256,15 @@ def optimizer_clips(stage: str, world_size: int) -> bool:
     return stage == "stage2" and world_size > 1
 
 
+UPDATES = {  # sharding's names (paddle_r1.algorithms.SHARDING_STAGES) -> the update over ranks
+    "": ReplicatedUpdate, "stage1": ShardedStateUpdate, "stage2": ShardedGradientsUpdate}
+
+
 def build_update(stage: str, optimizer, policy, max_grad_norm: float, world_size: int, undo_non_finite: bool = True):
     """(the training forward, the update) for ``stage``; on a single process every stage is the plain update.
     The trainer calls the forward itself; stage 2 wraps it so Paddle's hooks see every training forward.
     ``undo_non_finite``: a step that writes a non-finite weight is put back from a host copy taken before each step
     (else it is only detected)."""
-    if world_size == 1 or not stage:
-        update = ReplicatedUpdate(optimizer, policy, max_grad_norm, world_size)
-    else:
-        update = {"stage1": ShardedStateUpdate, "stage2": ShardedGradientsUpdate}[stage](
-            optimizer, policy, max_grad_norm, world_size)
+    update = UPDATES["" if world_size == 1 else stage](optimizer, policy, max_grad_norm, world_size)
     update.undo_non_finite = undo_non_finite
     return update.wrap(PolicyLogprobs(policy)), update
