@@ -44,7 +44,7 @@ setup(
     # swanlab, wandb: the trackers of config key report_to beside VisualDL (paddle_r1/trainer/trackers.py), which
     # tests/test_trackers.py runs in their offline modes
     extras_require={"test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "openai>=1.0", "nbclient", "nbformat",
-                             "ipykernel", *TRACKERS["swanlab"], *TRACKERS["wandb"]],
-                    **TRACKERS},
+                             "ipykernel", *TRACKERS["swanlab"], *TRACKERS["wandb"], "triton>=3"],
+                    **TRACKERS, "paddleocr_vl": ["triton>=3"]},  # paddleformers' paddleocr_vl imports triton
     entry_points={"console_scripts": ["paddle-r1=paddle_r1.cli:main"]},
 )
