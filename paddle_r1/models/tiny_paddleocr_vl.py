@@ -76,6 +76,7 @@ def make_tiny_paddleocr_vl(out_dir: str, seed: int, size: TinySize, max_pixels: 
         "model_max_length": 131072,
         "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<unk>", "unk_token": "<unk>",
         "cls_token": "<|begin_of_sentence|>", "sep_token": "<|end_of_sentence|>",
+        "extra_special_tokens": {"image_token": "<|IMAGE_PLACEHOLDER|>"},  # transformers' processor reads it
         "clean_up_tokenization_spaces": False,
         "added_tokens_decoder": {
             str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
