@@ -34,7 +34,9 @@ setup(
         "numpy<=1.26.4",
         "pillow",
         "pyyaml",
+        "rapidfuzz",  # the OCR rewards' edit distance (paddle_r1/rewards/families/ocr.py)
         "safetensors",
+        "table-recognition-metric",  # TEDS (apted, lxml) for the table reward
         "tokenizers",
         "tqdm",
         "visualdl",

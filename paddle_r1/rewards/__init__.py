@@ -90,4 +90,4 @@ def import_user_module(module_name: str):
         raise
 
 
-from .families import answers, boxes, caption, detection, format, gui, judge, multibox, products  # noqa: E402,F401,I001
+from .families import answers, boxes, caption, detection, format, gui, judge, multibox, ocr, products  # noqa: E402,F401,I001
