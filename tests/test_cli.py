@@ -72,7 +72,8 @@ def test_train_and_resume_from_the_command_line(tmp_path, tiny_model_dir, rec_js
     assert steps == [1, 2] and os.path.isdir(out / "checkpoint-2")
 
 
-@pytest.mark.parametrize("family, output_flag", [("qwen2_5_vl", "--output-dir"), ("qwen2_vl", "--output_dir")])
+@pytest.mark.parametrize("family, output_flag", [("qwen2_5_vl", "--output-dir"), ("qwen2_vl", "--output_dir"),
+                                                 ("paddleocr_vl", "--output_dir")])
 def test_demo_runs_and_says_where_things_are(tmp_path, family, output_flag):
     result = paddle_r1("demo", output_flag, str(tmp_path / "demo"), "--family", family, "--max_steps", "2",
                        "--sft_steps", "5", cwd=tmp_path)

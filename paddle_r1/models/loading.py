@@ -183,8 +183,9 @@ def load_processor(path: str, min_pixels: Optional[int] = None, max_pixels: Opti
         kwargs["min_pixels"] = min_pixels
     if max_pixels is not None:
         kwargs["max_pixels"] = max_pixels
-    if model_family(path) != "paddleocr_vl":  # PaddleOCR-VL's image processor has no fast version
-        kwargs["use_fast"] = True  # what paddleformers picks anyway
+    # the fast image processor, paddleformers' default, except for PaddleOCR-VL's, which has none (and asking for it,
+    # even by default, prints a warning)
+    kwargs["use_fast"] = model_family(path) != "paddleocr_vl"
     processor = AutoProcessor.from_pretrained(path, **kwargs)
     if min_pixels is not None or max_pixels is not None:
         # the fast image processor keeps its limits in `size`; keep both spellings in step
