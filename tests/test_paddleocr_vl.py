@@ -184,3 +184,32 @@ def test_lora_adapts_only_the_decoder_and_sft_trains(ocr_dir, rec_samples, tmp_p
     assert losses[1] < losses[0]
     assert os.path.isdir(os.path.join(result["checkpoint"], "adapter"))
     assert model_family(result["checkpoint"]) == "paddleocr_vl"
+
+
+def test_sdpa_attends_as_eager_with_padding_and_after_a_cache(ocr, ocr_dir):
+    """Under sdpa (the GPU default) the decoder gets the same logits, rollout tokens, log-probs and gradients as
+    under eager, for padded prompts and for queries after a KV cache (paddleformers' attention asked Paddle's sdpa for
+    top-left causality over the mask)."""
+    eager, processor = ocr
+    sdpa = load_model(ocr_dir, attn_implementation="sdpa")
+    sdpa.eval()
+    padded = _batch(processor, [_prompt_text(processor, "OCR:", 1), _prompt_text(processor, "Table Recognition:", 1)],
+                    [_image(3, 40, 120), _image(4, 90, 60)])
+    alone = _batch(processor, [_prompt_text(processor, "OCR:", 1)], [_image(3, 40, 120)])
+    with paddle.no_grad():
+        args = dict(input_ids=padded.input_ids, attention_mask=padded.attention_mask,
+                    pixel_values=padded.pixel_values, image_grid_thw=padded.image_grid_thw)
+        np.testing.assert_allclose(sdpa(**args).logits.numpy(), eager(**args).logits.numpy(), atol=1e-5, rtol=0)
+    for prompt in (padded, alone):
+        params = SamplingParams(max_new_tokens=5, temperature=0.0)
+        rollout = sample_completions(eager, prompt, 2, params, [-1], 0)
+        assert (sample_completions(sdpa, prompt, 2, params, [-1], 0).completion_ids == rollout.completion_ids).all()
+        got = {}
+        for name, model in (("eager", eager), ("sdpa", sdpa)):
+            model.clear_gradients()
+            logprobs = completion_logprobs(model, rollout, chunk_size=4)
+            logprobs.sum().backward()
+            got[name] = logprobs.numpy(), model.mlp_AR.linear_2.weight.grad.numpy()
+        np.testing.assert_allclose(got["sdpa"][0], got["eager"][0], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(got["sdpa"][1], got["eager"][1], atol=1e-5, rtol=0)
+    eager.clear_gradients()

@@ -1,5 +1,5 @@
 """PaddleOCR-VL (``PaddlePaddle/PaddleOCR-VL``): paddleformers 1.2.0's model, with the interface paddle_r1's rollout and
-log-probs use and four fixes.
+log-probs use and five fixes.
 
 The model: a NaViT-style SigLIP vision encoder (``visual``: each image at its own resolution, 14-pixel patches, a
 learned 27 x 27 position table interpolated to the image's grid, 2D rotary attention within each image), a 2 x 2
@@ -19,6 +19,9 @@ What this module changes, and why:
   the head as the transposed embeddings, [hidden, vocab] into a [vocab, hidden] parameter: the head is left as it
   was allocated (the tied model's logits are not the checkpoint's), and nothing ties the two afterwards. Here the head
   is the embeddings' own parameter (``tie_weights``) and reads them as they are.
+- The decoder's attention under sdpa (``MaskedErnieAttention``): paddleformers' asks Paddle's sdpa for a causal mask
+  on top of the padding one, which Paddle then drops and aligns top-left; padded rows and every query after a KV
+  cache (the rollout, the log-probs' shared prompt) were attended wrongly. The mask is now always the one given.
 - The forward returns only the logits asked for (``logits_to_keep``; paddleformers' computes every position's, a
   [rows, prompt length, 103,424] float32 tensor at the prefill of each rollout).
 - No ``visual.vision_model.embeddings.packing_position_embedding`` table (32,768 x 1,152 in the published weights,
@@ -43,6 +46,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddleformers.transformers.model_outputs import ModelOutput
+from paddleformers.transformers.paddleocr_vl.modeling import Ernie4_5Attention
 from paddleformers.transformers.paddleocr_vl.modeling import (
     PaddleOCRVLForConditionalGeneration as _PaddleFormersPaddleOCRVL,
 )
@@ -53,6 +57,29 @@ PACKING_TABLE = "visual.vision_model.embeddings.packing_position_embedding.weigh
 PACKING_TABLE_ROWS = 32768  # paddleformers' and the published checkpoints'
 PACKING_TABLE_FILE = "packing_position_embedding.safetensors"
 TIED_HEAD = "model.embed_tokens.weight -> lm_head.weight"
+
+
+class MaskedErnieAttention(Ernie4_5Attention):
+    """paddleformers' ERNIE-4.5 attention, handing its attention function the mask that holds causality.
+
+    paddleformers' passes ``is_causal=True`` with whatever mask it has, and leaves the mask out under sdpa when no row
+    is padded. Paddle's ``scaled_dot_product_attention`` with ``is_causal`` then ignores the mask (padding, the free
+    slots of the rollout's KV cache) and aligns causality top-left, so queries that follow a KV cache see only the
+    cache's first keys. Here the mask is always given, built bottom-right when paddleformers left it out, and
+    ``is_causal`` is off: sdpa computes what eager does (eager adds the mask and never read ``is_causal``)."""
+
+    @classmethod
+    def install(cls, attention: Ernie4_5Attention) -> None:
+        attention.__class__ = cls
+        attention.is_causal = False
+
+    def forward(self, hidden_states, past_key_values=None, attention_mask=None, **kwargs):
+        if attention_mask is None:
+            queries = hidden_states.shape[1]
+            keys = queries + (past_key_values.get_seq_length(self.layer_idx) if past_key_values is not None else 0)
+            attention_mask = paddle.triu(paddle.full([queries, keys], float("-inf"), dtype=hidden_states.dtype),
+                                         diagonal=keys - queries + 1).reshape([1, 1, queries, keys])
+        return super().forward(hidden_states, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
 
 
 @dataclass
@@ -68,6 +95,8 @@ class PaddleOCRVLForConditionalGeneration(_PaddleFormersPaddleOCRVL):
         del self.visual.vision_model.embeddings.packing_position_embedding  # unused: see the module docstring
         if config.tie_word_embeddings:
             self.tie_weights()  # one parameter, as in transformers: the head trains with the embeddings
+        for layer in self.model.layers:
+            MaskedErnieAttention.install(layer.self_attn)
         install_fast_rms_norm(self)
 
     @classmethod
@@ -159,7 +188,10 @@ def _row_positions(tokens: np.ndarray, image_token_id: int, grids, merge: int) -
     pieces, position, start = [], 0, 0
     while start < len(tokens):
         if tokens[start] == image_token_id:
-            t, h, w = next(grids)
+            grid = next(grids, None)
+            if grid is None:
+                raise ValueError("the prompts hold more images (runs of image tokens) than image_grid_thw has rows")
+            t, h, w = grid
             rows, columns = h // merge, w // merge
             count = t * rows * columns
             height = np.repeat(np.arange(rows), columns * t)

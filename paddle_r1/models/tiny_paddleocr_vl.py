@@ -24,17 +24,20 @@ SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|begin_of_sentence|>", "<|end_of_sen
 PATCH = 14
 POSITION_GRID = 8  # the learned position table is POSITION_GRID^2 rows (published: image_size 384, 27 x 27)
 
-# PaddlePaddle/PaddleOCR-VL's chat_template.jinja: the images, then the text of a user turn; "Assistant: " to answer
+# PaddlePaddle/PaddleOCR-VL's chat_template.jinja: the images, then the text of a user turn; "Assistant: " to answer.
+# The image markup is written out here: the published template reads it from a variable ``image_token`` when one is
+# defined, and transformers and paddleformers define every special token of the tokenizer as one, so a tokenizer that
+# names ``<|IMAGE_PLACEHOLDER|>`` its image_token (transformers' processor needs that) would drop the start and end
+# tokens the model was trained with.
 CHAT_TEMPLATE = (
     "{%- if not add_generation_prompt is defined -%}{%- set add_generation_prompt = true -%}{%- endif -%}"
     "{%- if not cls_token is defined -%}{%- set cls_token = \"<|begin_of_sentence|>\" -%}{%- endif -%}"
     "{%- if not eos_token is defined -%}{%- set eos_token = \"</s>\" -%}{%- endif -%}"
-    "{%- if not image_token is defined -%}"
-    "{%- set image_token = \"<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>\" -%}{%- endif -%}"
     "{{- cls_token -}}"
     "{%- for message in messages -%}"
     "{%- if message[\"role\"] == \"user\" -%}{{- \"User: \" -}}"
-    "{%- for content in message[\"content\"] -%}{%- if content[\"type\"] == \"image\" -%}{{ image_token }}"
+    "{%- for content in message[\"content\"] -%}{%- if content[\"type\"] == \"image\" -%}"
+    "{{ \"<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>\" }}"
     "{%- endif -%}{%- endfor -%}"
     "{%- for content in message[\"content\"] -%}{%- if content[\"type\"] == \"text\" -%}{{ content[\"text\"] }}"
     "{%- endif -%}{%- endfor -%}{{ \"\\n\" -}}"
