@@ -2,7 +2,8 @@
 
 The family comes from ``config.json``'s ``model_type``, never from the folder's name; each family has its
 model class (Qwen2.5-VL: paddleformers' with a save fix; Qwen2-VL: written in ``qwen2_vl.py``; Qwen3-VL:
-paddleformers' plain-Paddle one with dense DeepStack, ``qwen3_vl.py``), whose
+paddleformers' plain-Paddle one with dense DeepStack, ``qwen3_vl.py``; PaddleOCR-VL: paddleformers' with its
+positions, tied head, sdpa mask and packing table fixed, ``paddleocr_vl.py``), whose
 ``config_class`` reads the published config.json (transformers 5's spelling is rewritten into it first:
 ``config_spelling.py``). On CPU the fused RMSNorm kernel is missing, so it is
 switched off in every sub-config there.
