@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the eval runner's progress bars
-    from paddle_r1.config import parse_overrides
+    from paddle_r1.config_reading.command_line import parse_overrides
     from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 

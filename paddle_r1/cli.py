@@ -9,20 +9,21 @@ from .quiet import quiet_libraries
 
 
 def _train(args, extra: list[str]) -> int:
-    from .config import GRPOConfig, load_config
+    from .config import GRPOConfig
+    from .config_reading.loading import load_config
     from .evaluation.heldout import heldout_for
     from .trainer.grpo import GRPOTrainer
 
-    config = load_config(GRPOConfig, args.config, extra)
-    if args.resume:
-        config.resume_from_checkpoint = args.resume
+    resume = ["--resume_from_checkpoint", args.resume] if args.resume else []
+    config = load_config(GRPOConfig, args.config, extra + resume)
     result = GRPOTrainer(config, heldout=heldout_for(config)).train()
     print(f"done: {len(result['history'])} steps; checkpoint {result['checkpoint']}")
     return 0
 
 
 def _sft(args, extra: list[str]) -> int:
-    from .config import SFTConfig, load_config
+    from .config import SFTConfig
+    from .config_reading.loading import load_config
     from .trainer.sft import SFTTrainer
 
     result = SFTTrainer(load_config(SFTConfig, args.config, extra)).train()
@@ -69,14 +70,16 @@ def _serve(args, extra: list[str]) -> int:
     tune_if_no_gpu()
     limits = ServeLimits(max_request_bytes=args.max_request_mb << 20, max_images=args.max_images,
                          max_image_pixels=args.max_image_pixels, max_tokens=args.max_tokens, max_n=args.max_n,
-                         max_concurrency=args.max_concurrency, max_batch=args.max_batch)
+                         max_concurrency=args.max_concurrency, max_batch=args.max_batch, read_timeout=args.read_timeout,
+                         max_prompt_tokens=args.max_prompt_tokens)
     serve(args.checkpoint, host=args.host, port=args.port, model_name=args.model_name, image_root=args.image_root,
           limits=limits, dtype=args.dtype)
     return 0
 
 
 def _check_data(args, extra: list[str]) -> int:
-    from .config import GRPOConfig, load_config
+    from .config import GRPOConfig
+    from .config_reading.loading import load_config
     from .data.loader import load_from_config
 
     config = load_config(GRPOConfig, args.config, extra)
@@ -87,7 +90,8 @@ def _check_data(args, extra: list[str]) -> int:
 
 
 def _demo(args, extra: list[str]) -> int:
-    from .config import GRPOConfig, parse_overrides
+    from .config import GRPOConfig
+    from .config_reading.command_line import parse_overrides
     from .demo import run_demo
 
     run_demo(args.output_dir, args.family, sft_steps=args.sft_steps, **parse_overrides(extra, GRPOConfig))
@@ -95,7 +99,8 @@ def _demo(args, extra: list[str]) -> int:
 
 
 def _estimate_memory(args, extra: list[str]) -> int:
-    from .config import GRPOConfig, load_config
+    from .config import GRPOConfig
+    from .config_reading.loading import load_config
     from .memory import estimate
 
     result = estimate(load_config(GRPOConfig, args.config, extra), args.gpus, args.gpu_memory)
@@ -166,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max_n", type=int, default=8, help="ceiling of a request's n")
     srv.add_argument("--max_concurrency", type=int, default=16, help="requests in progress at once; more get 429")
     srv.add_argument("--max_batch", type=int, default=8, help="requests decoded together in one batch")
+    srv.add_argument("--read_timeout", type=float, default=30.0, help="seconds a request (headers and body) may take "
+                     "to arrive; slower clients get 408")
+    srv.add_argument("--max_prompt_tokens", type=int, help="longest prompt, text and image tokens (default: the "
+                     "model's context less max_tokens, and what a full batch fits in half the free memory)")
     srv.set_defaults(run=_serve)
     check = sub.add_parser("check-data", help="validate a config's data without training; counts per file")
     check.add_argument("config")
@@ -224,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. A user's mistake (a bad key, value, path, data file, a checkpoint that fails verification) is
     one line and exit code 2; a run that stopped (a reward that raised, steps no longer finite, a full disk) is its
     full report and exit code 1; any other exception is a bug and keeps its traceback."""
-    from .config import ConfigError
+    from .errors import ConfigError
     from .data.samples import DataError
     from .trainer.manifest import CheckpointError
 

@@ -346,7 +346,7 @@ def check_fits(config, gpus: int) -> Optional[Estimate]:
     cannot fit this GPU's memory; on CPU nothing is checked (None)."""
     import paddle
 
-    from .config import ConfigError
+    from .errors import ConfigError
 
     if not paddle.get_device().startswith("gpu"):
         return None
@@ -373,14 +373,19 @@ def allocate_optimizer_state(optimizer) -> int:
     return _accumulator_bytes(inner) - before
 
 
+def stepping_optimizer(optimizer):
+    """The optimizer whose ``step`` creates and updates the state: stage 2's ``GroupShardedOptimizerStage2`` steps
+    its ``_optim``, stage 1's ``DygraphShardingOptimizer`` its ``_inner_opt``; each holds this rank's share only."""
+    return optimizer._optim if hasattr(optimizer, "param2rank") else getattr(optimizer, "_inner_opt", optimizer)
+
+
 def stepping_optimizer_and_owned_weights(optimizer):
     """The optimizer whose ``step`` creates the state, and the weights whose state this rank keeps: stage 2's
-    ``GroupShardedOptimizerStage2`` steps its ``_optim`` on the weights ``param2rank`` gives this rank; stage 1's
-    ``DygraphShardingOptimizer`` has already narrowed its ``_inner_opt`` to this rank's weights."""
+    steps on the weights ``param2rank`` gives this rank; stage 1's has already narrowed its ``_inner_opt`` to this
+    rank's weights."""
+    inner = stepping_optimizer(optimizer)
     if hasattr(optimizer, "param2rank"):
-        owned = [p for p in optimizer.local_params if optimizer.param2rank[p.name] == optimizer._rank]
-        return optimizer._optim, owned
-    inner = getattr(optimizer, "_inner_opt", optimizer)
+        return inner, [p for p in optimizer.local_params if optimizer.param2rank[p.name] == optimizer._rank]
     return inner, inner._parameter_list
 
 

@@ -42,11 +42,18 @@ def drop_import_notices() -> None:
             logger.addFilter(DropMessage(prefix))
 
 
+# Warnings the libraries raise on every run that say nothing about the user's: paddle looking for a compiler cache
+# it never uses here, setuptools' notice when paddle imports distutils, and paddle's advice to paddleformers'
+# processor (``return_tensors="pd"`` copies its own tensors with paddle.to_tensor). Nothing else is filtered.
+LIBRARY_WARNINGS = ("No ccache found", "Setuptools is replacing distutils", "To copy construct from a tensor")
+
+
 def quiet_libraries(level: str = "WARNING") -> None:
     import warnings
 
     drop_import_notices()
-    warnings.filterwarnings("ignore")
+    for message in LIBRARY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
     from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
     from paddleformers.utils.log import logger
 

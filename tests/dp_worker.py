@@ -26,7 +26,8 @@ def train_and_dump(settings: dict, dump_dir: str) -> None:
     weights = {k: v.numpy() for k, v in trainer.policy.state_dict().items()}
     rank = dist.get_rank() if dist.is_initialized() else 0
     np.savez(os.path.join(dump_dir, f"rank{rank}.npz"), **weights)
-    for name, key in (("rewards", "reward"), ("grad_norms", "grad_norm"), ("eval_scores", "eval/score")):
+    for name, key in (("rewards", "reward"), ("grad_norms", "grad_norm"), ("eval_scores", "eval/score"),
+                      ("skipped", "train/skipped_steps")):
         np.save(os.path.join(dump_dir, f"rank{rank}_{name}.npy"), np.asarray([h.get(key, np.nan) for h in history]))
     reducer = getattr(trainer.update, "reducer", None)
     if reducer is not None:
@@ -41,7 +42,7 @@ def train_each_and_dump(jobs: list) -> None:
     run refused with a ``ConfigError`` leaves its message in ``dump_dir/rank<r>_error.txt``."""
     import paddle.distributed as dist
 
-    from paddle_r1.config import ConfigError
+    from paddle_r1.errors import ConfigError
 
     for settings, dump_dir in jobs:
         os.makedirs(dump_dir, exist_ok=True)

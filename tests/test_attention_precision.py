@@ -4,7 +4,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.config import ConfigError
+from paddle_r1.errors import ConfigError
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
 from paddle_r1.models.loading import load_model, load_processor

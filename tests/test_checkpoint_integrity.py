@@ -156,7 +156,7 @@ def _set_step(step):
 
 OLD_FORMAT_DAMAGE = [  # file, damage, what the message says (its start)
     (STATE_FILE, lambda path: open(path, "w").close(), "empty"),
-    (STATE_FILE, _truncate, "not valid JSON (Expecting "),
+    (STATE_FILE, _truncate, "not valid JSON ("),  # json's own words depend on where the cut lands
     (STATE_FILE, _set_step("3"), "global_step is '3', not a whole number of steps"),
     (STATE_FILE, _set_step(2.5), "global_step is 2.5, not a whole number of steps"),
     ("rng_state.pkl", _truncate, "unreadable (UnpicklingError: pickle data was truncated)"),

@@ -7,7 +7,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.config import ConfigError
+from paddle_r1.errors import ConfigError
 from paddle_r1.trainer import checkpoint as ckpt
 from paddle_r1.trainer.metrics import MetricsLogger
 

@@ -55,7 +55,7 @@ def test_train_stops_on_bad_input_with_one_line(tmp_path, tiny_model_dir, rec_js
     result = paddle_r1("train", "--config", str(config), cwd=tmp_path)
     assert result.returncode == 2 and f"model folder not found: {tmp_path}/missing" in result.stderr
     config.write_text(f"model_name_or_path: {tiny_model_dir}\ndata_path: {rec_jsonl}\nnum_generations: 1\n")
-    assert "'num_generations': 1 < 2" in paddle_r1("train", "--config", str(config), cwd=tmp_path).stderr
+    assert "'num_generations': must be >= 2, got 1" in paddle_r1("train", "--config", str(config), cwd=tmp_path).stderr
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     config.write_text(f"model_name_or_path: {tiny_model_dir}\ndata_path: {empty}\n")

@@ -4,7 +4,10 @@ import re
 
 import pytest
 
-from paddle_r1.config import ConfigError, GRPOConfig, load_config, parse_overrides
+from paddle_r1.config import GRPOConfig
+from paddle_r1.errors import ConfigError
+from paddle_r1.config_reading.loading import load_config
+from paddle_r1.config_reading.command_line import parse_overrides
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -209,3 +212,76 @@ def test_shipped_configs_keep_one_prompt_of_eight_per_device():
 def test_a_non_dividing_batch_is_blamed_on_the_command_line():
     with pytest.raises(ConfigError, match="^command line: config keys 'per_device_train_batch_size'"):
         load_config(GRPOConfig, None, ["--per_device_train_batch_size", "1", "--num_generations", "8"])
+
+
+# ---- a key given twice in a file is an error naming both places ---------------------------------------------
+@pytest.mark.parametrize("name, text, message", [
+    ("c.yaml", "beta: 0.1\nlearning_rate: 1e-6\nbeta: 0.2\n", "key 'beta' is given twice, on line 1 and line 3"),
+    ("c.yaml", "reward_kwargs:\n  iou: {a: 1}\n  iou: {a: 2}\n", "key 'iou' is given twice, on line 2 and line 3"),
+    ("c.yaml", "reward_kwargs: {iou: {}, iou: {}}\n", "key 'iou' is given twice, on line 1 column 17 and column 26"),
+    ("c.json", '{"beta": 0.1,\n "system_prompt": "\\"beta\\": {",\n "beta": 0.2}',
+     "key 'beta' is given twice, on line 1 and line 3"),
+    # EasyDistill's nested sections: the same key in two sections is fine, twice in one is not
+    ("e.json", '{"job_type": "x",\n "models": {"student": "m"},\n "training": {"beta": 1,\n  "student": "s",\n'
+               '  "beta": 2}}', "key 'beta' is given twice, on line 3 and line 5"),
+])
+def test_a_key_given_twice_in_a_file_names_the_key_and_both_lines(tmp_path, name, text, message):
+    """yaml and json used to keep the last value silently."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"^{re.escape(f'{path}: {message}')}$"):
+        load_config(GRPOConfig, str(path))
+
+
+def test_a_yaml_merge_may_override_what_it_merges(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("base: &base {iou: {a: 1}}\nreward_kwargs:\n  <<: *base\n  iou: {a: 2}\n")
+    from paddle_r1.config_reading.files import read_config_file
+
+    assert read_config_file(str(path))["reward_kwargs"] == {"iou": {"a": 2}}
+
+
+# ---- every numeric key within its range, before anything loads ----------------------------------------------
+@pytest.mark.parametrize("text, message", [
+    ("learning_rate: .nan", "config key 'learning_rate': must be finite and >= 0, got nan"),
+    ("learning_rate: .inf", "config key 'learning_rate': must be finite and >= 0, got inf"),
+    ("learning_rate: -1e-6", "config key 'learning_rate': must be >= 0, got -1e-06"),
+    ("beta: .nan", "config key 'beta': must be finite and >= 0, got nan"),
+    ("epsilon: -0.2", "config key 'epsilon': must be >= 0, got -0.2"),
+    ("logging_steps: 0", "config key 'logging_steps': must be >= 1, got 0"),
+    ("seed: -1", "config key 'seed': must be in [0, 4294967296), got -1 (the seeds numpy takes)"),
+    ("data_seed: -5", "config key 'data_seed': must be in [0, 4294967296), got -5 (the seeds numpy takes)"),
+    ("adam_beta2: 1", "config key 'adam_beta2': must be in [0, 1), got 1.0"),
+    ("temperature: .nan", "config key 'temperature': must be finite and >= 0, got nan"),
+    ("reward_weights: [1, .nan]", "config key 'reward_weights[1]': must be finite, got nan"),
+])
+def test_a_value_out_of_its_range_names_key_and_file(tmp_path, text, message):
+    """These used to be accepted: NaN learning rates trained NaN weights, logging_steps 0 ended in
+    ZeroDivisionError and a negative seed in a Paddle traceback."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"model_name_or_path: m\n{text}\n")
+    with pytest.raises(ConfigError, match=f"^{re.escape(f'{path}: {message}')}$"):
+        load_config(GRPOConfig, str(path))
+
+
+def test_a_value_out_of_range_on_the_command_line_stops_before_anything_loads(tmp_path, capsys):
+    from paddle_r1 import cli
+
+    code = cli.main(["train", "--model_name_or_path", str(tmp_path / "no_model"), "--output_dir",
+                     str(tmp_path / "out"), "--logging_steps=0"])
+    assert code == 2 and capsys.readouterr().err.strip() == \
+        "paddle-r1 train: error: command line: config key 'logging_steps': must be >= 1, got 0"
+    assert not os.path.exists(tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"^command line: --learning_rate needs a value \(only a true/false key"):
+        load_config(GRPOConfig, None, ["--learning_rate", "--beta", "0"])
+
+
+def test_every_numeric_key_has_its_range():
+    import typing
+
+    from paddle_r1.config import NUMERIC_BOUNDS, SFTConfig
+
+    for cls in (GRPOConfig, SFTConfig):
+        numeric = {key for key, annotation in typing.get_type_hints(cls).items()
+                   if {int, float, list[float]} & {annotation, *typing.get_args(annotation)}}
+        assert numeric - set(NUMERIC_BOUNDS) == set(), cls.__name__

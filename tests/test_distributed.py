@@ -222,6 +222,31 @@ def _assert_resumed_as_uninterrupted(resumed, single, ranks):
 
 
 @pytest.mark.timeout(600)
+def test_stage1_undoes_a_non_finite_update_on_every_rank(tmp_path, tiny_model_dir, rec_jsonl):
+    """Each rank updates only its share of the weights and broadcasts it: the verdict on the new weights is agreed
+    over ranks, each owner puts back its weights and AdamW state, and the restored weights are broadcast again
+    (learning_rate 1e39: finite loss and gradient norm, an infinite update)."""
+    double = _two_ranks(tmp_path, tiny_model_dir, rec_jsonl, sharding="stage1", learning_rate=1e39, eval_steps=0,
+                        max_skipped_steps=5)
+    from paddle_r1.models.loading import load_model
+
+    initial = {k: v.numpy() for k, v in load_model(tiny_model_dir).state_dict().items()}
+    for rank in (0, 1):
+        assert np.isfinite(np.load(double / f"rank{rank}_grad_norms.npy")).all()
+        np.testing.assert_array_equal(np.load(double / f"rank{rank}_skipped.npy"), [1, 2])
+        weights = np.load(double / f"rank{rank}.npz")
+        for key, value in initial.items():
+            np.testing.assert_array_equal(weights[key], value, err_msg=f"rank {rank}: {key}")
+    # each rank's share of the AdamW state is as before any step: zero moments, beta powers not yet multiplied
+    checkpoint = double / "run" / "checkpoint-2"
+    for rank in (0, 1):
+        state = paddle.load(str(checkpoint / f"optimizer.shard{rank}.pdopt"))
+        assert _moments(state) and all(not np.asarray(v).any() for v in _moments(state).values())
+        powers = [float(np.asarray(v)) for k, v in state.items() if k.endswith("_beta1_pow_acc_0")]
+        assert powers and set(powers) == {float(np.float32(0.9))}, rank  # adam_beta1, in float32
+
+
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("new", [layout for layout, (ranks, _) in LAYOUTS.items() if ranks == 2])
 @pytest.mark.parametrize("old", list(LAYOUTS))
 def test_every_saved_layout_resumes_on_two_ranks_as_the_uninterrupted_run(resumed_on_two_ranks, single, old, new):

@@ -14,7 +14,9 @@ from paddle_r1.evaluation.cli import build_parser
 from paddle_r1.evaluation.protocols import PADDLEMIX_R1V, PADDLEMIX_REC_R1, paddlemix_box, paddlemix_iou
 from paddle_r1.evaluation.runner import EvalOptions, asked, template_for
 from paddle_r1.evaluation.tasks import TASKS, task_for_dataset
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
+
+REWARDS = load_builtin_rewards()
 
 COMPLETIONS = ["<think>.</think><answer>6</answer>", "<answer> 6 </answer>", "<answer>There are 6 cubes.</answer>",
                "<answer>six</answer>", "<answer>6.0</answer>", "<answer>7</answer>", "6",

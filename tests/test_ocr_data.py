@@ -10,8 +10,10 @@ import pytest
 from paddle_r1.data.loader import load_samples
 from paddle_r1.data.synthetic import make_synthetic_splits
 from paddle_r1.data.synthetic_ocr import vl_sft_record
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
 from paddle_r1.rewards.manager import bind_reward
+
+REWARDS = load_builtin_rewards()
 
 
 @pytest.fixture(scope="module")

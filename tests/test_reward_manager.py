@@ -3,7 +3,8 @@ completions, and reward failures that name the reward."""
 import numpy as np
 import pytest
 
-from paddle_r1.config import ConfigError, GRPOConfig
+from paddle_r1.config import GRPOConfig
+from paddle_r1.errors import ConfigError
 from paddle_r1.rewards.manager import RewardError, RewardManager, reward_columns
 
 BOX_COLUMNS = dict(solution=[[10, 10, 50, 50]] * 2, image_sizes=[[(100, 100)]] * 2, input_sizes=[[(100, 100)]] * 2,

@@ -1,8 +1,10 @@
 import pytest
 
 from paddle_r1.models.coords import box_from_original, box_to_original
-from paddle_r1.rewards import REWARDS, get_reward
+from paddle_r1.rewards import get_reward, load_builtin_rewards
 from paddle_r1.rewards.parsing import parse_box
+
+REWARDS = load_builtin_rewards()
 
 fmt = REWARDS["format"]
 iou = REWARDS["iou"]

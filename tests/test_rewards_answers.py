@@ -7,9 +7,11 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
 from paddle_r1.rewards.families.answers import parse_choice
 from paddle_r1.rewards.manager import RewardManager
+
+REWARDS = load_builtin_rewards()
 
 counting = REWARDS["counting"]
 mcq = REWARDS["mcq"]
@@ -131,10 +133,12 @@ def test_math(answer, solution, expected):
 
 def test_math_gold_order_matters_in_math_verify():
     # the asymmetry the reward relies on, on math-verify itself: VLM-R1's order verify(pred, gold) refuses [1, 2]
-    from paddle_r1.rewards.families.answers import MATH_VERIFIER
+    from paddle_r1.rewards.families.answers import MathVerifier
 
-    assert MATH_VERIFIER.check("$1 \\le x \\le 2$", "$[1,2]$", 5.0) == "equal"  # check(gold, pred)
-    assert MATH_VERIFIER.check("$[1,2]$", "$1 \\le x \\le 2$", 5.0) == "different"
+    verifier = MathVerifier()
+    assert verifier.check("$1 \\le x \\le 2$", "$[1,2]$", 5.0) == "equal"  # check(gold, pred)
+    assert verifier.check("$[1,2]$", "$1 \\le x \\le 2$", 5.0) == "different"
+    verifier.stop()
 
 
 def test_math_garbage_scores_zero():

@@ -4,9 +4,11 @@ import math
 import numpy as np
 import pytest
 
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
 from paddle_r1.rewards.families.boxes import plane_score
 from paddle_r1.rewards.parsing import answer_content, answer_json
+
+REWARDS = load_builtin_rewards()
 
 box_format = REWARDS["box_format"]
 iou_accuracy = REWARDS["iou_accuracy"]

@@ -5,7 +5,10 @@ import pytest
 from nltk.translate.meteor_score import meteor_score
 from test_rewards_judge import MODEL, Counted, JudgeServer, free_port, metrics  # noqa: F401
 
-from paddle_r1.rewards import REWARDS, caption
+from paddle_r1.rewards import load_builtin_rewards
+from paddle_r1.rewards.families import caption
+
+REWARDS = load_builtin_rewards()
 
 meteor = REWARDS["meteor"]
 

@@ -7,7 +7,9 @@ import pytest
 from pycocotools import mask as mask_utils
 from test_rewards_boxes import GARBAGE, columns
 
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
+
+REWARDS = load_builtin_rewards()
 
 multi_box_format = REWARDS["multi_box_format"]
 multi_iou = REWARDS["multi_iou"]
@@ -96,7 +98,7 @@ def test_multi_gaussian_matches_on_its_own_score():
 
 @pytest.mark.parametrize("name, value", [("multi_iou", 1.5), ("multi_iou", "0.5"), ("multi_gaussian_point", 0.3)])
 def test_min_iou_is_checked_and_only_where_iou_is_the_reward(name, value):
-    from paddle_r1.config import ConfigError
+    from paddle_r1.errors import ConfigError
     from paddle_r1.rewards.manager import bind_reward
 
     with pytest.raises(ConfigError, match="min_iou"):
@@ -290,7 +292,7 @@ def test_weighted_sum_weights_and_none():
     nothing = columns(3, "<answer>None</answer>", (1000, 500))
     assert weighted(["<answer>None</answer>", "none.", dumps(TWO)], **nothing) == [1.0, 1.0, 0.0]
     assert weighted(["<answer>None</answer>"], **cols) == [0.0]
-    from paddle_r1.config import ConfigError
+    from paddle_r1.errors import ConfigError
     from paddle_r1.rewards.manager import bind_reward
 
     for bad in ({"alpha": -1}, {"iou_threshold": 2}, {"alpha": 0, "beta": 0, "gamma": 0}, {"gamma": "0.3"}):

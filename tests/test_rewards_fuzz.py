@@ -14,9 +14,11 @@ import random
 import pytest
 
 from judge_server import JudgeServer
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
 from paddle_r1.rewards.manager import bind_reward
 from reward_helpers import reward_columns
+
+REWARDS = load_builtin_rewards()
 
 COMPLETIONS = 2000
 LONG_EVERY, LONG_CHARS = 100, 50_000

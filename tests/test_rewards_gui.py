@@ -3,7 +3,9 @@ import math
 
 import pytest
 
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
+
+REWARDS = load_builtin_rewards()
 
 json_format = REWARDS["json_format"]
 gui_action = REWARDS["gui_action"]

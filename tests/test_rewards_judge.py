@@ -6,7 +6,7 @@ import time
 import pytest
 
 from judge_server import KEY, MALFORMED_REPLIES, MODEL, Counted, JudgeServer
-from paddle_r1.config import ConfigError
+from paddle_r1.errors import ConfigError
 from paddle_r1.rewards.families.judge import LLMJudge, parse_verdict
 
 

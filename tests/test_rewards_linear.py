@@ -6,9 +6,11 @@ import time
 
 import pytest
 
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
 from paddle_r1.rewards.manager import bind_reward
 from reward_helpers import reward_columns
+
+REWARDS = load_builtin_rewards()
 
 N = 100_000
 ADVERSARIAL = [

@@ -6,9 +6,10 @@ import random
 import pytest
 
 from paddle_r1.config import ConfigError
-from paddle_r1.rewards import BadSolution, REWARDS
+from paddle_r1.rewards import BadSolution, load_builtin_rewards
 from paddle_r1.rewards.manager import bind_reward
 
+REWARDS = load_builtin_rewards()
 ned, exact = REWARDS["ocr_ned"], REWARDS["ocr_exact"]
 CJK = "北京市海淀区中关村大街识别文字表格公式图表发票金额日期"
 

@@ -1,7 +1,9 @@
 import pytest
 
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
 from paddle_r1.rewards.families.products import read_dimensions
+
+REWARDS = load_builtin_rewards()
 
 dimensions = REWARDS["dimensions"]
 LABEL = "12 8 15"  # seed 002's label format; sorted descending: [15, 12, 8]

@@ -7,7 +7,9 @@ import paddle
 import pytest
 from PIL import Image
 
-from paddle_r1.config import ConfigError, GRPOConfig, SFTConfig, load_config
+from paddle_r1.config import GRPOConfig, SFTConfig
+from paddle_r1.errors import ConfigError
+from paddle_r1.config_reading.loading import load_config
 from paddle_r1.models.loading import load_model
 from paddle_r1.trainer.loss import completion_logprobs
 from paddle_r1.trainer.loss import completion_logprobs

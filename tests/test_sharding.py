@@ -4,7 +4,8 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.config import ConfigError, GRPOConfig
+from paddle_r1.config import GRPOConfig
+from paddle_r1.errors import ConfigError
 from paddle_r1.trainer.sharding import clip_by_global_norm
 
 

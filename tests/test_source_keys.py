@@ -5,7 +5,9 @@ import os
 import pytest
 import yaml
 
-from paddle_r1.config import ConfigError, GRPOConfig, load_config
+from paddle_r1.config import GRPOConfig
+from paddle_r1.errors import ConfigError
+from paddle_r1.config_reading.loading import load_config
 from test_cli import paddle_r1
 from test_trackers import offline_trackers
 
@@ -123,6 +125,7 @@ def test_vlm_r1_gui_command_trains_and_resumes_by_itself(tmp_path, tiny_model_di
 
 def test_a_reward_beside_the_config_is_found(tmp_path, monkeypatch):
     from paddle_r1.rewards import get_reward
+    from paddle_r1.rewards.manager import RewardManager
 
     folder = tmp_path / "job"
     folder.mkdir()
@@ -131,8 +134,9 @@ def test_a_reward_beside_the_config_is_found(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # neither sys.path nor the working folder holds it
     with pytest.raises(KeyError, match="No module named 'beside_config_rewards'"):
         get_reward("beside_config_rewards:one")
-    load_config(GRPOConfig, str(folder / "c.yaml"))
-    assert get_reward("beside_config_rewards:one")(["a"]) == [1.0]
+    config = load_config(GRPOConfig, str(folder / "c.yaml"))
+    assert config.config_folder == str(folder)  # carried by the config, not remembered by the process
+    assert RewardManager.from_config(config).score(["a"], {}).rewards.tolist() == [1.0]
 
 
 def test_eval_accepts_paddlemix_attn_implementation():

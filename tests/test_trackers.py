@@ -9,7 +9,9 @@ import sys
 import pytest
 import yaml
 
-from paddle_r1.config import ConfigError, GRPOConfig, load_config
+from paddle_r1.config import GRPOConfig
+from paddle_r1.errors import ConfigError
+from paddle_r1.config_reading.loading import load_config
 from test_cli import paddle_r1
 
 

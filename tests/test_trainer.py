@@ -1,13 +1,15 @@
 import json
 import os
 import pickle
+import re
 import shutil
 
 import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.config import ConfigError, GRPOConfig
+from paddle_r1.config import GRPOConfig
+from paddle_r1.errors import ConfigError
 from paddle_r1.models.loading import load_model
 from paddle_r1.trainer.checkpoint import list_checkpoints, resolve_checkpoint, rng_state
 from paddle_r1.trainer.grpo import GRPOTrainer
@@ -170,6 +172,55 @@ def test_non_finite_steps_are_skipped_and_stop_the_run(tiny_model_dir, rec_sampl
     assert seen[-1][0]["train/skipped_steps"] == 1 and trainer.skipped_steps == 2  # the second one stopped the run
     newest = list_checkpoints(str(tmp_path))[-1]
     assert all(np.isfinite(v).all() for v in _weights(load_model(newest)).values())
+
+
+def test_an_update_that_writes_non_finite_weights_is_undone_and_never_saved(tiny_model_dir, rec_samples, tmp_path,
+                                                                            capsys):
+    """learning_rate 1e39 is a finite number, but infinite in AdamW's float32 kernel: the loss and the gradient norm
+    are finite and the update writes inf and NaN into every weight. That used to train on, logging NaN, and save
+    checkpoints of NaN weights with exit code 0. Now the step is undone (weights and AdamW state as they were),
+    counted as skipped, and a save refuses weights that are not finite."""
+    from paddle_r1.trainer.base import TrainingDiverged
+
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, learning_rate=1e39, max_grad_norm=0.0, max_steps=4,
+                                  save_steps=1, max_skipped_steps=2), samples=rec_samples)
+    weights = _weights(trainer.policy)
+    state = {k: v.numpy().copy() for k, v in trainer.optimizer.state_dict().items() if hasattr(v, "numpy")}
+    with pytest.raises(TrainingDiverged, match="2 steps in a row .*gradient norm or update.*newest checkpoint is "
+                                               f"{tmp_path}/checkpoint-1"):
+        trainer.train()
+    printed = capsys.readouterr().out
+    for step in (1, 2):  # finite loss and gradient norm: only the weights tell
+        assert re.search(fr"step {step}: loss -?\d[^,]*, gradient norm \d[^:]*: the update made weights non-finite; "
+                         fr"weights and optimizer state restored, update skipped \({step} in a row\)", printed), printed
+    assert trainer.skipped_steps == 2
+    saved = _weights(load_model(str(tmp_path / "checkpoint-1")))  # the step-1 checkpoint holds the restored weights
+    for key, value in _weights(trainer.policy).items():
+        np.testing.assert_array_equal(value, weights[key], err_msg=key)
+        np.testing.assert_array_equal(saved[key], weights[key], err_msg=key)
+    after = trainer.optimizer.state_dict()
+    assert state and all(np.array_equal(after[k].numpy(), v) for k, v in state.items())  # moments, beta powers
+
+    name, weight = next(iter(trainer.policy.named_parameters()))
+    weight.set_value(np.full(weight.shape, np.nan, dtype="float32"))
+    with pytest.raises(TrainingDiverged, match=f"step 2: 1 of \\d+ weight tensors \\({re.escape(name)}\\) hold NaN or "
+                                               f"infinity; .*checkpoint-2 is not written"):
+        trainer.save()
+    assert sorted(f for f in os.listdir(tmp_path) if f.startswith("checkpoint")) == ["checkpoint-1"]
+
+
+def test_without_the_undo_copy_a_non_finite_update_stops_the_run_unsaved(tiny_model_dir, rec_samples, tmp_path):
+    """undo_non_finite_updates: false takes no copy before each step (large models): the same update is detected
+    and stops the run at once, before a checkpoint of NaN weights could be written."""
+    from paddle_r1.trainer.base import TrainingDiverged
+
+    trainer = GRPOTrainer(_config(tiny_model_dir, tmp_path, learning_rate=1e39, max_grad_norm=0.0, max_steps=4,
+                                  save_steps=1, undo_non_finite_updates=False), samples=rec_samples)
+    with pytest.raises(TrainingDiverged, match="step 1: the update made weights non-finite and "
+                                               "undo_non_finite_updates is false.*no checkpoint was saved"):
+        trainer.train()
+    assert "snapshot" not in vars(trainer.update)  # the host copy was never made
+    assert not list(tmp_path.glob("checkpoint-*"))
 
 
 def test_a_reward_returning_inf_is_a_counted_failure(tiny_model_dir, rec_samples, tmp_path):

@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 from safetensors.paddle import load_file, save_file
 
-from paddle_r1.config import ConfigError
+from paddle_r1.errors import ConfigError
 from paddle_r1.generation.rollout import PromptBatch, Rollout
 from paddle_r1.models.loading import load_model, load_processor, model_family
 from paddle_r1.trainer.loss import completion_logprobs

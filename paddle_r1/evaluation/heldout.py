@@ -15,7 +15,7 @@ import paddle
 
 from ..config import GRPOConfig
 from ..data.loader import load_samples
-from ..rewards.manager import RewardManager, reward_columns
+from ..rewards.manager import RewardManager, config_folders, reward_columns
 from ..generation.generator import Generator
 from .runner import EvalOptions, answer_greedily
 
@@ -33,7 +33,8 @@ class HeldoutEval:
         if report.summary():
             print(f"held-out set: {report.summary()}")
         self.rewards = RewardManager([config.eval_reward],
-                                     settings={config.eval_reward: config.reward_kwargs.get(config.eval_reward, {})})
+                                     settings={config.eval_reward: config.reward_kwargs.get(config.eval_reward, {})},
+                                     folders=config_folders(config))
         if config.system_prompt:
             print("note: held-out evaluation prompts have no system prompt (the eval runner's prompts)")
 

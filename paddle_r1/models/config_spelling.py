@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 # the rope types paddleformers' Qwen-VL rotary embeddings compute (M-RoPE over the default inverse frequencies)
 COMPUTED_ROPE_TYPES = ("default", "mrope")

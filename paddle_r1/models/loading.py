@@ -22,7 +22,7 @@ from typing import Optional
 
 import paddle
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .config_spelling import published_spelling
 from .coords import FAMILY_COORD_SYSTEM
 from .precision import precision_for_this_device

@@ -17,7 +17,7 @@ import os
 
 import paddle
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 # The decoder projections as paddleformers names them: the Qwen-VL models' (q, k, v fused into qkv_proj; gate and up
 # into up_gate_proj) and PaddleOCR-VL's ERNIE-4.5 decoder at ``model.layers`` (unfused); the vision tower is left alone.

@@ -42,7 +42,7 @@ def choose_precision(requested_dtype: str, capability: Optional[tuple], attentio
     """The dtype, attention and loss scaling for a device. ``capability`` is the GPU's (major, minor) compute
     capability, None for CPU; ``attention`` is the config's ``attn_implementation`` (None: chosen here)."""
     if attention is not None and attention not in ATTENTION_IMPLEMENTATIONS:
-        from ..config import ConfigError
+        from ..errors import ConfigError
 
         raise ConfigError(f"config key 'attn_implementation': {attention!r} is not one of "
                           f"{', '.join(ATTENTION_IMPLEMENTATIONS)}")

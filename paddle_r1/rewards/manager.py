@@ -22,8 +22,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..config import ConfigError
-from . import BadSolution, CountedReward, get_reward
+from ..errors import ConfigError
+from .lookup import get_reward
+from .registry import BadSolution, CountedReward
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,11 @@ def reward_columns(samples: list[dict], image_sizes: list, input_sizes: list, co
     return columns
 
 
+def config_folders(config) -> tuple:
+    """Where a config's user rewards may sit besides sys.path and the working folder: its file's folder."""
+    return (config.config_folder,) if config.config_folder else ()
+
+
 def _settings_of(fn: Callable) -> list[str]:
     """A reward function's settings: its keyword parameters with defaults that are not columns."""
     columns = set(ROLLOUT_COLUMNS) | set(SAMPLE_COLUMNS)
@@ -64,13 +70,14 @@ def _settings_of(fn: Callable) -> list[str]:
             and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
 
 
-def bind_reward(name: str, settings: dict) -> Callable:
+def bind_reward(name: str, settings: dict, folders: tuple = ()) -> Callable:
     """The reward ``name`` ready to call with columns only: a class made with ``settings`` (its ``__init__``
     checks them), or a function with ``settings`` bound after checking that it names each one and that it
-    accepts their values (a call on an empty batch runs its own checks)."""
+    accepts their values (a call on an empty batch runs its own checks). A user's reward module is looked for in
+    ``folders`` too (the config file's)."""
     where = f"config key 'reward_kwargs.{name}'"
     try:
-        entry = get_reward(name)
+        entry = get_reward(name, folders)
     except KeyError as e:
         raise ConfigError(f"config key 'reward_funcs': {e.args[0]}") from None
     if isinstance(entry, type):
@@ -97,21 +104,22 @@ def bind_reward(name: str, settings: dict) -> Callable:
 
 
 class RewardManager:
-    def __init__(self, names: list[str], weights: Optional[list] = None, settings: Optional[dict] = None):
+    def __init__(self, names: list[str], weights: Optional[list] = None, settings: Optional[dict] = None,
+                 folders: tuple = ()):
         settings = settings or {}
         self.names = list(names)
         self.weights = np.asarray(weights if weights is not None else [1.0] * len(self.names), dtype="float32")
         self._counts: dict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
         self._warned: set = set()
-        self.functions = [self._bind(name, settings.get(name, {})) for name in self.names]
+        self.functions = [self._bind(name, settings.get(name, {}), folders) for name in self.names]
 
     @classmethod
     def from_config(cls, config) -> "RewardManager":
-        return cls(config.reward_funcs, config.reward_weights, config.reward_kwargs)
+        return cls(config.reward_funcs, config.reward_weights, config.reward_kwargs, folders=config_folders(config))
 
-    def _bind(self, name: str, settings: dict) -> Callable:
-        fn = bind_reward(name, settings)
+    def _bind(self, name: str, settings: dict, folders: tuple) -> Callable:
+        fn = bind_reward(name, settings, folders)
         if isinstance(fn, CountedReward):  # its counts go to the step's metrics
 
             def report(key: str, n: float, prefix=f"rewards/{name}/") -> None:

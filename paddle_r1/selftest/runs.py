@@ -118,7 +118,8 @@ def memory_estimate(ws) -> str:
     workspaces must be at least the measured peak."""
     import paddle
 
-    from ..config import ConfigError, GRPOConfig
+    from ..config import GRPOConfig
+    from ..errors import ConfigError
     from ..memory import GIB, RESERVE_GIB, check_fits
     from ..models.tiny import TinySize, make_tiny_model
     from ..trainer.grpo import GRPOTrainer

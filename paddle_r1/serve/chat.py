@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import io
 import json
 import math
@@ -43,6 +44,7 @@ class ChatRequest:
     n: int
     stop: list
     stream: bool
+    prompt: str = ""  # the messages through the chat template, as the model reads them (``PromptMeter.check``)
 
     @property
     def batch_key(self) -> tuple:
@@ -170,3 +172,33 @@ def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
         raise _bad("'stream' must be true or false", "stream")
     return ChatRequest(messages=chat, images=images, sampling=sampling,
                        n=_number(body, "n", 1, 1, limits.max_n, True), stop=stop, stream=stream)
+
+
+class PromptMeter:
+    """How many tokens a request's prompt is, counted in the request's own thread before it is queued: the chat
+    template's text, each image's placeholder counted as the tokens the processor expands it to (from the image's
+    size; no pixels are processed). Over ``max_prompt_tokens`` is a 400 naming the limit.
+
+    It counts with its own copy of the tokenizer: the engine thread's processor call sets the shared tokenizer's
+    padding, and the Rust tokenizer refuses a call from another thread while that happens ("Already borrowed")."""
+
+    def __init__(self, processor, max_prompt_tokens: int):
+        self.processor, self.max_prompt_tokens = processor, max_prompt_tokens
+        self.tokenizer = copy.deepcopy(processor.tokenizer.backend_tokenizer)
+        image_processor = processor.image_processor
+        self.image_processor, self.tokens_per_patch = image_processor, 1 / image_processor.merge_size ** 2
+
+    def image_tokens(self, image: Image.Image) -> int:
+        return int(self.image_processor.get_number_of_image_patches(image.height, image.width, {})
+                   * self.tokens_per_patch)
+
+    def check(self, request: ChatRequest) -> None:
+        """Sets ``request.prompt``; raises the 400 when it is too long."""
+        request.prompt = self.processor.apply_chat_template(request.messages, tokenize=False,
+                                                            add_generation_prompt=True)
+        # each image is one placeholder token in the text, expanded by the processor
+        tokens = len(self.tokenizer.encode(request.prompt).ids) + sum(self.image_tokens(i) - 1 for i in request.images)
+        if tokens > self.max_prompt_tokens:
+            raise RequestError(400, f"the prompt is {tokens} tokens (text and images), over this server's limit of "
+                                    f"{self.max_prompt_tokens} (--max_prompt_tokens)", code="context_length_exceeded",
+                               param="messages")

@@ -86,10 +86,7 @@ class Engine:
     def answer(self, requests: list[ChatRequest]) -> list[Answer]:
         """Requests sharing one ``batch_key``, decoded in one batch."""
         generator, first = self.generator, requests[0]
-        processor = generator.processor
-        texts = [processor.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True)
-                 for r in requests]
-        prompt, _ = encode_prompts(texts, [r.images for r in requests], processor)
+        prompt, _ = encode_prompts([r.prompt for r in requests], [r.images for r in requests], generator.processor)
         rollout = sample_completions(generator.model, prompt, first.n, first.sampling, generator.eos_token_ids,
                                      generator.tokenizer.pad_token_id)
         self.batches += 1

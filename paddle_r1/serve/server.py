@@ -1,26 +1,33 @@
 """The HTTP side: ``POST /v1/chat/completions`` (JSON, or server-sent events with ``stream``) and
 ``GET /v1/models``, on the standard library's threading server.
 
-Each request is read (at most ``max_request_bytes``), checked (``chat.parse_chat_request``), handed to the engine
-and answered in OpenAI's shapes; at most ``max_concurrency`` are in progress at once, the rest get 429 at once. A
-bad request gets a 4xx with OpenAI's error body, a failed generation a 500; neither stops the server. With
-``stream`` the reply is sent as chat.completion.chunk events once the batch has been decoded (the rollout decodes
-a batch to its end; tokens are not sent as they are made).
+Each request is read whole (at most ``max_request_bytes``, within ``read_timeout`` seconds of its first byte, else
+408), then takes one of ``max_concurrency`` slots (none free: 429 at once), is checked (``chat.parse_chat_request``,
+its prompt's length by ``chat.PromptMeter``), handed to the engine and answered in OpenAI's shapes. Reading before
+taking a slot means a client that sends slowly holds its own connection's thread only, never a slot. A bad request
+gets a 4xx with OpenAI's error body, a failed generation a 500; neither stops the server, and a client that hangs
+up is one line in the log. With ``stream`` the reply is sent as chat.completion.chunk events once the batch has been
+decoded (the rollout decodes a batch to its end; tokens are not sent as they are made).
 """
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import logging
+import math
 import os
+import select
+import sys
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
-from .chat import RequestError, parse_chat_request
+from .chat import PromptMeter, RequestError, parse_chat_request
 from .engine import Answer, Engine
-from .limits import ServeLimits
+from .limits import ServeLimits, default_max_prompt_tokens, free_memory_bytes
 
 logger = logging.getLogger(__name__)
 DRAIN_FACTOR = 16  # a refused body up to this many times the size limit is read and dropped
@@ -51,16 +58,58 @@ def stream_events(answer: Answer, model: str, request_id: str, created: int) -> 
 class ChatServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address, engine: Engine, model_name: str, limits: ServeLimits, image_root: Optional[str]):
+    def __init__(self, address, engine: Engine, model_name: str, limits: ServeLimits, image_root: Optional[str],
+                 prompt_meter: PromptMeter):
         super().__init__(address, ChatHandler)
         self.engine, self.model_name, self.limits, self.image_root = engine, model_name, limits, image_root
+        self.prompt_meter = prompt_meter
         self.slots = threading.BoundedSemaphore(limits.max_concurrency)
         self.created = int(time.time())
+
+    def handle_error(self, request, client_address):
+        """A client that hung up (or stopped reading) mid-request is one line, not a traceback; anything else is a
+        bug and keeps the base class's traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            logger.warning("%s: client hung up (%s: %s)", client_address[0], type(error).__name__, error)
+        else:
+            super().handle_error(request, client_address)
+
+
+class DeadlineReader(io.RawIOBase):
+    """A connection's reads, each waiting only until ``deadline`` (``time.monotonic()``): a request must arrive
+    whole by then however slowly its bytes come (a per-read timeout alone lets a byte every few seconds go on
+    forever). Past it a read raises ``TimeoutError``."""
+
+    def __init__(self, connection):
+        super().__init__()
+        self.connection, self.deadline = connection, math.inf
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0 or not select.select([self.connection], [], [], remaining)[0]:
+            raise TimeoutError("the request did not arrive in time")
+        return self.connection.recv_into(buffer)
 
 
 class ChatHandler(BaseHTTPRequestHandler):
     server: ChatServer
     protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        self.timeout = self.server.limits.read_timeout  # each write too: a client that stops reading is let go
+        super().setup()
+        self.reader = DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def handle_one_request(self):
+        """One request (the base class reads its line and headers, then calls ``do_*``), all of it within
+        ``read_timeout`` of now; an idle kept-alive connection is closed after as long."""
+        self.reader.deadline = time.monotonic() + self.server.limits.read_timeout
+        super().handle_one_request()
 
     def log_message(self, format, *args):  # noqa: A002 -- the base class's name
         logger.info("%s %s", self.address_string(), format % args)
@@ -93,17 +142,24 @@ class ChatHandler(BaseHTTPRequestHandler):
             self._send_json(404, RequestError(404, f"no such endpoint: GET {self.path}").body())
 
     def do_POST(self):  # noqa: N802
-        if self.path.rstrip("/") != "/v1/chat/completions":
-            self._drain()
-            return self._send_json(404, RequestError(404, f"no such endpoint: POST {self.path}").body())
+        try:
+            body = self._body()
+        except RequestError as e:
+            return self._send_json(e.status, e.body())
+        except TimeoutError:
+            self.close_connection = True  # the rest of the body may still come: nothing more is read
+            return self._send_json(408, RequestError(408, f"the request did not arrive within this server's "
+                                                          f"{self.server.limits.read_timeout:g} s",
+                                                     code="request_timeout").body())
         if not self.server.slots.acquire(blocking=False):
-            self._drain()
             return self._send_json(429, RequestError(429, "too many requests in progress; retry shortly",
                                                      code="rate_limit_exceeded").body())
         try:
-            self._chat()
+            self._chat(body)
         except RequestError as e:
             self._send_json(e.status, e.body())
+        except ConnectionError:
+            raise  # the client hung up: one line from ChatServer.handle_error
         except Exception as e:  # noqa: BLE001 -- a failed generation is the client's 500, not the server's end
             logger.exception("request failed")
             self._send_json(500, RequestError(500, f"generation failed: {type(e).__name__}: {e}").body())
@@ -111,6 +167,9 @@ class ChatHandler(BaseHTTPRequestHandler):
             self.server.slots.release()
 
     def _body(self) -> bytes:
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._drain()
+            raise RequestError(404, f"no such endpoint: POST {self.path}")
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
@@ -136,9 +195,10 @@ class ChatHandler(BaseHTTPRequestHandler):
                 break
             left -= len(chunk)
 
-    def _chat(self) -> None:
+    def _chat(self, body: bytes) -> None:
         server = self.server
-        request = parse_chat_request(self._body(), server.model_name, server.limits, server.image_root)
+        request = parse_chat_request(body, server.model_name, server.limits, server.image_root)
+        server.prompt_meter.check(request)
         answer = server.engine.submit(request).result()
         request_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if request.stream:
@@ -151,23 +211,31 @@ def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, mod
                  image_root: Optional[str] = None, limits: ServeLimits = ServeLimits(),
                  dtype: str = "float32") -> ChatServer:
     """Verify and load the model, and bind (port 0: any free port, see ``server.server_address``); ``serve_forever``
-    runs it."""
+    runs it. ``limits.max_prompt_tokens`` None is set from the model (``limits.default_max_prompt_tokens``)."""
     from ..generation.generator import Generator
+    from ..memory import read_model_config
     from ..models.loading import default_coord_system, load_model, load_processor, model_family
     from ..trainer.checkpoint import verify_checkpoint
 
     verify_checkpoint(checkpoint, model_only=True)
     model = load_model(checkpoint, dtype=dtype)
     model.eval()
-    generator = Generator(model, load_processor(checkpoint), default_coord_system(model_family(checkpoint)))
+    processor = load_processor(checkpoint)
+    if limits.max_prompt_tokens is None:
+        eager = model.config._attn_implementation == "eager"
+        limits = dataclasses.replace(limits, max_prompt_tokens=default_max_prompt_tokens(
+            read_model_config(checkpoint), dtype, eager, limits, free_memory_bytes()))
+    generator = Generator(model, processor, default_coord_system(model_family(checkpoint)))
     name = model_name or os.path.basename(os.path.normpath(checkpoint))
-    return ChatServer((host, port), Engine(generator, max_batch=limits.max_batch), name, limits, image_root)
+    return ChatServer((host, port), Engine(generator, max_batch=limits.max_batch), name, limits, image_root,
+                      PromptMeter(processor, limits.max_prompt_tokens))
 
 
 def serve(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, **kwargs) -> None:
     server = build_server(checkpoint, host, port, **kwargs)
     address, bound = server.server_address[:2]
-    print(f"serving {server.model_name!r} on http://{address}:{bound}/v1 (OpenAI chat completions); Ctrl-C stops")
+    print(f"serving {server.model_name!r} on http://{address}:{bound}/v1 (OpenAI chat completions); prompts of up "
+          f"to {server.limits.max_prompt_tokens} tokens (--max_prompt_tokens); Ctrl-C stops")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

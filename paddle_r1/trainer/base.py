@@ -6,8 +6,9 @@ what it adds to a checkpoint (``trainer_state``, ``save_rank_files``); a step's 
 ``BatchLayout`` (``trainer/resume.py``).
 
 The update is guarded: a step whose loss or gradient norm is not finite changes neither the weights nor the
-optimizer state; it is logged (``train/skipped_steps``) and counted, and ``max_skipped_steps`` of them in a row
-stop the run, leaving the newest checkpoint as it was.
+optimizer state, and a step that wrote a non-finite weight is undone (``step_guard``); it is logged
+(``train/skipped_steps``) and counted, and ``max_skipped_steps`` of them in a row stop the run, leaving the newest
+checkpoint as it was. A checkpoint is never written with a non-finite weight.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import numpy as np
 import paddle
 from tqdm import tqdm
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..data.samples import DataError
 from ..generation.generator import Generator
 from ..generation.generator import load_sample_images
@@ -39,10 +40,12 @@ from .resume import BatchLayout, layout_note, prompts_taken, steps_to_finish_epo
 from .sampler import PromptSampler
 from .sharding import build_update, fleet_strategy, optimizer_clips
 from .step_metrics import Stat, Sum, as_stat, merge, reduce_step_metrics
+from .step_guard import finite_flags
 
 
 class TrainingDiverged(RuntimeError):
-    """``max_skipped_steps`` steps in a row had a non-finite loss or gradient norm."""
+    """``max_skipped_steps`` steps in a row had a non-finite loss, gradient norm or update, or the weights to save
+    are not finite."""
 
 
 class Trainer:
@@ -60,7 +63,8 @@ class Trainer:
         self.precision = precision_for_this_device(cfg.dtype, cfg.attn_implementation)
         if self.is_main:
             print(f"precision: {self.precision.reason}")
-        cfg.dtype = self.precision.dtype  # the optimizer's master weights and the saved config follow it
+        if self.precision.dtype != cfg.dtype:  # the optimizer's master weights and the saved config follow it
+            self.config = cfg = cfg.with_values(dtype=self.precision.dtype)
         check_fits(cfg, self.world_size)  # GPU only: refuses, with the table and the keys to change
         # chosen and verified on rank 0, for every rank
         self.resume_path = decided_by_main(lambda: ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir),
@@ -91,7 +95,8 @@ class Trainer:
         if sharding and self.world_size == 1:
             print(f"sharding {sharding}: one process, nothing to shard; the optimizer state stays whole")
         # the training forward (wrapped when sharding needs to see it) and the step over ranks
-        self.forward, self.update = build_update(sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size)
+        self.forward, self.update = build_update(sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size,
+                                                 undo_non_finite=cfg.undo_non_finite_updates)
         self.optimizer = self.update.optimizer
         self.scaler = self.update.wrap_scaler(self.precision.make_grad_scaler())  # float16 only
         # one global sequence of prompt batches; each rank takes its own slice of every batch
@@ -235,10 +240,11 @@ class Trainer:
 
     def apply_update(self, losses: list[float]) -> dict:
         """Gradients synced and clipped, then the optimizer step, unless the loss (on any rank) or the gradient
-        norm is not finite: then the step is skipped (weights and optimizer state untouched). The schedule and
-        the step count move on either way. Under float16 loss scaling, infinite gradients with a finite loss are
-        the scaler's business (it lowers the scale): skipped, but not counted toward ``max_skipped_steps``.
-        Returns the step's update metrics (alike on every rank)."""
+        norm is not finite: then the step is skipped (weights and optimizer state untouched); a step that wrote a
+        non-finite weight is undone and skipped the same way. The schedule and the step count move on either way.
+        Under float16 loss scaling, infinite gradients with a finite loss are the scaler's business (it lowers the
+        scale): skipped, but not counted toward ``max_skipped_steps``. Returns the step's update metrics (alike on every
+        rank)."""
         learning_rate = self.optimizer.get_lr()
         finite_loss = sum_across_ranks(float(not all(math.isfinite(x) for x in losses)), self.world_size,
                                        "the check for non-finite losses") == 0
@@ -246,25 +252,52 @@ class Trainer:
         self.update.clear_grad()
         self.scheduler.step()
         self.step += 1
-        overflow_only = self.scaler is not None and finite_loss
+        if self.update.weights_broken:
+            raise TrainingDiverged(
+                f"step {self.step}: the update made weights non-finite and undo_non_finite_updates is false, so it "
+                "cannot be put back; stopping before anything is saved. " + self._newest_checkpoint_words()
+                + "Lower learning_rate, or set undo_non_finite_updates: true to skip such steps.")
+        restored = self.update.weights_restored
+        overflow_only = self.scaler is not None and finite_loss and not restored
         self.skipped_in_row = 0 if applied or overflow_only else self.skipped_in_row + 1
         self.skipped_steps += not applied
         if not applied:
-            print(f"step {self.step}: loss {sum(losses):.4g}, gradient norm {grad_norm:.4g}: not finite, update "
+            what = "the update made weights non-finite; weights and optimizer state restored" if restored \
+                else "not finite"
+            print(f"step {self.step}: loss {sum(losses):.4g}, gradient norm {grad_norm:.4g}: {what}, update "
                   f"skipped ({self.skipped_in_row} in a row)")
         if self.skipped_in_row >= self.config.max_skipped_steps:
-            newest = ckpt.list_checkpoints(self.config.output_dir)
             raise TrainingDiverged(
-                f"{self.skipped_in_row} steps in a row (up to step {self.step}) had a non-finite loss or gradient "
-                f"norm; stopping (config key max_skipped_steps). The weights are those of the last finite update; "
-                + (f"the newest checkpoint is {newest[-1]}. " if newest else "no checkpoint was saved. ")
-                + "Lower learning_rate or max_grad_norm, or check the rewards.")
+                f"{self.skipped_in_row} steps in a row (up to step {self.step}) had a non-finite loss, gradient "
+                f"norm or update; stopping (config key max_skipped_steps). The weights are those of the last finite "
+                "update; " + self._newest_checkpoint_words() + "Lower learning_rate or max_grad_norm, or check the "
+                "rewards.")
         return {"learning_rate": float(learning_rate), "grad_norm": grad_norm, "train/skipped_steps": self.skipped_steps}
 
     # ---- checkpoints -------------------------------------------------------------------------
+    def _newest_checkpoint_words(self) -> str:
+        newest = ckpt.list_checkpoints(self.config.output_dir)
+        return f"the newest checkpoint is {newest[-1]}. " if newest else "no checkpoint was saved. "
+
+    def _refuse_non_finite_weights(self) -> None:
+        """The last guard before a save: a checkpoint holding a NaN or infinite weight would be resumed, evaluated
+        and served as a model. Every rank checks its copy and all agree, so none waits at a barrier alone."""
+        saved = [self.policy] + ([self.reference] if self.saves_reference and not self.config.save_only_model else [])
+        named = [(name, tensor) for model in saved for name, tensor in model.state_dict().items()
+                 if tensor.is_floating_point()]
+        bad = [name for (name, _), finite in zip(named, finite_flags([t for _, t in named])) if not finite]
+        if sum_across_ranks(float(len(bad)), self.world_size):
+            which = f"{len(bad)} of {len(named)} weight tensors ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" \
+                if bad else "another rank's weights"
+            raise TrainingDiverged(f"step {self.step}: {which} hold NaN or infinity; "
+                                   f"{ckpt.checkpoint_dir(self.config.output_dir, self.step)} is not written; "
+                                   + self._newest_checkpoint_words())
+
     def save(self) -> str:
         """Rank 0 writes the model, optimizer and state (identical on every rank); each rank adds its own files
-        (``save_rank_files``), and under sharding its share of the optimizer state."""
+        (``save_rank_files``), and under sharding its share of the optimizer state. Weights that are not all
+        finite are refused (``TrainingDiverged``) before anything is written."""
+        self._refuse_non_finite_weights()
         cfg = self.config
         phase(f"saving checkpoint-{self.step}")
         tmp = ckpt.begin_checkpoint(cfg.output_dir, self.step) if self.is_main else None

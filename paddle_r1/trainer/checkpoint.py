@@ -33,7 +33,7 @@ from typing import Collection, Optional
 import numpy as np
 import paddle
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .manifest import MANIFEST_FILE, CheckpointError, broken, check_manifest, files_under, has_manifest, write_manifest
 
 STATE_FILE = "trainer_state.json"
@@ -285,12 +285,20 @@ def list_checkpoints(output_dir: str) -> list[str]:
     return [path for _, path in _complete_checkpoints(output_dir)]
 
 
-def resolve_checkpoint(spec: str, output_dir: str, echo=print) -> str:
+def resolve_checkpoint(spec: str, output_dir: str, echo=print) -> Optional[str]:
     """The checkpoint to resume from, verified (``verify_checkpoint``). ``"latest"``: the most recently written
     complete checkpoint in output_dir that verifies, each one passed over said through ``echo`` with why (one whose
-    trainer state cannot be read, so whose place in the order is unknown, is reported first). A path: that folder
-    (or its aside copy, when a re-save of that step was cut off before renaming the new one in), refused with
-    ``CheckpointError`` when it fails."""
+    trainer state cannot be read, so whose place in the order is unknown, is reported first). ``"auto"``: the same
+    when output_dir holds a complete checkpoint, else None (a fresh start), as VLM-R1 resumes by itself; said in one
+    line either way. A path: that folder (or its aside copy, when a re-save of that step was cut off before renaming
+    the new one in), refused with ``CheckpointError`` when it fails."""
+    if spec == "auto":
+        if not os.path.isdir(output_dir) or not (list_checkpoints(output_dir) or _unreadable_checkpoints(output_dir)):
+            echo(f"resume_from_checkpoint auto: no complete checkpoint in {output_dir}, starting fresh")
+            return None
+        path = _newest_verified(output_dir, echo)
+        echo(f"resume_from_checkpoint auto: resuming from {path}")
+        return path
     if spec == "latest":
         return _newest_verified(output_dir, echo)
     aside = spec.rstrip("/\\") + ASIDE

@@ -18,7 +18,8 @@ from typing import Optional
 import numpy as np
 import paddle
 
-from ..config import ConfigError, GRPOConfig
+from ..config import GRPOConfig
+from ..errors import ConfigError
 from ..generation.decoder import ONE_TOKEN_RUNS, supports as decoder_supports
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapter_state, adapter_values, adapters_disabled

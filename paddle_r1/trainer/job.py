@@ -9,7 +9,7 @@ from typing import Optional
 
 import paddle
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..cpu_math import tune_cpu_math
 from ..data.loader import load_from_config
 from ..models.coords import COORD_SYSTEMS

@@ -22,6 +22,7 @@ On one node ``paddle.distributed.launch`` ends the remaining ranks itself when o
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import signal
@@ -80,7 +81,12 @@ class RankWatch:
         self.phase("starting")
         self._beats = _client(*self.endpoint)
         self._beat()
-        threading.Thread(target=self._heartbeat, name="paddle_r1-heartbeat", daemon=True).start()
+        self._stopping = threading.Event()
+        self._heartbeats = threading.Thread(target=self._heartbeat, name="paddle_r1-heartbeat", daemon=True)
+        self._heartbeats.start()
+        # stopped before the interpreter exits: a thread still inside the store's C++ client while the process
+        # tears down its C++ objects ends the process with SIGABRT ("terminate called without an active exception")
+        atexit.register(self.stop)
 
     # ---- what this rank tells the others ---------------------------------------------------------
     def phase(self, name: str) -> None:
@@ -92,12 +98,16 @@ class RankWatch:
         self._beats.add(f"{_PREFIX}beat/{self.rank}", 1)
 
     def _heartbeat(self) -> None:
-        while True:
-            time.sleep(HEARTBEAT_SECONDS)
+        while not self._stopping.wait(HEARTBEAT_SECONDS):
             try:
                 self._beat()
             except Exception:  # the store is gone (rank 0 ended): the main thread finds out at its next call
                 return
+
+    def stop(self) -> None:
+        """Ends the heartbeat thread (at exit; the other ranks then see this rank's beats stop)."""
+        self._stopping.set()
+        self._heartbeats.join()
 
     # ---- waiting for the others --------------------------------------------------------------------
     def arrive(self, where: str) -> None:

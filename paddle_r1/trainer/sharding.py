@@ -25,16 +25,21 @@ keeps under the new run's layout (``memory.stepping_optimizer_and_owned_weights`
 ``group_sharded_parallel``, but stage 2's wrapping then replaces restored float32 master weights with casts of the
 bfloat16 weights (``GroupShardedOptimizerStage2._generate_master_params``). Stage 2's save and resume have not
 been run (GPU/XPU only); stage 1's, and the share selection both use, are tested on CPU.
+
+Every stage guards its optimizer step (``step_guard``): the weights this rank's step wrote are checked for NaN and
+infinity, the verdict is agreed over ranks, and a step that wrote any is undone on every rank.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import paddle
 
 from .distributed import GRADIENT_BUCKET_BYTES, GradientReducer, sum_across_ranks
 from .loss import completion_logprobs
+from .step_guard import StepSnapshot, finite_flags
 
 def fleet_strategy(world_size: int):
     """A fleet strategy whose only parallel axis is sharding over all ranks (needed by the stage-1 optimizer)."""
@@ -81,6 +86,41 @@ class Update:
         self.parameters = [p for p in policy.parameters() if not p.stop_gradient]
         self.max_grad_norm = max_grad_norm
         self.world_size = world_size
+        self.weights_restored = False  # the last step wrote a non-finite weight and was undone
+        self.weights_broken = False  # the last step wrote a non-finite weight and undo_non_finite is off
+
+    def stepped_parameters(self) -> list:
+        """The weights this rank's optimizer step writes (and a restore must put back)."""
+        return self.parameters
+
+    def resync_parameters(self) -> None:
+        """After a restore: bring every rank's copy of the weights back in line (only stage 1 needs it)."""
+
+    @functools.cached_property
+    def snapshot(self) -> StepSnapshot:
+        return StepSnapshot(self.optimizer, self.stepped_parameters())
+
+    undo_non_finite = True  # config key undo_non_finite_updates: keep a host copy to put a bad step back
+
+    def _guarded_step(self, scaler) -> bool:
+        """The optimizer step (through float16's ``scaler`` when there is one), undone on every rank (weights and
+        optimizer state) when a weight it wrote is not finite on any rank; whether it was kept. Without
+        ``undo_non_finite`` no copy is taken and such a step leaves ``weights_broken`` set (the run must stop)."""
+        if self.undo_non_finite:
+            self.snapshot.take()
+        if scaler is not None:
+            scaler.step(self.optimizer)
+        else:
+            self.optimizer.step()
+        written = self.stepped_parameters()
+        finite = sum_across_ranks(float(not finite_flags(written).all()), self.world_size,
+                                  "the check of the updated weights") == 0
+        if not finite and self.undo_non_finite:
+            self.snapshot.restore()
+            self.resync_parameters()
+        self.weights_restored = not finite and self.undo_non_finite
+        self.weights_broken = not finite and not self.undo_non_finite
+        return finite
 
     def wrap(self, forward: "PolicyLogprobs") -> paddle.nn.Layer:
         """The training forward as the trainer calls it (only stage 2 wraps it)."""
@@ -96,18 +136,17 @@ class Update:
         return scaler
 
     def _clip_and_step(self, parameters, world_size: int, finite_loss: bool, scaler) -> tuple[float, bool]:
+        self.weights_restored = False
         if scaler is not None:
             scaler.unscale_(self.optimizer)
         norm = clip_by_global_norm(parameters, self.max_grad_norm, world_size)
-        applied = finite_loss and math.isfinite(norm)
+        applied = finite_loss and math.isfinite(norm) and self._guarded_step(scaler)
         if scaler is not None:
             # step() skips the update itself when unscale_ found inf/NaN (the norm is not finite then), and only
             # step() records that for update(): without it an overflow would never lower the scale (Paddle 3.3.1)
-            if finite_loss:
+            if finite_loss and not math.isfinite(norm):
                 scaler.step(self.optimizer)
             scaler.update()  # an overflow lowers the scale
-        elif applied:
-            self.optimizer.step()
         return norm, applied
 
     def clear_grad(self) -> None:
@@ -134,9 +173,10 @@ class ReplicatedUpdate(Update):
         return self.reducer.final_backward() if self.reducer is not None else contextlib.nullcontext()
 
     def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
-        """Sync gradients, clip, update, unless the loss or the gradient norm is not finite; (the gradient norm
-        before clipping, whether the update was applied). The norm is the same on every rank, so all skip
-        together. ``scaler``: float16's ``paddle.amp.GradScaler``; gradients are unscaled before the norm."""
+        """Sync gradients, clip, update, unless the loss or the gradient norm is not finite, and undo an update that
+        wrote a non-finite weight; (the gradient norm before clipping, whether the update was applied). The norm is
+        the same on every rank, so all skip together. ``scaler``: float16's ``paddle.amp.GradScaler``; gradients are
+        unscaled before the norm."""
         if self.reducer is not None:
             self.reducer.reduce()
         return self._clip_and_step(self.parameters, 1, finite_loss, scaler)
@@ -165,17 +205,24 @@ class ShardedStateUpdate(Update):
 
         return fleet.distributed_scaler(scaler)
 
+    def stepped_parameters(self) -> list:
+        return self.optimizer.filter_parameters(self.parameters, self.hcg)
+
+    def resync_parameters(self) -> None:
+        """Each owner restored its own weights; the others still hold what the undone step broadcast."""
+        self.optimizer._sharding_sync_parameters()
+
     def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
         self.optimizer.reduce_gradients(self.parameters, self.hcg)  # each gradient, averaged, to its owner
-        owned = self.optimizer.filter_parameters(self.parameters, self.hcg)
         # the norm is summed over ranks, so all agree; the step updates the owned weights, then broadcasts them
-        return self._clip_and_step(owned, self.world_size, finite_loss, scaler)
+        return self._clip_and_step(self.stepped_parameters(), self.world_size, finite_loss, scaler)
 
 
 class ShardedGradientsUpdate(Update):
     """Stage 2 (GPU/XPU): Paddle's group-sharded wrapper reduces gradients in backward hooks and clips with a
     norm over all ranks (the optimizer must carry ``ClipGradByGlobalNorm``); the norm itself is not exposed,
-    so the step logs NaN for it and only a non-finite loss skips the step."""
+    so the step logs NaN for it and only a non-finite loss or update skips the step. The wrapper's step broadcasts
+    every weight from its owner, so each rank checks and restores all of them itself."""
 
     shards_optimizer_state = True
 
@@ -196,13 +243,11 @@ class ShardedGradientsUpdate(Update):
         return GroupShardedScaler(scaler)
 
     def step(self, finite_loss: bool = True, scaler=None) -> tuple[float, bool]:
+        self.weights_restored = False
+        applied = finite_loss and self._guarded_step(scaler)
         if scaler is not None:
-            if finite_loss:
-                scaler.step(self.optimizer)
             scaler.update()
-        elif finite_loss:
-            self.optimizer.step()
-        return float("nan"), finite_loss
+        return float("nan"), applied
 
 
 def optimizer_clips(stage: str, world_size: int) -> bool:
@@ -210,12 +255,15 @@ def optimizer_clips(stage: str, world_size: int) -> bool:
     return stage == "stage2" and world_size > 1
 
 
-def build_update(stage: str, optimizer, policy, max_grad_norm: float, world_size: int):
+def build_update(stage: str, optimizer, policy, max_grad_norm: float, world_size: int, undo_non_finite: bool = True):
     """(the training forward, the update) for ``stage``; on a single process every stage is the plain update.
-    The trainer calls the forward itself; stage 2 wraps it so Paddle's hooks see every training forward."""
+    The trainer calls the forward itself; stage 2 wraps it so Paddle's hooks see every training forward.
+    ``undo_non_finite``: a step that writes a non-finite weight is put back from a host copy taken before each step
+    (else it is only detected)."""
     if world_size == 1 or not stage:
         update = ReplicatedUpdate(optimizer, policy, max_grad_norm, world_size)
     else:
         update = {"stage1": ShardedStateUpdate, "stage2": ShardedGradientsUpdate}[stage](
             optimizer, policy, max_grad_norm, world_size)
+    update.undo_non_finite = undo_non_finite
     return update.wrap(PolicyLogprobs(policy)), update

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Optional
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 
 def check_installed(trackers: list[str]) -> None:

@@ -24,7 +24,7 @@ import time
 from typing import Callable, Optional
 
 from ...models.coords import as_box
-from .. import REWARDS, BadSolution, CountedReward, register
+from ..registry import REWARDS, BadSolution, CountedReward, register
 from ..parsing import NUMBER, answer_content, exact_match, normalize_answer, reference_texts
 
 logger = logging.getLogger(__name__)
@@ -132,60 +132,10 @@ def per_answer(score: Callable[[str, list[str]], float], completions, solution) 
 
 # ---- math-verify in a worker process -----------------------------------------------------------------------
 
-MATH_WORKER_SOURCE = r'''
-import json, logging, os, re, signal, sys, threading, time
-logging.disable(logging.CRITICAL)
-from math_verify import parse, verify
-
-def orphan_watch(parent=os.getppid()):
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(0)
-
-EXPRESSION = re.compile(r"(?:[\d\s.+\-*/^()=<>]|(?<![A-Za-z])[A-Za-z](?![A-Za-z]))+")  # "1+x^2", "2x": no words
-
-def read(text):
-    """math-verify's parse, whitespace runs read as one space. A short answer in bare LaTeX ("\\sqrt{2}", "2\\pi")
-    or a bare expression with a digit and a variable ("1+x^2") is tried inside $...$ first (the plain parse reads
-    "2\\sqrt{3}" as 2 and "1+x^2" as 1), and a short one holding a digit is retried inside $...$ when the plain
-    parse finds nothing. A long text in bare LaTeX is not read at all (parsing it wrapped can take very long and
-    the plain parse reads a fragment of it: "\\frac{1}{2}+1" as 1/2); other long texts are parsed as they are."""
-    text = " ".join(text.split())
-    wrapped = "$" + text + "$"
-    delimited = re.search(r"\$|\\\(|\\\[|\\boxed", text)
-    if len(text) > 300:
-        return [] if "\\" in text and not delimited else parse(text, parsing_timeout=None)
-    expression = EXPRESSION.fullmatch(text) and re.search(r"\d", text) and re.search(r"[A-Za-z^]", text)
-    wrap_first = not delimited and ("\\" in text or expression)
-    retry = "$" not in text and re.search(r"\d", text)
-    tries = [wrapped, text] if wrap_first else [text] + ([wrapped] if retry else [])
-    for attempt in tries:
-        found = parse(attempt, parsing_timeout=None)  # no signal.alarm: the parent enforces the deadline
-        if found:
-            return found
-    return []
-
-threading.Thread(target=orphan_watch, daemon=True).start()
-replies, sys.stdout = sys.stdout, sys.stderr  # anything a library prints goes to stderr, not into the replies
-print("ready", file=replies, flush=True)
-for line in sys.stdin:
-    gold, pred, seconds = json.loads(line)
-    if hasattr(signal, "alarm"):  # backstop, for when the parent died before killing us: SIGALRM's default
-        signal.alarm(int(seconds) + 2)  # action ends the process even while a C call holds the GIL
-    try:
-        g, p = read(gold), read(pred)
-        reply = "unparsed" if not g or not p else ("equal" if verify(g, p, timeout_seconds=None) else "different")
-    except Exception:
-        reply = "unparsed"
-    if hasattr(signal, "alarm"):
-        signal.alarm(0)
-    print(reply, file=replies, flush=True)
-'''
-
-
 class MathVerifier:
     """``check(gold, pred, timeout)``: math-verify's ``verify(parse(gold), parse(pred))``, gold first, run in a
-    persistent worker process (``python -c``, importing only math_verify) with a deadline per comparison.
+    persistent worker process (``python -m paddle_r1.rewards.math_worker``) with a deadline per comparison. Each
+    reward that asks math-verify owns one, started at its first comparison.
 
     math-verify's own timeouts use ``signal.alarm``, which fails outside the main thread, so they are switched
     off (``parsing_timeout=None``, ``timeout_seconds=None``) and the deadline is kept here instead: a worker that
@@ -256,8 +206,11 @@ class MathVerifier:
         if self._proc is not None and self._proc.poll() is None:
             return
         self._stop()
-        proc = subprocess.Popen([sys.executable, "-c", MATH_WORKER_SOURCE], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True, encoding="utf-8", bufsize=1)
+        # the folder paddle_r1 is imported from, first on the worker's path (a checkout that is not installed)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.Popen([sys.executable, "-m", "paddle_r1.rewards.math_worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, encoding="utf-8", bufsize=1, env=env)
         replies: queue.Queue = queue.Queue()
         threading.Thread(target=_forward_lines, args=(proc.stdout, replies), daemon=True,
                          name="math-verify-reader").start()
@@ -268,7 +221,8 @@ class MathVerifier:
             ready = None
         if ready != "ready":
             self._stop()
-            raise RuntimeError(f"the math-verify worker did not start ({sys.executable} -c ...; is math-verify "
+            raise RuntimeError(f"the math-verify worker did not start ({sys.executable} -m "
+                               "paddle_r1.rewards.math_worker; is math-verify "
                                "installed in this environment? its stderr is above)")
 
     def _stop(self) -> None:
@@ -307,9 +261,6 @@ def _forward_lines(stream, replies: queue.Queue) -> None:
     replies.put(None)
 
 
-MATH_VERIFIER = MathVerifier()
-
-
 def check_seconds(value, keyword: str) -> float:
     seconds = float(value)
     if not 0 < seconds <= 3600:
@@ -328,13 +279,16 @@ class MathVerified(CountedReward):
     def __init__(self, timeout_seconds=5.0, batch_timeout_seconds=30.0):
         self.timeout = check_seconds(timeout_seconds, "timeout_seconds")
         self.batch_timeout = check_seconds(batch_timeout_seconds, "batch_timeout_seconds")
+        self._verifier: Optional[MathVerifier] = None  # its worker process, made at the first comparison
 
     def batch_deadline(self) -> float:
         return time.monotonic() + self.batch_timeout
 
     def verdict(self, answer: str, reference: str, deadline: float) -> str:
         """``math_verdict`` under this reward's timeout and the batch's ``deadline``; no verdict is counted."""
-        verdict = math_verdict(answer, reference, self.timeout, deadline)
+        if self._verifier is None:
+            self._verifier = MathVerifier()
+        verdict = math_verdict(self._verifier, answer, reference, self.timeout, deadline)
         if verdict == "no_verdict":
             self.count("timeouts")
         return verdict
@@ -453,14 +407,15 @@ def all_match_reward(completions, solution=None, **_) -> list[Optional[float]]:
 MAX_MATH_CHARS = 2000  # longer (whitespace runs counted as one) is no math answer; parsing 100k chars takes seconds
 
 
-def math_verdict(answer: str, reference: str, timeout: float, deadline: Optional[float] = None) -> str:
-    """``MATH_VERIFIER.check`` of the gold ``reference`` and the ``answer``, both through ``normalize_math``:
+def math_verdict(verifier: MathVerifier, answer: str, reference: str, timeout: float,
+                 deadline: Optional[float] = None) -> str:
+    """``verifier.check`` of the gold ``reference`` and the ``answer``, both through ``normalize_math``:
     "equal", "different", "unparsed" (either side parsed to nothing, or longer than MAX_MATH_CHARS: not sent) or
     "no_verdict" (``timeout`` or ``deadline`` passed)."""
     answer, reference = normalize_math(answer), normalize_math(reference)
     if max(len(" ".join(answer.split())), len(" ".join(reference.split()))) > MAX_MATH_CHARS:
         return "unparsed"
-    return MATH_VERIFIER.check(reference, answer, timeout, deadline)
+    return verifier.check(reference, answer, timeout, deadline)
 
 
 @register("math")

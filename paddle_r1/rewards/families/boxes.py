@@ -14,7 +14,7 @@ from functools import partial
 from typing import Callable, Optional
 
 from ...models.coords import as_box, box_to_original
-from .. import BadSolution, register
+from ..registry import BadSolution, register
 from ..parsing import answer_content, answer_text, extract_json, parse_box
 
 MIN_SIDE = 1.0  # pixels: a narrower box is read as this wide when it defines a Gaussian

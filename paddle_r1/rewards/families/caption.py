@@ -6,7 +6,7 @@ import logging
 import string
 from typing import Optional
 
-from .. import CountedReward, register
+from ..registry import CountedReward, register
 from .judge import LLMJudge
 from ..parsing import answer_text, reference_texts
 

@@ -26,7 +26,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from ...models.coords import as_box, as_floats, box_to_original, is_number
-from .. import BadSolution, register
+from ..registry import BadSolution, register
 from .boxes import box_iou, score_completions, solution_json, to_pixels
 from ..parsing import answer_content, answer_json, answer_text, normalize_answer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import re
 
-from .. import register
+from ..registry import register
 from ..parsing import tagged
 
 # the contents may not hold their own tags: "<answer>[1]</answer>8]</answer>" is not well formed

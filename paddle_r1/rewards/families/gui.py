@@ -14,7 +14,7 @@ import numbers
 from typing import Optional
 
 from ...models.coords import box_to_original
-from .. import BadSolution, register
+from ..registry import BadSolution, register
 from ..parsing import answer_json, answer_text, extract_json, normalize_answer, parse_numbers
 
 POINT_TYPES = ("click", "long_click")

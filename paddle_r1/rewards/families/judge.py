@@ -44,8 +44,8 @@ from dataclasses import dataclass, replace
 from http.client import HTTPException
 from typing import Any, Optional
 
-from ...config import ConfigError
-from .. import CountedReward, register
+from ...errors import ConfigError
+from ..registry import CountedReward, register
 from ..parsing import answer_text, exact_match, normalize_answer, reference_texts
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .. import BadSolution, register
+from ..registry import BadSolution, register
 from ...models.coords import as_box, is_number
 from .boxes import box_iou, check_alpha, plane_score, point_score, score_completions, solution_json, to_pixels
 from ..parsing import answer_json

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from .. import BadSolution, CountedReward, register
+from ..registry import BadSolution, CountedReward, register
 from ..parsing import answer_text
 
 FULLWIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}

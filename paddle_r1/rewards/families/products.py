@@ -6,7 +6,7 @@ import numbers
 import re
 from typing import Optional
 
-from .. import BadSolution, register
+from ..registry import BadSolution, register
 from ..parsing import answer_content, answer_text, extract_json, parse_number, parse_numbers
 
 # Centimetres per unit; the longest spellings first so that "厘米" is not read as "米".
