@@ -4,19 +4,18 @@ positions per row) -> rollout (the decoder's layers) and log-probs (prompt once 
 tests/test_paddleocr_vl_parity.py."""
 import json
 import os
-import shutil
 
 import numpy as np
 import paddle
 import pytest
 from PIL import Image
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
 from paddle_r1.generation.rollout import PromptBatch, SamplingParams, sample_completions
 from paddle_r1.models.loading import load_model, load_processor, model_family
 from paddle_r1.models.tiny import make_tiny_model
 from paddle_r1.trainer.loss import completion_logprobs
-from model_checks import assert_completion_logprobs_match_forward
+from model_checks import assert_completion_logprobs_match_forward, tied_copy
 
 
 @pytest.fixture(scope="module")
@@ -152,14 +151,8 @@ def test_grpo_steps_save_the_published_layout_that_paddleformers_loads(ocr_dir, 
 def test_a_tied_head_is_the_embeddings(ocr_dir, tmp_path):
     """tie_word_embeddings with no lm_head.weight in the checkpoint (transformers' default for this model): the head
     is the embeddings' parameter, so its logits are the checkpoint's and it trains with them."""
-    tied = tmp_path / "tied"
-    shutil.copytree(ocr_dir, tied)
-    config = json.load(open(tied / "config.json"))
-    json.dump({**config, "tie_word_embeddings": True}, open(tied / "config.json", "w"))
-    weights = load_file(str(tied / "model.safetensors"))
-    del weights["lm_head.weight"]
-    save_file(weights, str(tied / "model.safetensors"), metadata={"format": "pt"})
-    model = load_model(str(tied))
+    weights = tied_copy(ocr_dir, str(tmp_path / "tied"))
+    model = load_model(str(tmp_path / "tied"))
     assert model.lm_head.weight is model.model.embed_tokens.weight
     np.testing.assert_array_equal(model.lm_head.weight.numpy(), weights["model.embed_tokens.weight"])
 

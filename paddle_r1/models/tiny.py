@@ -237,19 +237,7 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
     os.makedirs(out_dir, exist_ok=True)
     tok = build_tokenizer(size.vocab_size)
     vocab = tok.get_vocab_size()
-    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-
-    weights = _random_weights(size, vocab, np.random.default_rng(seed), family)
-    save_file(weights, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-
-    config = _model_config(family, size, vocab, ids)
-    write_json(out_dir, "config.json", config)
-    write_json(out_dir, "generation_config.json", {
-        "bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
-        "pad_token_id": ids["<|endoftext|>"], "do_sample": False,
-    })
-    write_json(out_dir, "tokenizer_config.json", {
+    ids = write_tokenizer_files(out_dir, tok, SPECIAL_TOKENS, CHAT_TEMPLATE, {
         "tokenizer_class": "Qwen2Tokenizer",
         "processor_class": PROCESSOR_CLASSES[family],
         "model_max_length": 32768,
@@ -260,14 +248,17 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
         "errors": "replace",
         "split_special_tokens": False,
         "clean_up_tokenization_spaces": False,
-        "added_tokens_decoder": {
-            str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                     "single_word": False, "special": True}
-            for t, i in ids.items()
-        },
-        "chat_template": CHAT_TEMPLATE,
     })
-    write_json(out_dir, "chat_template.json", {"chat_template": CHAT_TEMPLATE})
+
+    weights = _random_weights(size, vocab, np.random.default_rng(seed), family)
+    save_file(weights, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+
+    config = _model_config(family, size, vocab, ids)
+    write_json(out_dir, "config.json", config)
+    write_json(out_dir, "generation_config.json", {
+        "bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+        "pad_token_id": ids["<|endoftext|>"], "do_sample": False,
+    })
     write_json(out_dir, "preprocessor_config.json", {
         "min_pixels": min_pixels,
         "max_pixels": max_pixels,
@@ -370,6 +361,25 @@ def _vision_config(family: str, size: TinySize) -> dict:
         "fullatt_block_indexes": [size.vision_depth - 1],
         "tokens_per_second": 2,
     }
+
+
+def write_tokenizer_files(out_dir: str, tok, special_tokens: list[str], chat_template: str,
+                          settings: dict) -> dict[str, int]:
+    """``tokenizer.json``, ``tokenizer_config.json`` (``settings``, the special tokens as added tokens, the chat
+    template) and ``chat_template.json``; returns each special token's id."""
+    ids = {t: tok.token_to_id(t) for t in special_tokens}
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    write_json(out_dir, "tokenizer_config.json", {
+        **settings,
+        "added_tokens_decoder": {
+            str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                     "single_word": False, "special": True}
+            for t, i in ids.items()
+        },
+        "chat_template": chat_template,
+    })
+    write_json(out_dir, "chat_template.json", {"chat_template": chat_template})
+    return ids
 
 
 def write_json(folder: str, name: str, obj) -> None:

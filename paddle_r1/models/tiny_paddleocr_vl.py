@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from .tiny import TinySize, Weights, build_tokenizer, mrope_section, write_json
+from .tiny import TinySize, Weights, build_tokenizer, mrope_section, write_json, write_tokenizer_files
 
 # ERNIE-4.5's: <unk> (padding), <s>, </s> take ids 0, 1, 2 as in the published vocabulary
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|begin_of_sentence|>", "<|end_of_sentence|>", "<|IMAGE_START|>",
@@ -66,14 +66,7 @@ def make_tiny_paddleocr_vl(out_dir: str, seed: int, size: TinySize, max_pixels: 
     os.makedirs(out_dir, exist_ok=True)
     tok = build_tokenizer(size.vocab_size, SPECIAL_TOKENS, CORPUS)
     vocab = tok.get_vocab_size()
-    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-    save_file(_weights(size, vocab, np.random.default_rng(seed)), os.path.join(out_dir, "model.safetensors"),
-              metadata={"format": "pt"})
-    write_json(out_dir, "config.json", _config(size, vocab, ids))
-    write_json(out_dir, "generation_config.json", {
-        "bos_token_id": ids["<s>"], "eos_token_id": ids["</s>"], "pad_token_id": ids["<unk>"], "do_sample": False})
-    write_json(out_dir, "tokenizer_config.json", {
+    ids = write_tokenizer_files(out_dir, tok, SPECIAL_TOKENS, CHAT_TEMPLATE, {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "processor_class": "PaddleOCRVLProcessor",
         "model_max_length": 131072,
@@ -81,14 +74,12 @@ def make_tiny_paddleocr_vl(out_dir: str, seed: int, size: TinySize, max_pixels: 
         "cls_token": "<|begin_of_sentence|>", "sep_token": "<|end_of_sentence|>",
         "extra_special_tokens": {"image_token": "<|IMAGE_PLACEHOLDER|>"},  # transformers' processor reads it
         "clean_up_tokenization_spaces": False,
-        "added_tokens_decoder": {
-            str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                     "single_word": False, "special": True}
-            for t, i in ids.items()
-        },
-        "chat_template": CHAT_TEMPLATE,
     })
-    write_json(out_dir, "chat_template.json", {"chat_template": CHAT_TEMPLATE})
+    save_file(_weights(size, vocab, np.random.default_rng(seed)), os.path.join(out_dir, "model.safetensors"),
+              metadata={"format": "pt"})
+    write_json(out_dir, "config.json", _config(size, vocab, ids))
+    write_json(out_dir, "generation_config.json", {
+        "bos_token_id": ids["<s>"], "eos_token_id": ids["</s>"], "pad_token_id": ids["<unk>"], "do_sample": False})
     write_json(out_dir, "preprocessor_config.json", {
         "min_pixels": min_pixels,
         "max_pixels": max_pixels,
