@@ -272,16 +272,18 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
     return out_dir
 
 
+def decoder_sizes(size: TinySize, vocab: int) -> dict:
+    """The text decoder's size fields of a published config.json."""
+    return {"vocab_size": vocab, "hidden_size": size.hidden_size, "intermediate_size": size.intermediate_size,
+            "num_hidden_layers": size.num_hidden_layers, "num_attention_heads": size.num_attention_heads,
+            "num_key_value_heads": size.num_key_value_heads}
+
+
 def _model_config(family: str, size: TinySize, vocab: int, ids: dict[str, int]) -> dict:
     """The published config.json: flat text fields for Qwen2/2.5-VL; Qwen3-VL nests them in ``text_config``."""
     head_dim = size.hidden_size // size.num_attention_heads
     text = {
-        "vocab_size": vocab,
-        "hidden_size": size.hidden_size,
-        "intermediate_size": size.intermediate_size,
-        "num_hidden_layers": size.num_hidden_layers,
-        "num_attention_heads": size.num_attention_heads,
-        "num_key_value_heads": size.num_key_value_heads,
+        **decoder_sizes(size, vocab),
         "hidden_act": "silu",
         "max_position_embeddings": 32768,
         "rms_norm_eps": 1e-6,

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from .tiny import TinySize, Weights, build_tokenizer, mrope_section, write_json, write_tokenizer_files
+from .tiny import TinySize, Weights, build_tokenizer, decoder_sizes, mrope_section, write_json, write_tokenizer_files
 
 # ERNIE-4.5's: <unk> (padding), <s>, </s> take ids 0, 1, 2 as in the published vocabulary
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|begin_of_sentence|>", "<|end_of_sentence|>", "<|IMAGE_START|>",
@@ -126,12 +126,7 @@ def _config(size: TinySize, vocab: int, ids: dict[str, int]) -> dict:
     return {
         "architectures": ["PaddleOCRVLForConditionalGeneration"],
         "model_type": "paddleocr_vl",
-        "vocab_size": vocab,
-        "hidden_size": size.hidden_size,
-        "intermediate_size": size.intermediate_size,
-        "num_hidden_layers": size.num_hidden_layers,
-        "num_attention_heads": size.num_attention_heads,
-        "num_key_value_heads": size.num_key_value_heads,
+        **decoder_sizes(size, vocab),
         "head_dim": head_dim,
         "hidden_act": "silu",
         "max_position_embeddings": 131072,
