@@ -206,3 +206,38 @@ def test_sdpa_attends_as_eager_with_padding_and_after_a_cache(ocr, ocr_dir):
         np.testing.assert_allclose(got["sdpa"][0], got["eager"][0], atol=1e-5, rtol=0)
         np.testing.assert_allclose(got["sdpa"][1], got["eager"][1], atol=1e-5, rtol=0)
     eager.clear_gradients()
+
+
+def test_gradient_checkpointing_and_frozen_vision(ocr, ocr_dir, rec_samples):
+    """Recomputed decoder and vision blocks give the same log-probs and gradients; freeze_vision stops the tower and
+    the merger beside it (mlp_AR), and nothing else."""
+    from paddle_r1.generation.generator import build_prompt_batch
+
+    _, processor = ocr
+    prompt, _ = build_prompt_batch(rec_samples[:2], processor, "{Question}")
+    plain = load_model(ocr_dir)
+    rollout = sample_completions(plain, prompt, 2, SamplingParams(max_new_tokens=4, temperature=0.0), [-1], 0)
+    got = {}
+    for name, model in (("plain", plain), ("recompute", load_model(ocr_dir, gradient_checkpointing=True)),
+                        ("frozen", load_model(ocr_dir, freeze_vision=True))):
+        model.train()
+        completion_logprobs(model, rollout, chunk_size=4).sum().backward()
+        got[name] = {k: p.grad.numpy() for k, p in model.named_parameters() if p.grad is not None}
+    assert got["recompute"].keys() == got["plain"].keys()
+    for key, grad in got["plain"].items():
+        np.testing.assert_allclose(got["recompute"][key], grad, atol=1e-5, rtol=1e-4, err_msg=key)
+    vision = {k for k in got["plain"] if k.startswith(("visual.", "mlp_AR."))}
+    assert vision and got["frozen"].keys() == got["plain"].keys() - vision
+
+
+def test_a_missing_triton_is_one_line_naming_the_extra_before_any_model_loads(ocr_dir, rec_jsonl, monkeypatch, capsys):
+    """paddleformers' PaddleOCR-VL module imports triton: without it the family is refused by its config alone."""
+    import sys
+
+    from paddle_r1.cli import main
+
+    monkeypatch.setitem(sys.modules, "triton", None)  # what an import of a package that is not installed sees
+    assert main(["train", "--model_name_or_path", ocr_dir, "--data_path", rec_jsonl, "--max_steps", "1"]) == 2
+    error = capsys.readouterr().err
+    assert "PaddleOCR-VL needs the triton package" in error and "pip install 'paddle_r1[paddleocr_vl]'" in error
+    assert "Traceback" not in error

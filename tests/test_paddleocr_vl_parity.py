@@ -1,8 +1,9 @@
-"""PaddleOCR-VL against transformers 5.3 on checkpoints transformers wrote (tests/fixtures/make_paddleocr_vl_reference.py;
-the folders are rebuilt as tests/test_transformers5_checkpoints.py rebuilds them, which also checks their image prompt's
-logits, completion log-probs and processor): the text-only prompt's logits, and negative controls showing that the
-tolerance catches a real difference: image tokens at text positions (what transformers 5.3 itself computes without
-``mm_token_type_ids``) and paddleformers' default RMSNorm epsilon (1e-6) in place of the checkpoint's (1e-5)."""
+"""PaddleOCR-VL against transformers 5.3 on checkpoints transformers wrote
+(tests/fixtures/make_paddleocr_vl_reference.py; the folders are rebuilt as tests/test_transformers5_checkpoints.py
+rebuilds them, which also checks their image prompt's logits, completion log-probs and processor): the text-only
+prompt's logits, and negative controls showing that the tolerance catches a real difference: image tokens at text
+positions (what transformers 5.3 itself computes without ``mm_token_type_ids``) and paddleformers' default RMSNorm
+epsilon (1e-6) in place of the checkpoint's (1e-5)."""
 import os
 
 import numpy as np

@@ -13,7 +13,8 @@ The answer is the completion's last ``<answer>...</answer>`` content, or the who
 ``ocr_exact`` is exact-match accuracy; ``teds`` is the table structure reward (TEDS, PubTabNet's Tree Edit Distance
 based Similarity). Edit distances come from rapidfuzz (bit-parallel Levenshtein: time ~ len(a) * len(b) / 64,
 0.08-0.16 s for two 50,000-character texts here: ``python benchmarks/rewards.py --ocr_sizes``), tree edit distances
-from apted through table-recognition-metric's TEDS tree and costs. A solution that is not text (or not a table, for ``teds``) is bad data: ``BadSolution``.
+from apted through table-recognition-metric's TEDS tree and costs. A solution that is not text (or not a table, for
+``teds``) is bad data: ``BadSolution``.
 """
 from __future__ import annotations
 
@@ -196,9 +197,9 @@ class TEDSReward(CountedReward):
 
     Settings: ``structure_only`` (default false: TEDS-S, cells compared by their spans only); ``max_cells`` (default
     200): the tree edit distance grows faster than the square of the tables' size (two 200-cell tables 0.4-0.6 s
-    here, 400-cell ones 1.8-2.6 s: ``python benchmarks/rewards.py --ocr_sizes``), so an answer with more cells scores 0.0 (counted as
-    ``too_large``) and a solution with more is scored None (counted as ``solution_too_large``; raise ``max_cells`` to
-    score those samples)."""
+    here, 400-cell ones 1.8-2.6 s: ``python benchmarks/rewards.py --ocr_sizes``), so an answer with more cells scores
+    0.0 (counted as ``too_large``) and a solution with more is scored None (counted as ``solution_too_large``; raise
+    ``max_cells`` to score those samples)."""
 
     def __init__(self, structure_only=False, max_cells=200):
         _check_flags(structure_only=structure_only)
