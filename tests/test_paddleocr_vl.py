@@ -241,3 +241,17 @@ def test_a_missing_triton_is_one_line_naming_the_extra_before_any_model_loads(oc
     error = capsys.readouterr().err
     assert "PaddleOCR-VL needs the triton package" in error and "pip install 'paddle_r1[paddleocr_vl]'" in error
     assert "Traceback" not in error
+
+
+def test_a_served_string_message_reaches_paddleocr_vls_template(ocr):
+    """OpenAI clients send a message's content as a string; PaddleOCR-VL's template reads only lists of parts and
+    renders a string as nothing."""
+    from paddle_r1.serve.chat import parse_chat_request
+    from paddle_r1.serve.limits import ServeLimits
+
+    _, processor = ocr
+    body = json.dumps({"model": "ocr", "messages": [{"role": "system", "content": "Read carefully."},
+                                                     {"role": "user", "content": "OCR: the total amount"}]})
+    request = parse_chat_request(body.encode(), "ocr", ServeLimits())
+    prompt = processor.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
+    assert prompt == "<|begin_of_sentence|>Read carefully.\nUser: OCR: the total amount\nAssistant: "
