@@ -133,13 +133,18 @@ def _selftest(args, extra: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .config import GRPOConfig, SFTConfig
+    from .config_help import KeysHelpParser
+
     parser = argparse.ArgumentParser(prog="paddle-r1", description="GRPO fine-tuning of Qwen-VL models on Paddle")
-    sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="GRPO training from a yaml/json config; --key value overrides any key")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=KeysHelpParser)
+    train = sub.add_parser("train", help="GRPO training from a yaml/json config; --key value overrides any key",
+                           config_class=GRPOConfig)
     train.add_argument("--config", help="yaml or json config file")
     train.add_argument("--resume", help="checkpoint folder to resume from, or 'latest'")
     train.set_defaults(run=_train)
-    sft = sub.add_parser("sft", help="supervised fine-tuning on the solutions (a warm start for GRPO); --key value")
+    sft = sub.add_parser("sft", help="supervised fine-tuning on the solutions (a warm start for GRPO); --key value",
+                         config_class=SFTConfig)
     sft.add_argument("--config", help="yaml or json config file (keys of paddle_r1.config.SFTConfig)")
     sft.set_defaults(run=_sft)
     plot = sub.add_parser("plot", help="PNG of reward, KL, entropy, completion length and held-out score from "
@@ -187,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--sft_steps", type=int, default=100, help="answer-format SFT steps before GRPO (0: none)")
     demo.set_defaults(run=_demo)
     memory = sub.add_parser("estimate-memory", help="per-GPU memory of a GRPO config, from config.json alone; "
-                            "exit 1 when it does not fit; --key value overrides any config key")
+                            "exit 1 when it does not fit; --key value overrides any config key",
+                            config_class=GRPOConfig)
     memory.add_argument("--config", help="yaml or json GRPO config file")
     memory.add_argument("--gpus", type=int, default=8, help="GPUs the run uses (sharding divides by this)")
     memory.add_argument("--gpu_memory", type=float, default=80.0, help="GiB per GPU")

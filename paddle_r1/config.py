@@ -21,8 +21,7 @@ DEFAULT_QUESTION_TEMPLATE = (
     "{Question} First output the thinking process in <think> </think> tags and then output the final "
     "answer in <answer> </answer> tags."
 )
-# What SFT teaches the model to write; {Answer} is the solution in the model's own terms (a box in its
-# coordinate system, a count). The thinking is left empty: SFT here teaches the format and a first answer.
+# The thinking is left empty: SFT here teaches the format and a first answer.
 DEFAULT_ANSWER_TEMPLATE = "<think> </think><answer>{Answer}</answer>"
 DTYPES = ("float32", "bfloat16", "float16")
 SHARDING_STAGES = ("", "stage1", "stage2")  # see paddle_r1.trainer.sharding
@@ -31,94 +30,123 @@ LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polyno
 REPORT_TO = ("visualdl", "swanlab", "wandb", "none")  # see paddle_r1.trainer.trackers
 
 
+def key(default=dataclasses.MISSING, help: str = "", *, factory=dataclasses.MISSING):
+    """A config key: its default (``factory`` for a list or dict) and its one help string, which ``paddle-r1 train
+    --help`` and docs/config.md show (``paddle_r1.config_help``). A key group's docstring's first line is its title
+    there."""
+    return field(default=default, default_factory=factory, metadata={"help": help})
+
+
 @dataclass
 class ModelKeys:
-    """Model and memory keys both jobs take."""
+    """Model and memory
 
-    model_name_or_path: str = ""
-    dtype: str = "float32"
-    device: Optional[str] = None  # default: gpu when Paddle was built with CUDA, else cpu
-    # on the CPU: MKL's AVX2 kernels on AMD processors and glibc's large heap blocks (paddle_r1/cpu_math.py)
-    tune_cpu_math: bool = True
-    freeze_vision: bool = False
-    gradient_checkpointing: bool = False  # recompute activations in the backward pass (memory for time)
-    attn_implementation: Optional[str] = None  # eager | sdpa; None: sdpa on GPU (flash / memory-efficient), eager on CPU
-    lora: bool = False  # train LoRA adapters on the language model instead of all weights
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    lora_dropout: float = 0.0
-    lora_target_modules: Optional[list[str]] = None  # regexes over layer names; default: the decoder's projections
-    coord_system: Optional[str] = None  # default: the model family's own (see paddle_r1.models.coords)
-    min_pixels: Optional[int] = None  # default: the processor's preprocessor_config.json
-    max_pixels: Optional[int] = None
-    logprob_chunk_size: int = 1024  # completion tokens whose logits exist at once
+    The keys both jobs take."""
+
+    model_name_or_path: str = key("", "the model folder: a published Qwen2-VL / Qwen2.5-VL / Qwen3-VL download or a "
+                                  "checkpoint-N/ folder")
+    dtype: str = key("float32", "float32 | bfloat16 | float16: the weights' and activations' type (a GPU that lacks "
+                     "bfloat16 may change it, with a warning)")
+    device: Optional[str] = key(None, "gpu, gpu:N, cpu, ...; default: gpu when Paddle was built with CUDA, else cpu")
+    tune_cpu_math: bool = key(True, "on the CPU: MKL's AVX2 kernels on AMD processors and glibc's large heap blocks "
+                              "(paddle_r1/cpu_math.py)")
+    freeze_vision: bool = key(False, "train the language model only; the vision tower's weights stay as loaded")
+    gradient_checkpointing: bool = key(False, "recompute activations in the backward pass (memory for time)")
+    attn_implementation: Optional[str] = key(None, "eager | sdpa; default: sdpa on GPU (flash / memory-efficient), "
+                                             "eager on CPU")
+    lora: bool = key(False, "train LoRA adapters on the language model instead of all weights")
+    lora_rank: int = key(8, "LoRA's rank r")
+    lora_alpha: float = key(16.0, "LoRA's alpha: the adapters' output is scaled by alpha / rank")
+    lora_dropout: float = key(0.0, "dropout on the adapters' input")
+    lora_target_modules: Optional[list[str]] = key(None, "regexes over layer names; default: the decoder's "
+                                                   "projections")
+    coord_system: Optional[str] = key(None, "abs_resized | rel_1000 | abs_original: the system the model answers "
+                                      "boxes in; default: the model family's own (paddle_r1.models.coords)")
+    min_pixels: Optional[int] = key(None, "fewest pixels an image is resized to; default: the processor's "
+                                    "preprocessor_config.json")
+    max_pixels: Optional[int] = key(None, "most pixels an image is resized to (image tokens = pixels / 28^2); "
+                                    "default: the processor's preprocessor_config.json")
+    logprob_chunk_size: int = key(1024, "completion tokens whose logits exist at once (memory of the log-probs)")
 
 
 @dataclass
 class DataKeys:
-    """Data keys both jobs take."""
+    """Data
 
-    dataset_name: Optional[str] = None  # "synthetic_rec" for the built-in set, else None
-    data_path: Optional[str] = None  # a json/jsonl/csv file, a datasets folder, or a mixture yaml
-    image_root: Optional[str] = None
-    data_format: Optional[str] = None  # rec | conversation | r1v | r1v_eval | grounding | products | generic; None: detect
-    strict_data: bool = False  # stop at the first bad record instead of skipping and counting it
-    image_columns: Optional[list[str]] = None  # products format: the columns holding image paths
-    image_cache_dir: Optional[str] = None  # where images stored inside datasets folders are written
-    image_placement: str = "markers"  # markers: images where the problem's <image> markers are; before_text: VLM-R1's (all first)
-    max_image_pixels: Optional[int] = None  # an image with more pixels is a bad image (None: Pillow's limit, ~89M)
-    question_template: str = DEFAULT_QUESTION_TEMPLATE
-    system_prompt: Optional[str] = None
+    The keys both jobs take."""
+
+    dataset_name: Optional[str] = key(None, "synthetic_rec for the built-in set of shapes, else unset")
+    data_path: Optional[str] = key(None, "a json/jsonl/csv/parquet file, a datasets folder, or a mixture yaml")
+    image_root: Optional[str] = key(None, "folder relative image paths are read from; default: the data file's")
+    data_format: Optional[str] = key(None, "rec | conversation | r1v | r1v_eval | grounding | products | generic; "
+                                     "default: detected from the records")
+    strict_data: bool = key(False, "stop at the first bad record instead of skipping and counting it")
+    image_columns: Optional[list[str]] = key(None, "products format: the columns holding image paths")
+    image_cache_dir: Optional[str] = key(None, "where images stored inside datasets folders are written")
+    image_placement: str = key("markers", "markers: images where the problem's <image> markers are; before_text: "
+                               "all images first (VLM-R1's)")
+    max_image_pixels: Optional[int] = key(None, "an image with more pixels is a bad image; default: Pillow's limit, "
+                                          "about 89M")
+    question_template: str = key(DEFAULT_QUESTION_TEMPLATE, "the prompt's text; {Question} is the sample's problem")
+    system_prompt: Optional[str] = key(None, "a system message before every prompt; default: none")
 
 
 @dataclass
 class OptimizerKeys:
-    """AdamW, schedule and run-length keys both jobs take (each job sets its own batch size and rate)."""
+    """Optimizer and run length
 
-    per_device_train_batch_size: int = 1
-    learning_rate: float = 1e-6
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    max_grad_norm: float = 1.0
-    max_skipped_steps: int = 5  # a step whose loss or gradient norm is not finite is skipped; this many in a row stop the run
-    # a step that writes a NaN or infinite weight is put back from a host copy of the weights and AdamW state taken
-    # before every step (a copy of this rank's share; cost: README, Reliability); false: no copy, such a step stops
-    # the run before anything is saved
-    undo_non_finite_updates: bool = True
-    lr_scheduler_type: str = "constant"  # linear | cosine | constant | constant_with_warmup | polynomial
-    warmup_steps: int = 0
-    warmup_ratio: float = 0.0
-    max_steps: int = -1
-    num_train_epochs: float = 1.0
-    seed: int = 42
-    data_seed: Optional[int] = None  # TRL's: the seed of the prompt order alone; None: seed
+    AdamW, schedule and run-length keys both jobs take (each job sets its own batch size and rate)."""
+
+    per_device_train_batch_size: int = key(1, "samples per device and micro-step")
+    learning_rate: float = key(1e-6, "AdamW's peak learning rate")
+    weight_decay: float = key(0.0, "AdamW's decoupled weight decay")
+    adam_beta1: float = key(0.9, "AdamW's first-moment decay")
+    adam_beta2: float = key(0.999, "AdamW's second-moment decay")
+    adam_epsilon: float = key(1e-8, "AdamW's epsilon (keeps its division finite)")
+    max_grad_norm: float = key(1.0, "gradients are clipped to this global norm; 0: no clipping")
+    max_skipped_steps: int = key(5, "a step whose loss or gradient norm is not finite is skipped; this many in a row "
+                                 "stop the run")
+    undo_non_finite_updates: bool = key(True, "a step that writes a NaN or infinite weight is put back from a host "
+                                        "copy of the weights and AdamW state taken before every step (a copy of this "
+                                        "rank's share; cost: docs/reference.md, Reliability); false: no copy, such a "
+                                        "step stops the run before anything is saved")
+    lr_scheduler_type: str = key("constant", "linear | cosine | constant | constant_with_warmup | polynomial")
+    warmup_steps: int = key(0, "steps of linear warmup (wins over warmup_ratio when > 0)")
+    warmup_ratio: float = key(0.0, "fraction of the run's steps spent in linear warmup")
+    max_steps: int = key(-1, "optimizer steps of the run; -1: num_train_epochs decides")
+    num_train_epochs: float = key(1.0, "passes over the data when max_steps is -1")
+    seed: int = key(42, "the seed of sampling, dropout, LoRA's initial values and (unless data_seed) the data order")
+    data_seed: Optional[int] = key(None, "TRL's: the seed of the prompt order alone; default: seed")
 
 
 @dataclass
 class OutputKeys:
-    """Output keys both jobs take."""
+    """Output, checkpoints and trackers
 
-    output_dir: str = "output"
-    logging_steps: int = 1
-    save_steps: int = 500
-    save_total_limit: Optional[int] = None
-    # checkpoints without the optimizer state (AdamW's moments and master weights, twice the fp32 weights) nor a
-    # synced ref_model/: a resume from one is a warm start (weights, step, data position; fresh AdamW state)
-    save_only_model: bool = False
-    use_visualdl: bool = True
-    # TRL's: trackers the run also reports to (the config, each logged step's metrics, a table of the completions):
-    # visualdl, swanlab, wandb (pip install 'paddle_r1[swanlab]' / '[wandb]'); none: none, VisualDL included.
-    # VisualDL is on while use_visualdl is true (the default); where the runs go: paddle_r1/trainer/trackers.py
-    report_to: list[str] = field(default_factory=list)
-    disable_tqdm: bool = False
-    # a checkpoint folder; "latest": output_dir's newest (an error when there is none); "auto": the newest when
-    # output_dir has a complete checkpoint, else a fresh start (VLM-R1's behaviour)
-    resume_from_checkpoint: Optional[str] = None
-    # seconds a rank waits at a collective for the other ranks before the job ends, naming the late rank and its
-    # phase; above the slowest bounded wait a step has (README: Reliability)
-    collective_timeout: float = 1800.0
+    The keys both jobs take."""
+
+    output_dir: str = key("output", "folder of checkpoint-N/, metrics.jsonl, completions.jsonl and the trackers' runs")
+    logging_steps: int = key(1, "write metrics every N steps")
+    save_steps: int = key(500, "save a checkpoint every N steps (and at the end); 0: only at the end")
+    save_total_limit: Optional[int] = key(None, "keep only the newest N checkpoints; default: all")
+    save_only_model: bool = key(False, "checkpoints without the optimizer state (AdamW's moments and master weights, "
+                                "twice the fp32 weights) nor a synced ref_model/: a resume from one is a warm start "
+                                "(weights, step, data position; fresh AdamW state)")
+    use_visualdl: bool = key(True, "write the metrics for VisualDL to output_dir/visualdl")
+    report_to: list[str] = key(help="TRL's: trackers the run also reports to (the config, each logged step's metrics, "
+                               "a table of the completions): visualdl, swanlab, wandb (pip install "
+                               "'paddle_r1[swanlab]' / '[wandb]'); none: none, VisualDL included. VisualDL is on "
+                               "while use_visualdl is true; where the runs go: paddle_r1/trainer/trackers.py",
+                               factory=list)
+    disable_tqdm: bool = key(False, "no progress bar")
+    resume_from_checkpoint: Optional[str] = key(None, "a checkpoint folder; latest: output_dir's newest (an error "
+                                                "when there is none); auto: the newest when output_dir has a complete "
+                                                "checkpoint, else a fresh start (VLM-R1's behaviour). Unset: a "
+                                                "fresh start, so that an output folder reused by mistake does not "
+                                                "silently continue another run")
+    collective_timeout: float = key(1800.0, "seconds a rank waits at a collective for the other ranks before the job "
+                                    "ends, naming the late rank and its phase; above the slowest bounded wait a step "
+                                    "has (docs/reference.md, Reliability)")
 
 
 def _check_choice(config, key: str, allowed: tuple) -> None:
@@ -211,60 +239,114 @@ class JobKeys:
 
 
 @dataclass
-class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
+class RewardKeys:
+    """Rewards"""
+
+    reward_funcs: list[str] = key(help="registry names (paddle_r1.rewards.REWARDS) or module.path:function for your "
+                                  "own", factory=lambda: ["format", "iou"])
+    reward_weights: Optional[list[float]] = key(None, "one weight per reward in reward_funcs; default: 1 each")
+    reward_kwargs: dict[str, dict] = key(help="{reward name: {keyword: value}} passed to that reward, e.g. "
+                                         "{gaussian_point: {alpha: 0.5}, llm_judge: {base_url: ..., model: ...}}",
+                                         factory=dict)
+
+
+@dataclass
+class RolloutKeys:
+    """Rollout
+
+    How the G completions of each prompt are sampled."""
+
+    num_generations: int = key(8, "G: completions per prompt (a group)")
+    max_completion_length: int = key(256, "most new tokens per completion")
+    temperature: float = key(1.0, "sampling temperature")
+    top_p: float = key(1.0, "nucleus sampling: the smallest set of tokens with this much probability")
+    top_k: int = key(0, "sample among the k likeliest tokens; 0: all")
+    rollout_engine: str = key("auto", "auto | one_token | layers: the decode step; one_token (Qwen2/2.5-VL, LoRA "
+                              "adapters included): plain tensor operations over the decoder's weights; layers: the "
+                              "model's own layers (any decoder); auto: one_token where it runs, else layers")
+
+
+@dataclass
+class ObjectiveKeys:
+    """GRPO objective and reference model"""
+
+    beta: float = key(0.04, "KL coefficient; 0 loads no reference model")
+    epsilon: float = key(0.2, "PPO clip range: ratios outside [1 - epsilon, 1 + epsilon_high] get no gradient")
+    epsilon_high: Optional[float] = key(None, "upper clip range (DAPO's clip-higher); default: epsilon")
+    num_iterations: int = key(1, "optimizer steps per rollout (old log-probs stored at rollout time)")
+    loss_type: str = key("grpo", "grpo (per-sequence mean) | bnpo (token mean) | dr_grpo (sum / (N * max_len)) | "
+                         "dapo (sum / tokens in the whole step)")
+    scale_rewards: str = key("group", "group | batch | none: what the advantage is divided by (the std of the group, "
+                             "of the batch, or nothing)")
+    mask_truncated_completions: bool = key(False, "completions without EOS get no gradient")
+    sync_ref_model: bool = key(False, "TR-DPO: ref = a * policy + (1 - a) * ref every ref_model_sync_steps steps "
+                               "(ref_model_update sync)")
+    ref_model_sync_steps: int = key(64, "sync: steps between two reference updates")
+    ref_model_mixup_alpha: float = key(0.6, "sync: a, the policy's share of the new reference")
+    ref_model_update: str = key("", "\"\" (sync when sync_ref_model, else none) | none | sync | ema; with LoRA the "
+                                "reference's own adapter values are updated")
+    ref_ema_decay: float = key(0.99, "ema: ref <- decay * ref + (1 - decay) * policy after every step")
+
+
+@dataclass
+class VariantKeys:
+    """Algorithm variants
+
+    Formulas in paddle_r1/trainer/loss.py and dynamic_sampling.py."""
+
+    adv_estimator: str = key("grpo", "EasyR1's names: grpo ((r - mean_group) / std as scale_rewards says) | rloo "
+                             "(r_i - mean_{j != i} r_j) | reinforce_plus_plus ((r - mu) / sigma over all completion "
+                             "tokens of the batch, no group baseline) | dr_grpo (r - mean_group)")
+    kl_estimator: str = key("k3", "k1 (logp - ref) | k2 ((logp - ref)^2 / 2) | k3 (exp(ref - logp) - (ref - logp) "
+                            "- 1)")
+    use_kl_loss: bool = key(True, "false: beta * sum_t KL is subtracted from each completion's reward instead of "
+                            "added to the loss")
+    importance_sampling_level: str = key("token", "token | sequence (GSPO, as TRL: one ratio per completion, "
+                                         "exp(mean_t(logp - old_logp)); the clip_ratio/* metrics then count "
+                                         "completions, not tokens, as TRL 1.16 logs them)")
+    dynamic_sampling: bool = key(False, "DAPO: drop groups whose rewards all tie and draw further prompt batches "
+                                 "until the micro-batch is full (at most max_num_gen_batches; then tied groups fill "
+                                 "it); logs frac_reward_zero_std, num_gen_batches; deterministic and resumable")
+    max_num_gen_batches: int = key(4, "dynamic sampling: prompt batches drawn at most per micro-batch")
+    overlong_buffer: int = key(0, "DAPO's soft overlong penalty added to the reward, -factor * (L - (L_max - "
+                               "buffer)) / buffer in the last buffer tokens before max_completion_length; 0: off")
+    overlong_penalty_factor: float = key(1.0, "the overlong penalty at max_completion_length")
+
+
+@dataclass
+class StepKeys:
+    """Step shape, sharding and completions log
+
+    GRPO's keys beyond the shared optimizer and output keys."""
+
+    sharding: str = key("", "\"\" | stage1 (optimizer state split over ranks) | stage2 (+ gradients; GPU/XPU)")
+    gradient_accumulation_steps: int = key(1, "micro-steps whose gradients make one optimizer step")
+    log_completions_steps: int = key(1, "write completions.jsonl (and the trackers' completions table) every N "
+                                     "steps; 0: never")
+
+
+@dataclass
+class HeldoutKeys:
+    """Held-out evaluation
+
+    Greedy answers scored by eval_reward, logged as eval/score (paddle_r1.evaluation.heldout)."""
+
+    eval_steps: int = key(0, "evaluate every N steps, plus before the first and after the last step; 0: off")
+    eval_data_path: Optional[str] = key(None, "a file in any data format; images relative to image_root or the file")
+    eval_sample_num: Optional[int] = key(None, "a seeded random subset of that many samples; default: all")
+    eval_reward: str = key("iou_accuracy", "the task's accuracy reward (counting, iou_accuracy, math, ...)")
+
+
+@dataclass
+class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys, RewardKeys, OutputKeys, OptimizerKeys,
+                 DataKeys, ModelKeys, JobKeys):
     """``paddle-r1 train``: the shared keys (model, data, optimizer, output) and GRPO's own."""
 
-    # completions per device and micro-step, as in TRL, VLM-R1 and EasyDistill: a multiple of num_generations, since
-    # each device generates whole groups (prompts per device = this / num_generations); None: num_generations
-    per_device_train_batch_size: Optional[int] = None
-    sharding: str = ""  # "" | stage1 (optimizer state split over ranks) | stage2 (+ gradients; GPU/XPU)
-
-    # rewards
-    reward_funcs: list[str] = field(default_factory=lambda: ["format", "iou"])
-    reward_weights: Optional[list[float]] = None
-    reward_kwargs: dict[str, dict] = field(default_factory=dict)  # {reward name: {keyword: value}} passed to that reward
-
-    # rollout
-    num_generations: int = 8
-    max_completion_length: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    rollout_engine: str = "auto"  # auto: one_token where it runs (Qwen2/2.5-VL), else layers (the model's own)
-
-    # GRPO objective
-    beta: float = 0.04
-    epsilon: float = 0.2
-    epsilon_high: Optional[float] = None  # default: epsilon
-    num_iterations: int = 1
-    loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo
-    scale_rewards: str = "group"  # group | batch | none
-    mask_truncated_completions: bool = False
-    sync_ref_model: bool = False
-    ref_model_sync_steps: int = 64
-    ref_model_mixup_alpha: float = 0.6
-    ref_model_update: str = ""  # "" (sync when sync_ref_model, else none) | none | sync | ema
-    ref_ema_decay: float = 0.99  # ema: ref <- decay * ref + (1 - decay) * policy after every step
-
-    # algorithm variants (formulas in paddle_r1/trainer/loss.py and dynamic_sampling.py)
-    adv_estimator: str = "grpo"  # grpo (scaled as scale_rewards says) | rloo | reinforce_plus_plus | dr_grpo
-    kl_estimator: str = "k3"  # k1 | k2 | k3
-    use_kl_loss: bool = True  # false: beta * sum_t KL is subtracted from each completion's reward instead
-    importance_sampling_level: str = "token"  # token | sequence (GSPO)
-    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards all tie, refill from further prompt batches
-    max_num_gen_batches: int = 4  # dynamic sampling: prompt batches drawn at most per micro-batch
-    overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_completion_length; 0: off
-    overlong_penalty_factor: float = 1.0  # the penalty at max_completion_length
-
-    # optimisation and output beyond the shared keys
-    gradient_accumulation_steps: int = 1
-    log_completions_steps: int = 1  # write completions.jsonl every N steps (0: never)
-
-    # held-out evaluation: greedy answers scored by eval_reward, logged as eval/score (paddle_r1.evaluation.heldout)
-    eval_steps: int = 0  # every N steps, plus before the first and after the last step; 0: off
-    eval_data_path: Optional[str] = None  # a file in any data format; images relative to image_root or the file
-    eval_sample_num: Optional[int] = None  # a seeded random subset of that many samples; None: all
-    eval_reward: str = "iou_accuracy"  # the task's accuracy reward (counting, iou_accuracy, math, ...)
+    per_device_train_batch_size: Optional[int] = key(
+        None, "completions per device and micro-step, as in TRL, VLM-R1 and EasyDistill: a multiple of "
+        "num_generations, since each device generates whole groups (prompts per device = this / num_generations); "
+        "default: num_generations (one prompt). One optimizer step sees this x devices x gradient_accumulation_steps "
+        "completions")
 
     def check_own_keys(self) -> None:
         _check_choice(self, "rollout_engine", ROLLOUT_ENGINES)
@@ -356,18 +438,26 @@ class GRPOConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
 
 
 @dataclass
-class SFTConfig(OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
+class AnswerKeys:
+    """SFT target"""
+
+    answer_template: str = key(DEFAULT_ANSWER_TEMPLATE, "the target text SFT teaches; {Answer} is the solution in "
+                               "the model's own terms (a box in its coordinate system, a count); must contain {Answer}")
+
+
+@dataclass
+class SFTConfig(AnswerKeys, OutputKeys, OptimizerKeys, DataKeys, ModelKeys, JobKeys):
     """``paddle-r1 sft``: supervised fine-tuning on the answers built from the solutions, before GRPO.
 
     The shared keys keep their names and meanings, so one model / data block serves both jobs; the result is
     output_dir/checkpoint-N, a model folder GRPO's model_name_or_path can name.
     """
 
-    answer_template: str = DEFAULT_ANSWER_TEMPLATE  # the target text; must contain {Answer}
-    per_device_train_batch_size: int = 8  # samples per device and micro-step (SFT has no generations)
-    learning_rate: float = 1e-5
-    output_dir: str = "output_sft"
-    save_steps: int = 0  # 0: only at the end
+    per_device_train_batch_size: int = key(8, "samples per device and micro-step (SFT has no generations)")
+    learning_rate: float = key(1e-5, "AdamW's peak learning rate")
+    output_dir: str = key("output_sft", "folder of checkpoint-N/ (a model folder GRPO's model_name_or_path can name) "
+                          "and metrics.jsonl")
+    save_steps: int = key(0, "save a checkpoint every N steps (and at the end); 0: only at the end")
 
     def check_own_keys(self) -> None:
         if "{Answer}" not in self.answer_template:

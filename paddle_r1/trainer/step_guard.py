@@ -9,7 +9,7 @@ holds) in host memory buffers allocated once and refilled before each step, so a
 Why a copy: AdamW's update cannot be undone from its result (a NaN weight keeps nothing of the old one), and
 checking before writing would mean running the update twice. The copy is kept off the accelerator (GPU memory is
 what limits model size; host memory is larger) and, under sharding, covers this rank's share only. Its cost and the
-check's, per step: ``python benchmarks/update_guard.py`` (README, Reliability).
+check's, per step: ``python benchmarks/update_guard.py`` (docs/reference.md, Reliability).
 """
 from __future__ import annotations
 
