@@ -27,6 +27,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 SHARDING_STAGES = ("", "stage1", "stage2")  # see paddle_r1.trainer.sharding
 ROLLOUT_ENGINES = ("auto", "one_token", "layers")  # see paddle_r1.generation.decoder
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")  # paddleformers' SchedulerType
+# TRL 1.16's loss_type values (paddle_r1.trainer.loss.LOSS_TYPES); the last three divide by the step's tokens
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 REPORT_TO = ("visualdl", "swanlab", "wandb", "none")  # see paddle_r1.trainer.trackers
 
 
@@ -182,6 +185,11 @@ NUMERIC_BOUNDS: dict[str, Bounds] = {
     "ref_ema_decay": Bounds(0, 1, low_open=True, high_open=True), "max_num_gen_batches": at_least(1),
     "overlong_buffer": at_least(0), "overlong_penalty_factor": at_least(0), "gradient_accumulation_steps": at_least(1),
     "log_completions_steps": at_least(0), "eval_steps": at_least(0), "eval_sample_num": at_least(1),
+    # TRL 1.16's loss keys, EasyR1's filtering band
+    "delta": above(0), "sapo_temperature_pos": above(0), "sapo_temperature_neg": above(0), "vespo_k_pos": Bounds(),
+    "vespo_lambda_pos": at_least(0), "vespo_k_neg": Bounds(), "vespo_lambda_neg": at_least(0),
+    "top_entropy_quantile": UNIT, "entropy_coef": Bounds(), "off_policy_mask_threshold": at_least(0),
+    "filter_low": Bounds(), "filter_high": Bounds(),
 }
 
 
@@ -219,6 +227,16 @@ class JobKeys:
     def prompts_per_device(self) -> int:
         """Samples each device takes per micro-step: SFT's per_device_train_batch_size counts samples."""
         return self.per_device_train_batch_size
+
+    @property
+    def completions_per_device(self) -> int:
+        """Rows each device trains on per micro-step (SFT: its samples)."""
+        return self.per_device_train_batch_size
+
+    group_size = 1  # rows made from one sample (GRPO: num_generations)
+
+    def check_ranks(self, world_size: int) -> None:
+        """The job's rules that need the number of ranks, checked before any model loads."""
 
     @property
     def prompt_order_seed(self) -> int:
@@ -272,12 +290,57 @@ class ObjectiveKeys:
 
     beta: float = key(0.04, "KL coefficient; 0 loads no reference model")
     epsilon: float = key(0.2, "PPO clip range: ratios outside [1 - epsilon, 1 + epsilon_high] get no gradient")
-    epsilon_high: Optional[float] = key(None, "upper clip range (DAPO's clip-higher); default: epsilon")
+    epsilon_high: Optional[float] = key(None, "upper clip range (DAPO's clip-higher); default: epsilon. With cispo "
+                                        "the cap of the importance weight itself, eps_max (required there; 5.0 "
+                                        "recommended)")
+    delta: Optional[float] = key(None, "two-sided clipping (INTELLECT-2): the clipped loss types' importance weight "
+                                 "w capped at delta first, l = -min(min(w, delta) A, clip(w, 1 - epsilon, 1 + "
+                                 "epsilon_high) A): a negative advantage's weight cannot grow past it (set it above 1 "
+                                 "+ epsilon_high); default: off")
     num_iterations: int = key(1, "optimizer steps per rollout (old log-probs stored at rollout time)")
-    loss_type: str = key("grpo", "grpo (per-sequence mean) | bnpo (token mean) | dr_grpo (sum / (N * max_len)) | "
-                         "dapo (sum / tokens in the whole step)")
+    loss_type: str = key(
+        "grpo", "TRL 1.16's: the per-token loss l_t and its normalisation; w the importance weight exp(logp_t - "
+        "old_t) (per completion exp(mean_t(logp - old)) at sequence level), A the advantage, m the completion mask, N "
+        "completions, T_step the completion tokens of the optimizer step (all micro-batches, mean over ranks). grpo: "
+        "l = -min(w A, clip(w, 1 - epsilon, 1 + epsilon_high) A), mean_i(sum_t l m / sum_t m) | bnpo: same l, sum l m "
+        "/ sum m over the micro-batch | dr_grpo: same l, sum l m / (N max_completion_length) | dapo: same l, sum l m / "
+        "T_step | luspo (use with importance_sampling_level sequence): same l, mean_i(sum_t l m), a completion weighs "
+        "by its length | cispo (MiniMax-M1, ScaleRL): l = -sg(min(w, epsilon_high)) A logp_t (sg: no gradient "
+        "through the weight), sum l m / T_step | sapo: l = -sigmoid(tau (w - 1)) 4 / tau A, tau = "
+        "sapo_temperature_pos if A > 0 else sapo_temperature_neg, normalised as grpo | vespo (token level): l = "
+        "-sg(phi(W)) A logp_t, W = exp(clip(sum_t m clip(logp - old, -20, 20), ln 1e-8, 20)) the completion's weight, "
+        "phi(W) = exp(lambda + k ln W - lambda W) (k, lambda: vespo_*_pos if A >= 0, else vespo_*_neg), sum l m / "
+        "T_step. Logged besides: clip_ratio/* (the clipped ones), cispo_clip_ratio (w > epsilon_high, A > 0), "
+        "vespo/phi_seq_mean")
+    sapo_temperature_pos: float = key(1.0, "sapo's gate temperature tau for positive advantages")
+    sapo_temperature_neg: float = key(1.05, "sapo's gate temperature tau for the others")
+    vespo_k_pos: float = key(2.0, "vespo's k for A >= 0: how hard a weight W < 1 is turned down")
+    vespo_lambda_pos: float = key(3.0, "vespo's lambda for A >= 0: how hard a weight W > 1 is turned down")
+    vespo_k_neg: float = key(3.0, "vespo's k for A < 0")
+    vespo_lambda_neg: float = key(2.0, "vespo's lambda for A < 0")
     scale_rewards: str = key("group", "group | batch | none: what the advantage is divided by (the std of the group, "
                              "of the batch, or nothing)")
+    multi_objective_aggregation: str = key(
+        "sum_then_normalize", "sum_then_normalize: r = sum_k w_k s_k over the rewards that scored, then adv_estimator "
+        "and scale_rewards | normalize_then_sum (GDPO, for mixes such as format + IoU): each reward normalised in its "
+        "group first, s'_k = (s_k - mean_group(s_k)) / (std_group(s_k) + 1e-4), r = sum_k w_k s'_k, then A = (r - "
+        "mean(r)) / (std(r) + 1e-4) over the micro-step's completions on all ranks (scale_rewards unused; refused with "
+        "another adv_estimator, overlong_buffer or the KL in the reward)")
+    top_entropy_quantile: float = key(1.0, "rho of 'Beyond the 80/20 rule': a token's policy loss is kept only when "
+                                      "its entropy is at least the (1 - rho) quantile of the entropies of the "
+                                      "micro-batch's completion tokens over all ranks (TRL's torch.quantile); 1: every "
+                                      "token; 0: the highest only")
+    entropy_coef: float = key(0.0, "entropy bonus: minus coef * sum_t H_t m'_t / sum m', H the policy's entropy (with "
+                              "its gradient), m' the mask times the high-entropy mask, divided by "
+                              "gradient_accumulation_steps only; logs policy_loss and entropy_coef (TRL's adaptive "
+                              "use_adaptive_entropy is not offered)")
+    off_policy_mask_threshold: Optional[float] = key(None, "DeepSeek-V3.2's off-policy sequence mask: the loss of a "
+                                                     "completion with A < 0 whose mean_t(old_t - logp_t) exceeds it "
+                                                     "is dropped (0 on-policy: it acts from the second of "
+                                                     "num_iterations); default: off")
+    use_bias_correction_kl: bool = key(False, "the KL term beta kl_t multiplied by the importance weight (DeepSeek-V3.2"
+                                       ": the unbiased reverse-KL gradient; it changes the KL's gradient on-policy too)"
+                                       "; false, as before TRL 1.16, whose default is true")
     mask_truncated_completions: bool = key(False, "completions without EOS get no gradient")
     sync_ref_model: bool = key(False, "TR-DPO: ref = a * policy + (1 - a) * ref every ref_model_sync_steps steps "
                                "(ref_model_update sync)")
@@ -305,9 +368,16 @@ class VariantKeys:
                                          "exp(mean_t(logp - old_logp)); the clip_ratio/* metrics then count "
                                          "completions, not tokens, as TRL 1.16 logs them)")
     dynamic_sampling: bool = key(False, "DAPO: drop groups whose rewards all tie and draw further prompt batches "
-                                 "until the micro-batch is full (at most max_num_gen_batches; then tied groups fill "
-                                 "it); logs frac_reward_zero_std, num_gen_batches; deterministic and resumable")
+                                 "until the micro-batch is full (at most max_num_gen_batches; then the last dropped "
+                                 "groups fill it), decided on every rank's completions of a group; logs "
+                                 "frac_reward_zero_std, num_gen_batches; deterministic and resumable")
     max_num_gen_batches: int = key(4, "dynamic sampling: prompt batches drawn at most per micro-batch")
+    filter_key: str = key("overall", "EasyR1's online filtering band (with dynamic_sampling): overall (the reward) or "
+                          "a name in reward_funcs, whose mean over a group's completions must lie strictly between "
+                          "filter_low and filter_high for the group to be kept (e.g. an accuracy reward: drop solved "
+                          "and hopeless prompts)")
+    filter_low: Optional[float] = key(None, "the band's lower bound (strict, as EasyR1's code); default: none")
+    filter_high: Optional[float] = key(None, "the band's upper bound (strict); default: none")
     overlong_buffer: int = key(0, "DAPO's soft overlong penalty added to the reward, -factor * (L - (L_max - "
                                "buffer)) / buffer in the last buffer tokens before max_completion_length; 0: off")
     overlong_penalty_factor: float = key(1.0, "the overlong penalty at max_completion_length")
@@ -344,14 +414,16 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
 
     per_device_train_batch_size: Optional[int] = key(
         None, "completions per device and micro-step, as in TRL, VLM-R1 and EasyDistill: a multiple of "
-        "num_generations, since each device generates whole groups (prompts per device = this / num_generations); "
-        "default: num_generations (one prompt). One optimizer step sees this x devices x gradient_accumulation_steps "
-        "completions")
+        "num_generations (whole groups; prompts per device = this / num_generations), or a divisor of it (part of one "
+        "group, whose other completions are on the next num_generations / this ranks, TRL's layout; ranks x this must "
+        "be a multiple of num_generations); default: num_generations (one prompt). One optimizer step sees this x "
+        "devices x gradient_accumulation_steps completions")
 
     def check_own_keys(self) -> None:
         _check_choice(self, "rollout_engine", ROLLOUT_ENGINES)
-        _check_choice(self, "loss_type", ("grpo", "bnpo", "dr_grpo", "dapo"))
+        _check_choice(self, "loss_type", LOSS_TYPES)
         _check_choice(self, "scale_rewards", ("group", "batch", "none"))
+        _check_choice(self, "multi_objective_aggregation", MULTI_OBJECTIVE_AGGREGATIONS)
         _check_choice(self, "ref_model_update", ("", "none", "sync", "ema"))
         _check_choice(self, "adv_estimator", ("grpo", "rloo", "reinforce_plus_plus", "dr_grpo"))
         _check_choice(self, "kl_estimator", ("k1", "k2", "k3"))
@@ -364,26 +436,58 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
         self._check_batch()
         self._check_rewards()
         self._check_reference()
+        self._check_policy_loss()
+        self._check_filter_band()
         if self.eval_steps and not self.eval_data_path:
             raise ConfigError("config key 'eval_data_path' is required when eval_steps > 0",
                               keys=("eval_data_path", "eval_steps"))
 
     def _check_batch(self) -> None:
-        """per_device_train_batch_size counts completions (TRL's meaning); a device generates whole groups."""
+        """per_device_train_batch_size counts completions (TRL's meaning): a device holds whole groups (a multiple of
+        num_generations), or a part of one group whose other completions are on the next ranks (a divisor of it)."""
         batch, group = self.per_device_train_batch_size, self.num_generations
-        if batch is not None and batch % group:
+        if batch is not None and batch % group and group % batch:
             raise ConfigError(
                 f"config keys 'per_device_train_batch_size' and 'num_generations': per_device_train_batch_size counts "
-                f"completions (as in TRL), {batch} is not a multiple of num_generations {group}; each device generates "
-                f"whole groups here, so use {max(1, round(batch / group)) * group} ({max(1, round(batch / group))} "
-                f"prompt(s) x {group}). TRL and VLM-R1 may spread a group over devices (their global batch, ranks x "
-                f"per_device_train_batch_size, must divide); for the same global batch give each device whole groups "
-                f"and fewer devices or gradient_accumulation_steps", keys=("per_device_train_batch_size", "num_generations"))
+                f"completions (as in TRL), and {batch} neither holds whole groups of num_generations {group} (a "
+                f"multiple of it) nor an equal part of one group (a divisor of it, the rest of the group on the next "
+                f"ranks); use a multiple or a divisor of {group}", keys=("per_device_train_batch_size", "num_generations"))
+
+    def check_ranks(self, world_size: int) -> None:
+        """Before any model loads, once the number of ranks is known: a group spread over ranks needs them all
+        (TRL: the global batch, ranks x per_device_train_batch_size, is a multiple of num_generations)."""
+        if self.ranks_per_group > 1 and world_size % self.ranks_per_group:
+            raise ConfigError(
+                f"config keys 'per_device_train_batch_size' and 'num_generations': a group of {self.num_generations} "
+                f"completions takes {self.ranks_per_group} ranks of {self.completions_per_device}, but this job has "
+                f"{world_size} rank(s): ranks x per_device_train_batch_size ({world_size * self.completions_per_device})"
+                f" must be a multiple of num_generations, as in TRL",
+                keys=("per_device_train_batch_size", "num_generations"))
+
+    @property
+    def completions_per_device(self) -> int:
+        """per_device_train_batch_size, num_generations when unset (one prompt's group)."""
+        return self.per_device_train_batch_size or self.num_generations
+
+    @property
+    def group_size(self) -> int:
+        return self.num_generations
 
     @property
     def prompts_per_device(self) -> int:
-        """Prompts each device takes per micro-step: per_device_train_batch_size / num_generations (one when unset)."""
-        return (self.per_device_train_batch_size or self.num_generations) // self.num_generations
+        """Prompts each device holds completions of per micro-step: per_device_train_batch_size / num_generations,
+        one when a device holds part of a group."""
+        return max(1, self.completions_per_device // self.num_generations)
+
+    @property
+    def generations_per_device(self) -> int:
+        """Completions each of a device's prompts gets there: num_generations, or the device's part of the group."""
+        return min(self.completions_per_device, self.num_generations)
+
+    @property
+    def ranks_per_group(self) -> int:
+        """Consecutive ranks a group's completions are on (1: a device holds whole groups)."""
+        return max(1, self.num_generations // self.completions_per_device)
 
     def _check_rewards(self) -> None:
         if not self.reward_funcs:
@@ -398,6 +502,37 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
             names = "reward_funcs or eval_reward" if self.eval_steps else "reward_funcs"
             raise ConfigError(f"config key 'reward_kwargs': {', '.join(map(repr, stray))} not in {names}",
                               keys=("reward_kwargs", "reward_funcs"))
+
+    def _check_policy_loss(self) -> None:
+        """TRL 1.16's loss keys beyond their ranges: cispo's cap, which TRL takes from epsilon_high (an unset
+        epsilon_high would cap every importance weight at epsilon, 0.2), and what GDPO leaves no place for."""
+        if self.loss_type == "cispo" and self.epsilon_high is None:
+            raise ConfigError("config keys 'loss_type' and 'epsilon_high': cispo caps the importance weight itself at "
+                              "epsilon_high (ScaleRL's eps_max; 5.0 recommended); set it (unset, it would be "
+                              f"epsilon, {self.epsilon})", keys=("loss_type", "epsilon_high"))
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            beside = [f"{key} {value!r}" for key, value, alone in (
+                ("adv_estimator", self.adv_estimator, self.adv_estimator == "grpo"),
+                ("overlong_buffer", self.overlong_buffer, not self.overlong_buffer),
+                ("use_kl_loss", self.use_kl_loss, self.use_kl_loss or not self.uses_reference)) if not alone]
+            if beside:
+                raise ConfigError(f"config key 'multi_objective_aggregation': normalize_then_sum normalises each "
+                                  f"reward function's scores (GDPO), which leaves no place for {', '.join(beside)} "
+                                  "(they act on the summed reward); use sum_then_normalize with them",
+                                  keys=("multi_objective_aggregation",))
+
+    def _check_filter_band(self) -> None:
+        """EasyR1's online filtering band goes with dynamic sampling, which draws the groups to replace."""
+        band = [key for key in ("filter_low", "filter_high") if getattr(self, key) is not None]
+        if band and not self.dynamic_sampling:
+            raise ConfigError(f"config key {band[0]!r}: the filtering band drops groups and draws others, which is "
+                              "dynamic_sampling: set dynamic_sampling true", keys=(band[0], "dynamic_sampling"))
+        if len(band) == 2 and not self.filter_low < self.filter_high:
+            raise ConfigError(f"config keys 'filter_low' and 'filter_high': {self.filter_low} is not below "
+                              f"{self.filter_high}", keys=("filter_low", "filter_high"))
+        if self.filter_key != "overall" and self.filter_key not in self.reward_funcs:
+            raise ConfigError(f"config key 'filter_key': {self.filter_key!r} is neither overall (the weighted "
+                              f"reward) nor one of reward_funcs {self.reward_funcs}", keys=("filter_key", "reward_funcs"))
 
     def _check_reference(self) -> None:
         if self.sync_ref_model and self.ref_model_update not in ("", "sync"):

@@ -245,7 +245,7 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
 
     patches, image_tokens = _vision_tokens(shape, config.max_pixels or DEFAULT_MAX_PIXELS)
     prompts = config.prompts_per_device
-    sequences = prompts * config.num_generations
+    sequences = prompts * config.generations_per_device
     prompt_len = PROMPT_TEXT_TOKENS + IMAGES_PER_PROMPT * image_tokens
     length = prompt_len + config.max_completion_length
     activations, train_scores = decoder_training_bytes(shape, sequences, length, w, eager,

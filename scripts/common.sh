@@ -4,7 +4,8 @@
 #   NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500   multi-node, as paddle.distributed.launch takes them
 #   MODEL_PATH DATA_PATH IMAGE_ROOT NUM_GENERATIONS MAX_PIXELS OUTPUT_DIR   the job
 #   PER_DEVICE_BATCH_SIZE  completions per GPU and micro-step, TRL's per_device_train_batch_size: a multiple of
-#                          NUM_GENERATIONS (prompts per GPU = PER_DEVICE_BATCH_SIZE / NUM_GENERATIONS)
+#                          NUM_GENERATIONS (prompts per GPU = PER_DEVICE_BATCH_SIZE / NUM_GENERATIONS), or a divisor
+#                          (a group on NUM_GENERATIONS / PER_DEVICE_BATCH_SIZE consecutive GPUs, as PaddleMIX's 2 of 8)
 #   BATCH_SIZE             completions per optimizer step over all GPUs, as in PaddleMIX's scripts: sets
 #                          gradient_accumulation_steps = BATCH_SIZE / (PER_DEVICE_BATCH_SIZE x GPUS x NNODES);
 #                          unset: the config's gradient_accumulation_steps
@@ -76,7 +77,7 @@ launch_grpo() {
         if [ "$NNODES" -gt 1 ]; then
             launch+=(--nnodes "$NNODES" --rank "$NODE_RANK" --master "$MASTER_ADDR:$MASTER_PORT")
         fi
-        echo "GRPO on $NNODES node(s) x $GPUS GPU(s), $PER_DEVICE_BATCH_SIZE completions per GPU ($((PER_DEVICE_BATCH_SIZE / NUM_GENERATIONS)) prompt(s) x $NUM_GENERATIONS): $CONFIG on $DATA_PATH (images: $IMAGE_ROOT) -> $OUTPUT_DIR"
+        echo "GRPO on $NNODES node(s) x $GPUS GPU(s), $PER_DEVICE_BATCH_SIZE completions per GPU (groups of $NUM_GENERATIONS): $CONFIG on $DATA_PATH (images: $IMAGE_ROOT) -> $OUTPUT_DIR"
         "$PYTHON" -m paddle.distributed.launch "${launch[@]}" scripts/grpo_entry.py train "${job[@]}" \
             --model_name_or_path "$MODEL_PATH" --data_path "$DATA_PATH" --image_root "$IMAGE_ROOT" \
             --per_device_train_batch_size "$PER_DEVICE_BATCH_SIZE" --num_generations "$NUM_GENERATIONS" $accumulation \

@@ -54,6 +54,22 @@ def train_each_and_dump(jobs: list) -> None:
                 f.write(str(e))
 
 
+def train_commands(commands: list, codes_dir: str) -> None:
+    """``paddle-r1 train`` with each command line in turn, through the console script's own entry point
+    (``paddle_r1.cli.main``), in one process group; each rank's exit codes in ``codes_dir/rank<r>_codes.json``."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import paddle.distributed as dist
+
+    from paddle_r1.cli import main
+
+    codes = [main(["train", *command]) for command in commands]
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    with open(os.path.join(codes_dir, f"rank{rank}_codes.json"), "w") as f:
+        json.dump(codes, f)
+
+
 def reduce_and_dump(dump_dir: str) -> None:
     """``GradientReducer`` on a small model whose ranks differ the ways that make overlapping unsafe, against
     averaging each finished gradient after the backward. Rank 0 runs the head's log-prob-like part in 3 reentrant

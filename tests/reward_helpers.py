@@ -54,6 +54,12 @@ def short_reward_unless_tied(completions, tied=None, **columns):
     return [1.0 if t else 1.0 - len(text) / 200.0 for text, t in zip(completions, tied)]
 
 
+def shifted_short_reward(completions, shift=None, **columns):
+    """``short_reward`` moved by the sample's ``shift`` column: groups whose mean reward is set by their sample."""
+    shift = shift or [0.0] * len(completions)
+    return [s - len(text) / 200.0 for text, s in zip(completions, shift)]
+
+
 def inf_if_poisoned(completions, poison=None, **columns):
     """``short_reward``, but inf (a reward's failure) for samples marked ``poison``."""
     poison = poison or [None] * len(completions)

@@ -10,16 +10,17 @@ import pytest
 
 from paddle_r1.config import GRPOConfig
 from paddle_r1.models.loading import load_model
-from paddle_r1.trainer.dynamic_sampling import informative_groups
+from paddle_r1.trainer.dynamic_sampling import kept_groups
+from paddle_r1.trainer.groups import GroupTable
 from paddle_r1.trainer.grpo import GRPOTrainer
-from paddle_r1.trainer.loss import advantages_for, grpo_loss, kl_divergence, overlong_penalty
+from paddle_r1.trainer.loss import LossSettings, advantages_for, grpo_loss, kl_divergence, overlong_penalty
 
 T = paddle.to_tensor
 
 
 def test_rloo_baseline_leaves_each_completion_out():
     rewards = T([1.0, 0.0, 2.0, 5.0, float("nan"), 3.0])  # groups of 3; one unscored
-    got = advantages_for("rloo", rewards, 3, mask=paddle.ones([6, 2]))
+    got = advantages_for("rloo", rewards, 3, lengths=paddle.full([6], 2.0))
     # group 0: 1 - (0 + 2) / 2 = 0, 0 - 1.5 = -1.5, 2 - 0.5 = 1.5; group 1 (5, 3 scored): 5 - 3 = 2, 3 - 5 = -2
     np.testing.assert_allclose(got.numpy(), [0.0, -1.5, 1.5, 2.0, 0.0, -2.0], rtol=1e-6)
 
@@ -30,12 +31,12 @@ def test_reinforce_plus_plus_whitens_over_tokens_of_the_batch():
     token_returns = np.array([1, 1, 1, 0, 0, 0, 0], dtype="float64")
     mean, var = token_returns.mean(), token_returns.var(ddof=1)
     expected = (np.array([1.0, 0, 0, 0]) - mean) / math.sqrt(var + 1e-8)
-    np.testing.assert_allclose(advantages_for("reinforce_plus_plus", rewards, 2, mask=mask).numpy(), expected,
-                               rtol=1e-5)
+    np.testing.assert_allclose(advantages_for("reinforce_plus_plus", rewards, 2, lengths=mask.sum(axis=1)).numpy(),
+                               expected, rtol=1e-5)
 
 
 def test_dr_grpo_estimator_does_not_divide_by_std():
-    got = advantages_for("dr_grpo", T([1.0, 3.0, 2.0, 2.0]), 2, mask=paddle.ones([4, 1]), scale_rewards="group")
+    got = advantages_for("dr_grpo", T([1.0, 3.0, 2.0, 2.0]), 2, lengths=paddle.ones([4]), scale_rewards="group")
     np.testing.assert_allclose(got.numpy(), [-1.0, 1.0, 0.0, 0.0])
 
 
@@ -51,10 +52,10 @@ def test_sequence_level_importance_ratio_is_the_mean_log_ratio():
     logp = T([[-1.0, -2.0, -3.0]])
     old = T([[-1.5, -2.0, -2.0]])  # log ratios 0.5, 0, -1 -> masked mean over the first two: 0.25
     mask = T([[1, 1, 0]])
-    args = dict(beta=0.0, epsilon_low=0.5, epsilon_high=0.5, loss_type="grpo", max_completion_length=3)
-    loss, _ = grpo_loss(logp, old, None, T([1.0]), mask, importance_sampling_level="sequence", **args)
+    args = dict(epsilon_low=0.5, epsilon_high=0.5, loss_type="grpo", max_completion_length=3)
+    loss, _ = grpo_loss(logp, old, None, T([1.0]), mask, LossSettings(importance_sampling_level="sequence", **args))
     assert float(loss) == pytest.approx(-math.exp(0.25), rel=1e-6)
-    token_loss, _ = grpo_loss(logp, old, None, T([1.0]), mask, **args)
+    token_loss, _ = grpo_loss(logp, old, None, T([1.0]), mask, LossSettings(**args))
     assert float(token_loss) == pytest.approx(-(1.5 + 1.0) / 2, rel=1e-6)  # exp(0.5) > 1 + eps: clipped to 1.5
 
 
@@ -62,9 +63,29 @@ def test_overlong_penalty_is_soft_in_the_buffer():
     assert overlong_penalty([4, 6, 7, 8], max_completion_length=8, buffer=4, factor=0.5) == [0.0, -0.25, -0.375, -0.5]
 
 
-def test_informative_groups_have_untied_scored_rewards():
-    rewards = np.array([1, 1, 1, 0, 1, 0, np.nan, 2, np.nan], dtype="float32")
-    assert informative_groups(rewards, 3) == [1]
+def _table(rewards, scores=None) -> GroupTable:
+    rewards = np.asarray(rewards, dtype="float64")
+    scores = rewards[..., None] if scores is None else np.asarray(scores, dtype="float64")
+    return GroupTable(rewards, scores, np.ones_like(rewards), local=np.arange(rewards.size))
+
+
+def test_loss_settings_take_every_loss_key_from_the_config():
+    config = GRPOConfig(loss_type="vespo", beta=0.3, epsilon=0.1, epsilon_high=0.4, delta=2.0, max_completion_length=9,
+                        kl_estimator="k2", importance_sampling_level="sequence", sapo_temperature_pos=0.7,
+                        sapo_temperature_neg=1.3, vespo_k_pos=1.1, vespo_lambda_pos=1.2, vespo_k_neg=1.3,
+                        vespo_lambda_neg=1.4, off_policy_mask_threshold=0.2, use_bias_correction_kl=True,
+                        entropy_coef=0.01, gradient_accumulation_steps=3)
+    assert LossSettings.of(config) == LossSettings(
+        loss_type="vespo", beta=0.3, epsilon_low=0.1, epsilon_high=0.4, max_completion_length=9, kl_estimator="k2",
+        importance_sampling_level="sequence", delta=2.0, sapo_temperature_pos=0.7, sapo_temperature_neg=1.3,
+        vespo_k_pos=1.1, vespo_lambda_pos=1.2, vespo_k_neg=1.3, vespo_lambda_neg=1.4, off_policy_mask_threshold=0.2,
+        use_bias_correction_kl=True, entropy_coef=0.01, gradient_accumulation_steps=3)
+    assert LossSettings.of(GRPOConfig(beta=0.3, use_kl_loss=False)).beta == 0.0  # the KL is in the reward then
+    assert LossSettings.of(GRPOConfig(epsilon=0.3)).epsilon_high == 0.3
+
+
+def test_kept_groups_have_untied_scored_rewards():
+    assert kept_groups(_table([[1, 1, 1], [0, 1, 0], [np.nan, 2, np.nan]])).tolist() == [False, True, False]
 
 
 def _config(model_dir, out, **kw):
@@ -102,6 +123,21 @@ def test_dynamic_sampling_drops_tied_groups_deterministically_and_resumes(tiny_m
         np.testing.assert_allclose(_weights(resumed)[key], value, rtol=1e-6, atol=1e-7, err_msg=key)
 
 
+def test_the_filtering_band_keeps_groups_whose_mean_lies_inside(tiny_model_dir, rec_samples, tmp_path):
+    """EasyR1's online filtering: every other sample's rewards are shifted by 1 (group means about 0.9 against
+    -0.1); with the band (0.5, 2) only the shifted samples' groups are trained on, as long as the refills found
+    enough of them; without it, dynamic sampling keeps both kinds (each group's rewards differ)."""
+    samples = [dict(s, shift=float(i % 2)) for i, s in enumerate(rec_samples)]
+    common = dict(reward_funcs=["reward_helpers:shifted_short_reward"], dynamic_sampling=True, max_num_gen_batches=4,
+                  max_steps=2)
+    for band, out in ((dict(filter_low=0.5, filter_high=2.0), "band"), ({}, "no_band")):
+        history = GRPOTrainer(_config(tiny_model_dir, tmp_path / out, **common, **band), samples=samples).train()
+        rows = [json.loads(line) for line in open(tmp_path / out / "completions.jsonl")]
+        full = {step for step, h in enumerate(history["history"], 1) if h["num_gen_batches"] < 4}  # enough found
+        rewards = np.array([r["reward"] for r in rows if r["step"] in full])
+        assert rewards.size and ((rewards > 0.5).all() if band else (rewards < 0.5).any())
+
+
 _BASELINES: dict = {}
 
 
@@ -122,6 +158,18 @@ def _train(model_dir, samples, out, **options) -> tuple[list, dict, GRPOTrainer]
     (dict(importance_sampling_level="sequence", num_iterations=2), dict(num_iterations=2), "weights"),
     (dict(overlong_buffer=3), {}, "reward"),  # completions within 3 tokens of max_completion_length are penalised
     (dict(ref_model_update="ema", ref_ema_decay=0.5), {}, "reference"),
+    # TRL 1.16's loss family (their values against TRL's own code: test_loss.py). On-policy, with completions of one
+    # length, each has grpo's gradient up to a factor Adam divides out: the second of num_iterations=2 is off-policy
+    (dict(loss_type="cispo", epsilon_high=1.0, num_iterations=2), dict(num_iterations=2), "weights"),
+    (dict(loss_type="sapo", num_iterations=2), dict(num_iterations=2), "weights"),
+    (dict(loss_type="luspo", importance_sampling_level="sequence", num_iterations=2), dict(num_iterations=2),
+     "weights"),
+    (dict(loss_type="vespo", num_iterations=2), dict(num_iterations=2), "weights"),
+    (dict(top_entropy_quantile=0.2), {}, "weights"),
+    (dict(entropy_coef=0.5), {}, "weights"),  # through the entropy's own gradient
+    (dict(use_bias_correction_kl=True), {}, "weights"),  # beta 0.05: the KL's gradient changes on-policy too
+    (dict(off_policy_mask_threshold=0.0, num_iterations=2), dict(num_iterations=2), "weights"),
+    (dict(multi_objective_aggregation="normalize_then_sum"), {}, "weights"),
 ], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) if isinstance(o, dict) else None)
 def test_each_option_changes_what_it_should(tiny_model_dir, rec_samples, tmp_path, options, without, changes):
     """Each option against the same run without it: a trainer that ignored the option would fail here."""

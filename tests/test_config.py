@@ -42,6 +42,21 @@ def test_unknown_key_names_key_and_file(tmp_path):
     ({"top_p": 0}, "top_p"),
     ({"rollout_engine": "vllm"}, "'rollout_engine': 'vllm' is not one of auto, one_token, layers"),
     ({"lr_scheduler_type": "cosin"}, "'lr_scheduler_type': 'cosin' is not one of linear, cosine"),
+    # TRL 1.16's loss keys
+    ({"loss_type": "cispo"}, "^config keys 'loss_type' and 'epsilon_high': cispo caps the importance weight itself "
+                             "at epsilon_high .*unset, it would be epsilon, 0.2"),
+    ({"top_entropy_quantile": 1.5}, "'top_entropy_quantile': must be in \\[0, 1\\], got 1.5"),
+    ({"delta": 0.0}, "'delta': must be > 0, got 0.0"),
+    ({"sapo_temperature_neg": -1}, "'sapo_temperature_neg': must be > 0"),
+    ({"multi_objective_aggregation": "mean"}, "'multi_objective_aggregation': 'mean' is not one of"),
+    ({"multi_objective_aggregation": "normalize_then_sum", "adv_estimator": "rloo", "overlong_buffer": 4},
+     "normalize_then_sum normalises each reward function's scores \\(GDPO\\), which leaves no place for "
+     "adv_estimator 'rloo', overlong_buffer 4"),
+    ({"multi_objective_aggregation": "normalize_then_sum", "use_kl_loss": False}, "no place for use_kl_loss False"),
+    # EasyR1's filtering band
+    ({"filter_low": 0.1}, "'filter_low': the filtering band drops groups and draws others, which is dynamic_sampling"),
+    ({"dynamic_sampling": True, "filter_low": 0.9, "filter_high": 0.1}, "0.9 is not below 0.1"),
+    ({"dynamic_sampling": True, "filter_key": "accuracy"}, "'filter_key': 'accuracy' is neither overall"),
 ])
 def test_invalid_values(values, message):
     with pytest.raises(ConfigError, match=message):
@@ -195,9 +210,18 @@ def test_per_device_train_batch_size_counts_completions_as_in_trl():
     assert GRPOConfig(per_device_train_batch_size=16, num_generations=8).prompts_per_device == 2
     assert GRPOConfig(per_device_train_batch_size=6, num_generations=3).prompts_per_device == 2
     assert GRPOConfig(num_generations=4).prompts_per_device == 1  # unset: one prompt's group per device
-    with pytest.raises(ConfigError, match="'per_device_train_batch_size' and 'num_generations'.*4 is not a multiple "
-                                          "of num_generations 3.*use 3"):
+    with pytest.raises(ConfigError, match="'per_device_train_batch_size' and 'num_generations'.*4 neither holds whole "
+                                          "groups of num_generations 3 .*use a multiple or a divisor of 3"):
         GRPOConfig(per_device_train_batch_size=4, num_generations=3)
+    # a part of a group: PaddleMIX's 2 completions per device of 8 (the group on 4 consecutive ranks), VLM-R1's 1
+    paddlemix, vlm_r1 = GRPOConfig(per_device_train_batch_size=2), GRPOConfig(per_device_train_batch_size=1)
+    assert (paddlemix.prompts_per_device, paddlemix.generations_per_device, paddlemix.ranks_per_group) == (1, 2, 4)
+    assert (vlm_r1.prompts_per_device, vlm_r1.generations_per_device, vlm_r1.ranks_per_group) == (1, 1, 8)
+    paddlemix.check_ranks(8)
+    with pytest.raises(ConfigError, match="a group of 8 completions takes 4 ranks of 2, but this job has 2 rank\\(s\\): "
+                                          "ranks x per_device_train_batch_size \\(4\\) must be a multiple of "
+                                          "num_generations, as in TRL"):
+        paddlemix.check_ranks(2)
     from paddle_r1.config import SFTConfig
 
     assert SFTConfig(per_device_train_batch_size=4).prompts_per_device == 4  # SFT counts samples
@@ -211,7 +235,7 @@ def test_shipped_configs_keep_one_prompt_of_eight_per_device():
 
 def test_a_non_dividing_batch_is_blamed_on_the_command_line():
     with pytest.raises(ConfigError, match="^command line: config keys 'per_device_train_batch_size'"):
-        load_config(GRPOConfig, None, ["--per_device_train_batch_size", "1", "--num_generations", "8"])
+        load_config(GRPOConfig, None, ["--per_device_train_batch_size", "3", "--num_generations", "8"])
 
 
 # ---- a key given twice in a file is an error naming both places ---------------------------------------------

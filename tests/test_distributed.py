@@ -2,6 +2,7 @@
 the overlapping gradient reducer equals averaging each gradient after the backward; a checkpoint saved in any of
 these layouts resumes in any of them as the uninterrupted run, and a resume with another global batch says how it
 goes on."""
+import glob
 import json
 import os
 
@@ -10,7 +11,8 @@ import paddle
 import paddle.distributed as dist
 import pytest
 
-from dp_worker import reduce_and_dump, train_and_dump, train_each_and_dump
+from dp_worker import reduce_and_dump, train_and_dump, train_commands, train_each_and_dump
+from test_source_keys import paddlemix_rec_args
 
 
 def _settings(model_dir, data, out, prompts, **extra):
@@ -276,7 +278,7 @@ def test_a_mid_iteration_checkpoint_is_refused_on_another_rank_count(resumed_on_
         error = (resumed_on_two_ranks / "mid_iteration" / f"rank{rank}_error.txt").read_text()
         assert error.startswith(f"config key 'resume_from_checkpoint': {mid_iteration} was saved mid-way through "
                                 "num_iterations (its rollout buffers extra_state_rank0.pdparams are per rank"), error
-        assert "1 rank(s) x 2 prompt(s) x 1 micro-step(s)); this run has 2 x 1 x 1" in error, error
+        assert "1 rank(s) x 6 completion(s) x 1 micro-step(s)); this run has 2 x 3 x 1" in error, error
     assert not list((resumed_on_two_ranks / "mid_iteration").glob("rank*.npz"))  # refused before training
 
 
@@ -301,3 +303,205 @@ def test_another_global_batch_says_how_it_goes_on_and_takes_the_prompts_left(tmp
     history = trainer.train()["history"]
     assert len(history) == 4 and trainer.step == 5
     assert trainer.sampler.state_dict() == {"epoch": 0, "index": 6}
+
+
+# ---- a group across ranks: the peers' commands whose devices hold part of a group ---------------------------------
+def _command(base: list, **changes) -> list:
+    """``base`` (a command line's ``--key value`` arguments) with the values of ``changes`` put in place (a bare
+    flag's value: True), or appended when the key is not there."""
+    args, changes = list(base), {k: str(v) for k, v in changes.items()}
+    for i, arg in enumerate(args):
+        key = arg[2:] if arg.startswith("--") else None
+        if key in changes:
+            args[i + 1] = changes.pop(key)
+    return args + [item for key, value in changes.items() for item in (f"--{key}", value)]
+
+
+# what every run below changes, for a tiny model on a 2-core CPU: few steps of short completions, a reward its random
+# text differs in (the shipped ones score it 0, and advantages of 0 would compare nothing), a learning rate that moves
+# the weights; VisualDL off
+ON_THIS_MACHINE = dict(max_steps=2, max_completion_length=6, reward_funcs="reward_helpers:short_reward",
+                       learning_rate=5e-3, use_visualdl="false", device="cpu", log_completions_steps=1)
+
+
+def paddlemix_rec_command(model, mixture, out, per_device=2, sharding="stage1") -> list:
+    """PaddleMIX r1_mllm's scripts/run_grpo_rec.sh as it calls grpo_rec.py (test_source_keys.paddlemix_rec_args): 2
+    completions per device, on 2 ranks here, so a group of 4 (it has 8 on 8 GPUs: 4 ranks a group) spans both;
+    sharding stage1 for its stage2 (GPU/XPU only), bf16 off (Paddle's CPU kernels have no bfloat16 conv3d); and
+    top_entropy_quantile 0.5, whose quantile needs the other rank's tokens."""
+    base = paddlemix_rec_args(model, mixture, out, num_generations=4)
+    return _command(base, per_device_train_batch_size=per_device, sharding=sharding, bf16="False",
+                    top_entropy_quantile=0.5, **ON_THIS_MACHINE)
+
+
+def vlm_r1_rec_command(model, mixture, out, per_device=1, **changes) -> list:
+    """VLM-R1's src/open-r1-multimodal/run_scripts/run_grpo_rec.sh for 2 GPUs (om-ai-lab/VLM-R1 7029f70: torchrun
+    --nproc_per_node 2 src/open_r1/grpo_rec.py): 1 completion per device, a group of 2 over both ranks, 4
+    accumulation steps; without --bf16 --torch_dtype bfloat16 (CPU) and --report_to wandb (read in
+    test_source_keys)."""
+    base = ["--deepspeed", "local_scripts/zero2.json", "--output_dir", out, "--model_name_or_path", model,
+            "--dataset_name", mixture, "--image_root", os.path.dirname(mixture), "--max_prompt_length", "1024",
+            "--num_generations", "2", "--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "4",
+            "--logging_steps", "1", "--data_seed", "42", "--gradient_checkpointing", "false",
+            "--attn_implementation", "flash_attention_2", "--num_train_epochs", "2", "--run_name", "rec",
+            "--save_steps", "100", "--beta", "0.0", "--epsilon_high", "0.28"]
+    return _command(base, per_device_train_batch_size=per_device, **{**ON_THIS_MACHINE, **changes})
+
+
+@pytest.fixture(scope="module")
+def rec_mixture(rec_jsonl):
+    """PaddleMIX's and VLM-R1's data_config/rec.yaml shape (datasets with json_path), beside the images (their
+    --image_root)."""
+    path = os.path.join(os.path.dirname(rec_jsonl), "rec.yaml")
+    with open(path, "w") as f:
+        f.write(f"datasets:\n  - json_path: {rec_jsonl}\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tied_mixture(rec_jsonl):
+    """The REC samples, every other one marked ``tied`` (``reward_helpers.short_reward_unless_tied`` gives its
+    group one reward: dynamic sampling drops it)."""
+    folder = os.path.dirname(rec_jsonl)
+    with open(rec_jsonl) as f, open(os.path.join(folder, "tied.jsonl"), "w") as out:
+        for i, line in enumerate(f):
+            out.write(json.dumps({**json.loads(line), "tied": i % 2 == 0}) + "\n")
+    path = os.path.join(folder, "tied.yaml")
+    with open(path, "w") as f:
+        f.write(f"datasets:\n  - json_path: {os.path.join(folder, 'tied.jsonl')}\n")
+    return path
+
+
+# dynamic sampling, tied groups dropped and refilled (at most 3 prompt batches per micro-step)
+DYNAMIC = dict(dynamic_sampling="true", max_num_gen_batches=3, reward_funcs="reward_helpers:short_reward_unless_tied")
+
+
+@pytest.fixture(scope="module")
+def across_ranks(tmp_path_factory, tiny_model_dir, rec_mixture, tied_mixture):
+    """One spawn of 2 ranks: PaddleMIX's command, VLM-R1's (saving at step 1), VLM-R1's resumed from that
+    checkpoint-1, VLM-R1's 8-GPU command (a group of 8 on ranks of 1) refused, VLM-R1's with dynamic sampling (a
+    group across ranks) and with dynamic sampling and whole groups (a rank may be full while the other draws on);
+    then the one-process runs over the same global batch."""
+    out = tmp_path_factory.mktemp("across_ranks")
+    model, mixture = tiny_model_dir, rec_mixture
+    vlm_r1 = vlm_r1_rec_command(model, mixture, str(out / "vlm_r1"), save_steps=1)
+    commands = [paddlemix_rec_command(model, mixture, str(out / "paddlemix")), vlm_r1,
+                _command(vlm_r1, output_dir=out / "vlm_r1_resumed", resume_from_checkpoint=out / "vlm_r1" / "checkpoint-1"),
+                vlm_r1_rec_command(model, mixture, str(out / "refused"), num_generations=8),
+                vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic"), gradient_accumulation_steps=2, **DYNAMIC),
+                vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic_whole_groups"), per_device=2,
+                                   gradient_accumulation_steps=1, **DYNAMIC)]
+    dist.spawn(train_commands, args=(commands, str(out)), nprocs=2, backend="gloo")
+    from paddle_r1.cli import main
+
+    assert main(["train", *paddlemix_rec_command(model, mixture, str(out / "paddlemix_one"), per_device=4,
+                                                 sharding="")]) == 0
+    assert main(["train", *vlm_r1_rec_command(model, mixture, str(out / "vlm_r1_one"), per_device=2)]) == 0
+    assert main(["train", *vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic_one"), per_device=2,
+                                              gradient_accumulation_steps=2, **DYNAMIC)]) == 0
+    return out
+
+
+def _rows(path) -> list[dict]:
+    return [json.loads(line) for line in open(path)]
+
+
+def _weights_in(folder) -> dict:
+    """The weights of a model folder as its safetensors files hold them."""
+    from safetensors.numpy import load_file
+
+    return {name: value for path in sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+            for name, value in load_file(path).items()}
+
+
+def _final_weights(run) -> dict:
+    return _weights_in(run / "checkpoint-2")
+
+
+# the numbers of the whole global batch (TRL's), which a rank's own completions alone would get wrong (and each
+# reward's rewards/<name>/mean and /std)
+GLOBAL_METRICS = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/region_mean",
+                  "completion_length", "grad_norm")
+
+
+def _global_metrics(rows: list[dict]) -> list[str]:
+    return [*GLOBAL_METRICS, *sorted(k for k in rows[0] if k.startswith("rewards/"))]
+
+
+def _assert_one_rank_and_two_agree(two, one, tiny_model_dir):
+    """Completions (sorted: the 2-rank file holds rank 0's rows, then rank 1's), their rewards and advantages, every
+    logged number of the global batch, and the trained weights."""
+    def key(row):
+        return row["step"], row["problem"], row["completion"]
+
+    rows_two, rows_one = sorted(_rows(two / "completions.jsonl"), key=key), sorted(_rows(one / "completions.jsonl"),
+                                                                                    key=key)
+    assert [key(r) for r in rows_two] == [key(r) for r in rows_one]
+    np.testing.assert_allclose([r["reward"] for r in rows_two], [r["reward"] for r in rows_one], rtol=1e-6)
+    advantages = np.array([r["advantage"] for r in rows_two])
+    assert np.abs(advantages).max() > 0.5  # the groups' rewards differ: the advantages are not all 0
+    np.testing.assert_allclose(advantages, [r["advantage"] for r in rows_one], rtol=1e-5, atol=1e-6)
+    metrics_two, metrics_one = _rows(two / "metrics.jsonl"), _rows(one / "metrics.jsonl")
+    assert [m["step"] for m in metrics_two] == [m["step"] for m in metrics_one] == [1, 2]
+    for name in _global_metrics(metrics_one):
+        np.testing.assert_allclose([m[name] for m in metrics_two], [m[name] for m in metrics_one], rtol=1e-4,
+                                   atol=1e-7, err_msg=name)
+    initial, weights_two, weights_one = _weights_in(tiny_model_dir), _final_weights(two), _final_weights(one)
+    assert set(initial) == set(weights_one)
+    assert max(float(np.abs(weights_one[k] - initial[k]).max()) for k in weights_one) > 5e-3
+    # summation order differs (the gradient all-reduce, padding); Adam's m / sqrt(v) turns it into up to ~1e-4 for an
+    # embedding row whose gradient is near 0 (1% of the 2 x 5e-3 step; one element of 32,448 seen)
+    for name, value in weights_one.items():
+        np.testing.assert_allclose(weights_two[name], value, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.timeout(600)
+def test_paddlemix_rec_command_with_a_group_across_ranks_equals_one_rank(across_ranks, tiny_model_dir):
+    """2 completions per device and a group of 4: both ranks hold half of each group; the rewards are gathered, the
+    advantages computed on the whole group and each rank keeps its own (TRL's way), the entropy quantile is taken
+    over both ranks' tokens; stage 1 sharding. Against one process holding the whole group."""
+    assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[0] for r in (0, 1)] == [0, 0]
+    _assert_one_rank_and_two_agree(across_ranks / "paddlemix", across_ranks / "paddlemix_one", tiny_model_dir)
+
+
+@pytest.mark.timeout(600)
+def test_vlm_r1_rec_command_with_a_completion_per_device_equals_one_rank(across_ranks, tiny_model_dir):
+    assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[1] for r in (0, 1)] == [0, 0]
+    _assert_one_rank_and_two_agree(across_ranks / "vlm_r1", across_ranks / "vlm_r1_one", tiny_model_dir)
+
+
+@pytest.mark.timeout(600)
+def test_a_group_across_ranks_resumes_in_the_middle_as_the_uninterrupted_run(across_ranks):
+    """VLM-R1's command resumed from its checkpoint-1 on 2 ranks: step 2 (4 micro-steps of a group over both
+    ranks) equals the uninterrupted run's: weights, completions, advantages and logged numbers."""
+    resumed, uninterrupted = across_ranks / "vlm_r1_resumed", across_ranks / "vlm_r1"
+    assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[2] for r in (0, 1)] == [0, 0]
+    step2 = [r for r in _rows(uninterrupted / "completions.jsonl") if r["step"] == 2]
+    assert _rows(resumed / "completions.jsonl") == step2
+    after, before = _rows(resumed / "metrics.jsonl"), _rows(uninterrupted / "metrics.jsonl")[1:]
+    for name in _global_metrics(before):
+        np.testing.assert_allclose([m[name] for m in after], [m[name] for m in before], rtol=1e-6, err_msg=name)
+    weights = _final_weights(uninterrupted)
+    for name, value in _final_weights(resumed).items():
+        np.testing.assert_allclose(value, weights[name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_a_group_the_ranks_cannot_hold_is_refused_before_loading(across_ranks):
+    """VLM-R1's 8-GPU command (a group of 8, 1 completion per device) on 2 ranks: exit code 2, nothing written."""
+    assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[3] for r in (0, 1)] == [2, 2]
+    assert not (across_ranks / "refused").exists() or not list((across_ranks / "refused").glob("checkpoint-*"))
+
+
+@pytest.mark.timeout(600)
+def test_dynamic_sampling_decides_on_the_whole_group_across_ranks(across_ranks, tiny_model_dir):
+    """VLM-R1's command with dynamic sampling: each group lies on both ranks, which keep or drop it alike (decided
+    on the gathered rewards) and refill together: the run equals one process's. Then with a whole group per rank,
+    where a rank whose group was kept draws the refill batches without generating while the other generates: both
+    ranks end, and every step trains on a full batch."""
+    assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[4:] for r in (0, 1)] == [[0, 0], [0, 0]]
+    _assert_one_rank_and_two_agree(across_ranks / "dynamic", across_ranks / "dynamic_one", tiny_model_dir)
+    assert any(m["frac_reward_zero_std"] > 0 for m in _rows(across_ranks / "dynamic" / "metrics.jsonl"))
+    metrics = _rows(across_ranks / "dynamic_whole_groups" / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2] and max(m["num_gen_batches"] for m in metrics) > 1
+    rows = _rows(across_ranks / "dynamic_whole_groups" / "completions.jsonl")
+    assert [sum(r["step"] == step for r in rows) for step in (1, 2)] == [4, 4]  # 2 ranks x a group of 2

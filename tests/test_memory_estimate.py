@@ -100,6 +100,10 @@ def test_the_table_follows_the_memory_options():
     assert _rows(estimate(_config(freeze_vision=False), 8, 80))["vision tower"] > plain["vision tower"]
     assert _rows(estimate(_config(max_pixels=4 * 1003520), 8, 80))["rollout KV cache"] > plain["rollout KV cache"]
     assert "1280 image tokens" in estimate(_config(), 8, 80).table()
+    # PaddleMIX's 2 completions per device of a group of 8 (the rest on 3 other GPUs): 2 sequences, a quarter of 8's
+    quarter = estimate(_config(per_device_train_batch_size=2), 8, 80)
+    assert "2 sequences x" in quarter.table()
+    assert _rows(quarter)["rollout KV cache"] == pytest.approx(plain["rollout KV cache"] / 4)
 
 
 def test_fit_and_the_keys_it_suggests():

@@ -46,10 +46,13 @@ def test_paddlemix_rec_command(tmp_path, mixture, capsys):
     assert any(line.startswith("command line: max_prompt_length 1024 (TRL / transformers): prompts are not "
                                "truncated") for line in printed)
     assert sum(line.startswith("command line: ") for line in printed) == 17  # one line per translated key
-    # with the script's default NUM_GENERATIONS=8, 2 completions per GPU cannot hold a group: said plainly
-    with pytest.raises(ConfigError, match="^command line: config keys 'per_device_train_batch_size' and "
-                                          "'num_generations'.*2 is not a multiple of num_generations 8"):
-        load_config(GRPOConfig, None, paddlemix_rec_args("m", mixture, str(tmp_path / "out")))
+    # with the script's default NUM_GENERATIONS=8, 2 completions per GPU hold a quarter of a group, which lies on 4
+    # consecutive ranks (TRL's layout): its 8 GPUs take it; 2 cannot, said plainly before any model loads
+    config = load_config(GRPOConfig, None, paddlemix_rec_args("m", mixture, str(tmp_path / "out")))
+    assert (config.prompts_per_device, config.generations_per_device, config.ranks_per_group) == (1, 2, 4)
+    config.check_ranks(8)
+    with pytest.raises(ConfigError, match="a group of 8 completions takes 4 ranks of 2, but this job has 2 rank"):
+        config.check_ranks(2)
 
 
 def test_keys_with_no_meaning_here_refuse_what_would_mislead(tmp_path):

@@ -42,7 +42,7 @@ class SamplingParams:
 @dataclass
 class Rollout:
     prompt: PromptBatch
-    num_generations: int
+    num_generations: int  # G here: completions of each prompt in this rollout (a rank's part of a group spread over ranks)
     completion_ids: paddle.Tensor  # [B*G, T], pad after EOS; rows are grouped prompt by prompt
     completion_mask: paddle.Tensor  # [B*G, T] int32, 1 up to and including EOS
     truncated: paddle.Tensor  # [B*G] bool, no EOS within max_new_tokens

@@ -37,10 +37,21 @@ from .job import prepare_job
 from .metrics import MetricsLogger
 from .optim import build_optimizer
 from .resume import BatchLayout, layout_note, prompts_taken, steps_to_finish_epochs
-from .sampler import PromptSampler
+from .sampler import PromptSampler, rank_share
 from .sharding import build_update, fleet_strategy, optimizer_clips
 from .step_metrics import Stat, Sum, as_stat, merge, reduce_step_metrics
 from .step_guard import finite_flags
+
+
+@dataclasses.dataclass
+class Draw:
+    """A rank's share of a prompt batch: its samples, their opened images, each one's place in the batch and the
+    generation indices of the completions this rank makes for it."""
+
+    samples: list
+    images: list
+    places: list[int]
+    generations: list[range]
 
 
 class TrainingDiverged(RuntimeError):
@@ -58,6 +69,7 @@ class Trainer:
         self.samples = prepare_job(cfg, samples)
         sharding = self.sharding_stage
         self.rank, self.world_size = init_distributed(fleet_strategy if sharding else None, cfg.collective_timeout)
+        cfg.check_ranks(self.world_size)
         self.is_main = self.rank == 0
         # what this device runs (bf16 before sm80 becomes fp16 with a loss scaler), and whether the run fits it
         self.precision = precision_for_this_device(cfg.dtype, cfg.attn_implementation)
@@ -194,27 +206,29 @@ class Trainer:
         ckpt.load_rng_state(path)
 
     # ---- pieces of a step --------------------------------------------------------------------
-    def next_samples(self) -> tuple[list[dict], list, list[int]]:
-        """This rank's slice of the next global batch, images opened, with each sample's place in the global
-        batch. A sample whose image fails now is skipped and counted; a batch left empty on any rank is
+    def next_samples(self) -> "Draw":
+        """This rank's share of the next global batch (``sampler.rank_share``: whole groups, or part of one group),
+        images opened. A sample whose image fails now is skipped and counted; a batch left empty on any rank is
         replaced on every rank, so the ranks' samplers stay in step."""
-        per_device = self.config.prompts_per_device
+        cfg = self.config
+        share = rank_share(self.rank, cfg.completions_per_device, cfg.group_size)
         phase("reading the batch's images")
         while True:
             batch = self.sampler.next_batch()
-            samples, images, places = [], [], []
-            for place in range(self.rank * per_device, (self.rank + 1) * per_device):
+            draw = Draw([], [], [], [])
+            for place, generations in share:
                 sample = self.samples[batch[place]]
                 try:
-                    images.append(load_sample_images(sample))
+                    draw.images.append(load_sample_images(sample))
                 except DataError as e:
                     print(f"skipping sample {sample.get('_source', batch[place])}: {e}")
                     self.count("data/skipped_samples")
                     continue
-                samples.append(sample)
-                places.append(place)
-            if sum_across_ranks(float(not samples), self.world_size, "the count of empty batches") == 0:
-                return samples, images, places
+                draw.samples.append(sample)
+                draw.places.append(place)
+                draw.generations.append(generations)
+            if sum_across_ranks(float(not draw.samples), self.world_size, "the count of empty batches") == 0:
+                return draw
 
     def count(self, key: str, n: float = 1) -> None:
         """A counter of this step (summed over ranks in the logged metrics)."""

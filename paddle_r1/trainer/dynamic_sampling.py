@@ -1,10 +1,15 @@
 """DAPO's dynamic sampling (arXiv 2503.14476): groups whose G rewards all tie carry no learning signal (their
-advantages are all 0), so they are dropped and the batch is refilled from further prompt batches.
+advantages are all 0), so they are dropped and the batch is refilled from further prompt batches; EasyR1's online
+filtering band (``filter_low``, ``filter_high``) drops too the groups whose mean score says they are solved or hopeless.
 
-Here: picking the groups of a rollout that keep a signal, and joining the kept groups of several rollouts into
-one (prompts re-padded on the left, completions on the right, images concatenated in order).
+Here: picking the groups of a rollout that are kept (decided on every rank's completions of the group), and joining
+the kept groups of several rollouts into one (prompts re-padded on the left, completions on the right, images
+concatenated in order).
 """
 from __future__ import annotations
+
+import warnings
+from typing import Optional, Sequence
 
 import numpy as np
 import paddle
@@ -12,14 +17,29 @@ import paddle
 from ..generation.rollout import PromptBatch, Rollout
 
 
-def informative_groups(rewards: np.ndarray, num_generations: int) -> list[int]:
-    """Indices of the groups whose scored rewards (NaN: unscored) are not all equal: std > 0 over at least two."""
-    kept = []
-    for group, values in enumerate(rewards.reshape(-1, num_generations)):
+def kept_groups(table, filter_key: str = "overall", reward_names: Sequence[str] = (), filter_low: Optional[float] = None,
+                filter_high: Optional[float] = None) -> np.ndarray:
+    """Per group of ``table`` (``groups.GroupTable``: every rank's completions), whether dynamic sampling keeps it:
+    its scored rewards (NaN: unscored) are not all equal (std > 0 over at least two), and, with EasyR1's filtering
+    band, the mean of ``filter_key`` over its completions (``overall``: the reward; else that reward function's
+    scores, None left out) lies strictly between ``filter_low`` and ``filter_high`` (either may be None: no bound)."""
+    informative = []
+    for values in table.rewards:
         scored = values[~np.isnan(values)]
-        if scored.size > 1 and scored.max() > scored.min():
-            kept.append(group)
-    return kept
+        informative.append(scored.size > 1 and scored.max() > scored.min())
+    keep = np.asarray(informative, dtype=bool)
+    if filter_low is None and filter_high is None:
+        return keep
+    values = table.rewards if filter_key == "overall" else table.scores[:, :, list(reward_names).index(filter_key)]
+    with warnings.catch_warnings():  # a group no completion of which was scored: mean NaN, outside every band
+        warnings.simplefilter("ignore", RuntimeWarning)
+        means = np.nanmean(values, axis=1)
+    inside = np.ones_like(keep)
+    if filter_low is not None:
+        inside &= means > filter_low
+    if filter_high is not None:
+        inside &= means < filter_high
+    return keep & inside
 
 
 def _image_rows(grid: paddle.Tensor, images_per_prompt: list[int]) -> list[tuple[int, int]]:

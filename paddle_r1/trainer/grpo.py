@@ -24,10 +24,12 @@ from ..generation.decoder import ONE_TOKEN_RUNS, supports as decoder_supports
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, reward_columns
-from .base import Trainer
-from .distributed import phase, sum_across_ranks
-from .dynamic_sampling import concat_rollouts, informative_groups, select_groups
-from .loss import advantages_for, completion_logprobs, grpo_loss, kl_divergence, overlong_penalty
+from .base import Draw, Trainer
+from .distributed import gather_objects, phase, sum_across_ranks
+from .dynamic_sampling import concat_rollouts, kept_groups, select_groups
+from .groups import GroupTable, gather_groups
+from .loss import (LossSettings, completion_logprobs, entropy_threshold, grpo_loss, high_entropy_mask,
+                   kl_divergence, overlong_penalty)
 from .resume import BatchLayout
 from .step_metrics import Max, Mean, Same, Std, Sum
 
@@ -61,7 +63,9 @@ class Experience:
 
 @dataclass
 class _Candidates:
-    """Completions and their scores before advantages: one rollout's, or the kept groups of several."""
+    """Completions and their scores before advantages: one rollout's, or the kept groups of several. Per prompt,
+    its group's key (refill batch of dynamic sampling, place in the prompt batch: alike on every rank holding a part
+    of the group) and the generation indices of its completions here."""
 
     rollout: Rollout
     texts: list
@@ -71,6 +75,8 @@ class _Candidates:
     scores: np.ndarray
     rewards: np.ndarray
     seconds: float
+    keys: list
+    generations: list
 
     def group(self, i: int) -> "_Candidates":
         g = self.rollout.num_generations
@@ -78,7 +84,7 @@ class _Candidates:
         images_per_prompt = [len(sizes) for sizes in self.image_sizes]
         return _Candidates(select_groups(self.rollout, [i], images_per_prompt), self.texts[rows], [self.samples[i]],
                            [self.image_sizes[i]], [self.input_sizes[i]], self.scores[rows], self.rewards[rows],
-                           self.seconds)
+                           self.seconds, [self.keys[i]], [self.generations[i]])
 
     @staticmethod
     def join(groups: list["_Candidates"], pad_token_id: int, seconds: float) -> "_Candidates":
@@ -88,7 +94,12 @@ class _Candidates:
         return _Candidates(concat_rollouts([c.rollout for c in groups], pad_token_id), joined("texts"),
                            joined("samples"), joined("image_sizes"), joined("input_sizes"),
                            np.concatenate([c.scores for c in groups]), np.concatenate([c.rewards for c in groups]),
-                           seconds)
+                           seconds, joined("keys"), joined("generations"))
+
+    def completion_keys(self) -> tuple[list, list[int]]:
+        """Per completion, its group's key and its generation index."""
+        return ([key for key, gens in zip(self.keys, self.generations) for _ in gens],
+                [g for gens in self.generations for g in gens])
 
 
 REFERENCE_ADAPTER_FILE = "reference_adapter.pdparams"
@@ -104,6 +115,7 @@ class GRPOTrainer(Trainer):
                                        top_p=config.top_p, top_k=config.top_k, engine=config.rollout_engine)
         self.buffer: list[Experience] = []
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
+        self.loss_settings = LossSettings.of(config)
         super().__init__(config, samples, heldout)
         if config.rollout_engine == "one_token" and not decoder_supports(self.policy):
             raise ConfigError(f"config key 'rollout_engine': one_token {ONE_TOKEN_RUNS}; this run needs auto or "
@@ -149,8 +161,8 @@ class GRPOTrainer(Trainer):
             raise ConfigError(
                 f"config key 'resume_from_checkpoint': {path} was saved mid-way through num_iterations (its rollout "
                 f"buffers {', '.join(buffers)} are per rank and micro-batch: {saved.ranks} rank(s) x "
-                f"{saved.prompts_per_device} prompt(s) x {saved.accumulation} micro-step(s)); this run has "
-                f"{now.ranks} x {now.prompts_per_device} x {now.accumulation}. Resume it with its layout, or from a "
+                f"{saved.per_device_batch} completion(s) x {saved.accumulation} micro-step(s)); this run has "
+                f"{now.ranks} x {now.per_device_batch} x {now.accumulation}. Resume it with its layout, or from a "
                 "checkpoint whose step is a multiple of num_iterations (a save_steps that is one gives only such "
                 "checkpoints)", keys=("resume_from_checkpoint",))
 
@@ -175,71 +187,91 @@ class GRPOTrainer(Trainer):
                 return completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature)
         return completion_logprobs(self.reference, rollout, cfg.logprob_chunk_size, cfg.temperature)
 
-    def _uniforms(self, micro_batch: int, places: list[int], gen_batch: int = 0) -> paddle.Tensor:
+    def _uniforms(self, micro_batch: int, draw: Draw, gen_batch: int = 0) -> paddle.Tensor:
         """The random numbers each completion samples with, from (seed, step, micro-batch, place in the global
-        batch, generation[, refill batch of dynamic sampling]): the same completions on any number of ranks,
-        and after a resume."""
+        batch, generation[, refill batch of dynamic sampling]): the same completions on any number of ranks, whichever
+        rank makes them, and after a resume."""
         cfg = self.config
         refill = [gen_batch] if gen_batch else []
         rows = [np.random.default_rng([cfg.seed, self.step, micro_batch, place, g] + refill)
-                .random(cfg.max_completion_length) for place in places for g in range(cfg.num_generations)]
+                .random(cfg.max_completion_length) for place, gens in zip(draw.places, draw.generations) for g in gens]
         return paddle.to_tensor(np.stack(rows).astype("float32"))
 
-    def _rollout(self, micro_batch: int, gen_batch: int = 0) -> _Candidates:
-        """This rank's next prompts, their G completions each, and every reward's score."""
+    def _rollout(self, micro_batch: int, gen_batch: int = 0, generate: bool = True) -> tuple[_Candidates, GroupTable]:
+        """This rank's share of the next prompts, their completions and every reward's score; and the table of the
+        batch's groups over all ranks (every rank joins it; ``generate`` false: a rank that needs no more groups
+        draws the batch, so the samplers stay in step, and adds nothing)."""
         cfg = self.config
-        samples, images, places = self.next_samples()
+        draw = self.next_samples()
+        if not generate:
+            nothing = _Candidates(None, [], [], [], [], np.zeros((0, len(self.rewards.names))), np.zeros(0), 0.0,
+                                  [], [])
+            return nothing, self._groups(nothing, nothing.rewards, np.zeros(0), "the refill batch's rewards")
         phase("rollout")
         start = time.perf_counter()
-        generation = self.generator.generate(samples, cfg.num_generations, self.sampling, cfg.question_template,
-                                             cfg.system_prompt, images=images,
-                                             uniforms=self._uniforms(micro_batch, places, gen_batch))
+        generations = len(draw.generations[0])  # alike for every prompt of a rank (config: whole groups or a part)
+        generation = self.generator.generate(draw.samples, generations, self.sampling, cfg.question_template,
+                                             cfg.system_prompt, images=draw.images,
+                                             uniforms=self._uniforms(micro_batch, draw, gen_batch))
         seconds = time.perf_counter() - start
         facts = generation.facts
-        columns = reward_columns(samples, facts.image_sizes, facts.input_sizes, self.coord_system,
-                                 repeat=cfg.num_generations)
+        columns = reward_columns(draw.samples, facts.image_sizes, facts.input_sizes, self.coord_system,
+                                 repeat=generations)
         phase("rewards")
         scores = self.rewards.score(generation.texts, columns)
         for key, value in scores.counters.items():
             self.count(key, value)
-        # TRL's frac_reward_zero_std, over every group generated (with dynamic sampling, the dropped ones too)
-        zero_std = _zero_std_groups(scores.rewards, cfg.num_generations)
-        self.record("frac_reward_zero_std", Mean(float(zero_std.sum()), float(zero_std.size)))
         rewards = scores.rewards
+        lengths = generation.rollout.completion_mask.sum(axis=1).numpy()
         if cfg.overlong_buffer:
-            lengths = generation.rollout.completion_mask.sum(axis=1).tolist()
-            rewards = rewards + np.asarray(overlong_penalty(lengths, cfg.max_completion_length, cfg.overlong_buffer,
-                                                            cfg.overlong_penalty_factor), dtype="float32")
-        return _Candidates(generation.rollout, generation.texts, samples, facts.image_sizes, facts.input_sizes,
-                           scores.per_function, rewards, seconds)
+            rewards = rewards + np.asarray(overlong_penalty(lengths.tolist(), cfg.max_completion_length,
+                                                            cfg.overlong_buffer, cfg.overlong_penalty_factor),
+                                           dtype="float32")
+        candidates = _Candidates(generation.rollout, generation.texts, draw.samples, facts.image_sizes,
+                                 facts.input_sizes, scores.per_function, rewards, seconds,
+                                 [(gen_batch, place) for place in draw.places], draw.generations)
+        table = self._groups(candidates, rewards, lengths, "the rollout's rewards")
+        # TRL's frac_reward_zero_std, over every group generated (with dynamic sampling, the dropped ones too)
+        zero_std = table.local_groups(table.zero_std())
+        self.record("frac_reward_zero_std", Mean(float(zero_std.sum()), float(zero_std.size)))
+        return candidates, table
+
+    def _groups(self, candidates: _Candidates, rewards: np.ndarray, lengths: np.ndarray, where: str) -> GroupTable:
+        """The groups of ``candidates`` over all ranks (``groups.gather_groups``), with these ``rewards``."""
+        keys, generations = candidates.completion_keys()
+        return gather_groups(keys, generations, rewards, candidates.scores, lengths, self.config.num_generations,
+                             self.world_size, where)
 
     def _dynamic_rollout(self, micro_batch: int) -> _Candidates:
-        """DAPO's dynamic sampling: groups whose rewards all tie are dropped and further prompt batches are drawn
-        until this rank has its ``per_device`` informative groups or ``max_num_gen_batches`` were drawn (then the
-        last tied groups fill the batch: they get advantage 0). Every rank draws as many batches as the rank that
-        needs most, so the samplers stay in step; a rank already full draws without generating."""
+        """DAPO's dynamic sampling: groups whose rewards all tie (or, with the filtering band, whose mean of
+        ``filter_key`` lies outside it) are dropped and further prompt batches are drawn until this rank has its
+        ``prompts_per_device`` groups (or parts of groups) or ``max_num_gen_batches`` were drawn (then the last
+        dropped groups fill the batch). Decided on the groups over all ranks, so the ranks sharing a group keep or
+        drop it alike. Every rank draws as many batches as the rank that needs most, so the samplers stay in step;
+        a rank already full draws without generating."""
         cfg = self.config
-        wanted, kept, tied = self.config.prompts_per_device, [], []
+        wanted, kept, dropped = cfg.prompts_per_device, [], []
         drawn, seconds = 0, 0.0
         while drawn < cfg.max_num_gen_batches:
             if sum_across_ranks(float(len(kept) < wanted), self.world_size, "the count of ranks still sampling") == 0:
                 break
-            if len(kept) >= wanted:
-                self.next_samples()
-            else:
-                candidates = self._rollout(micro_batch, drawn)
+            candidates, table = self._rollout(micro_batch, drawn, generate=len(kept) < wanted)
+            if candidates.rollout is not None:
                 seconds += candidates.seconds
-                informative = informative_groups(candidates.rewards, cfg.num_generations)
-                kept += [candidates.group(i) for i in informative][:wanted - len(kept)]
-                tied = [candidates.group(i) for i in range(candidates.rollout.prompt.size) if i not in informative]
+                keep = table.local_groups(kept_groups(table, cfg.filter_key, self.rewards.names, cfg.filter_low,
+                                                      cfg.filter_high))
+                per_prompt = candidates.rollout.num_generations
+                groups = [candidates.group(i) for i in range(candidates.rollout.prompt.size)]
+                kept += [group for i, group in enumerate(groups) if keep[i * per_prompt]][:wanted - len(kept)]
+                dropped = [group for i, group in enumerate(groups) if not keep[i * per_prompt]]
             drawn += 1
-        chosen = kept + tied[:wanted - len(kept)]
+        chosen = kept + dropped[:wanted - len(kept)]
         self.record("num_gen_batches", Same(drawn))  # every rank draws as many
         return _Candidates.join(chosen, self.generator.tokenizer.pad_token_id, seconds)
 
     def make_experience(self, micro_batch: int = 0) -> Experience:
         cfg = self.config
-        candidates = self._dynamic_rollout(micro_batch) if cfg.dynamic_sampling else self._rollout(micro_batch)
+        candidates = self._dynamic_rollout(micro_batch) if cfg.dynamic_sampling else self._rollout(micro_batch)[0]
         rollout, rewards = candidates.rollout, candidates.rewards
         mask = rollout.completion_mask
         if cfg.mask_truncated_completions:
@@ -254,8 +286,10 @@ class GRPOTrainer(Trainer):
             kl = (kl_divergence(old_logp, ref_logp, cfg.kl_estimator) * mask.astype("float32")).sum(axis=1)
             rewards = rewards - cfg.beta * kl.numpy()
             ref_logp = None
-        advantages = advantages_for(cfg.adv_estimator, paddle.to_tensor(rewards), cfg.num_generations, mask,
-                                    cfg.scale_rewards)
+        # advantages on the micro-step's groups over all ranks, as TRL computes them on the gathered rewards
+        table = self._groups(candidates, rewards, mask.sum(axis=1).numpy(), "the rewards for the advantages")
+        advantages = table.advantages(cfg.adv_estimator, cfg.scale_rewards, cfg.multi_objective_aggregation,
+                                      self.rewards.weights.tolist())
         return Experience(rollout=rollout, mask=mask, advantages=advantages,
                           old_logp=old_logp if cfg.num_iterations > 1 else None, ref_logp=ref_logp,
                           scores=candidates.scores, rewards=rewards, texts=candidates.texts,
@@ -267,23 +301,20 @@ class GRPOTrainer(Trainer):
         start = time.perf_counter()
         if self.step % cfg.num_iterations == 0:
             self.buffer = [self.make_experience(i) for i in range(cfg.gradient_accumulation_steps)]
-        # dapo divides by the step's completion tokens over all ranks; gradients are then averaged over ranks
+        # dapo, cispo and vespo divide by the step's completion tokens over all ranks; gradients are then averaged
         local_tokens = float(sum(float(e.mask.sum()) for e in self.buffer))
         tokens_in_step = sum_across_ranks(local_tokens, self.world_size, "the step's token count") / self.world_size
         phase("training forward and backward")
         losses, stats, entropy_sums = [], [], []
         for i, exp in enumerate(self.buffer):
-            logp, entropy = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature, with_entropy=True)
-            entropy_sums.append((entropy * exp.mask.astype(entropy.dtype)).sum())
+            logp, entropy = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature, with_entropy=True,
+                                         entropy_gradient=cfg.entropy_coef != 0)
+            mask = exp.mask.astype(entropy.dtype)
+            entropy_sums.append((entropy.detach() * mask).sum())
             old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
-            loss, loss_stats = grpo_loss(
-                logp, old_logp, exp.ref_logp, exp.advantages, exp.mask,
-                beta=cfg.beta if cfg.use_kl_loss else 0.0,  # else the KL is already in the reward
-                epsilon_low=cfg.epsilon, epsilon_high=cfg.clip_high, loss_type=cfg.loss_type,
-                max_completion_length=cfg.max_completion_length, num_items_in_batch=tokens_in_step,
-                kl_estimator=cfg.kl_estimator, importance_sampling_level=cfg.importance_sampling_level)
-            if cfg.loss_type != "dapo":  # dapo already divides by the whole step's token count
-                loss = loss / cfg.gradient_accumulation_steps
+            loss, loss_stats = grpo_loss(logp, old_logp, exp.ref_logp, exp.advantages, exp.mask, self.loss_settings,
+                                         num_items_in_batch=tokens_in_step, entropies=entropy,
+                                         entropy_mask=self._high_entropy_mask(entropy.detach(), mask))
             self.backward(loss, last=i == len(self.buffer) - 1)
             losses.append(float(loss))
             stats.append(loss_stats)
@@ -293,6 +324,15 @@ class GRPOTrainer(Trainer):
         # averages the micro-batches' means instead); one host read
         entropy = Mean(float(paddle.stack(entropy_sums).sum()), local_tokens)
         return self.step_metrics(self._step_stats(losses, stats, update, time.perf_counter() - start, entropy))
+
+    def _high_entropy_mask(self, entropy: paddle.Tensor, mask: paddle.Tensor) -> Optional[paddle.Tensor]:
+        """With ``top_entropy_quantile`` < 1, the micro-batch's tokens at or above the quantile of the entropies of
+        its completion tokens over all ranks (TRL gathers them across processes); else None."""
+        if self.config.top_entropy_quantile >= 1.0:
+            return None
+        local = entropy.numpy()[mask.numpy() > 0]
+        every = np.concatenate(gather_objects(local, self.world_size, "the micro-batch's entropies"))
+        return high_entropy_mask(entropy, mask, entropy_threshold(every, self.config.top_entropy_quantile))
 
     @paddle.no_grad()
     def _update_reference(self) -> None:
@@ -327,11 +367,7 @@ class GRPOTrainer(Trainer):
             "loss": Mean.one(sum(losses)),
             "reward": Mean.of(rewards),
             "reward_std": Std.of(rewards),
-            "kl": Mean.of([s.kl for s in stats]),  # per micro-batch, as TRL gathers them
             "entropy": entropy,
-            "clip_ratio/low_mean": Mean.of([s.clip_low for s in stats]),
-            "clip_ratio/high_mean": Mean.of([s.clip_high for s in stats]),
-            "clip_ratio/region_mean": Mean.of([s.clip_region for s in stats]),
             "completion_length": Mean.of(lengths),
             "completion_length/max": Max(float(lengths.max())),
             "truncated_ratio": Mean.of(truncated),
@@ -343,15 +379,18 @@ class GRPOTrainer(Trainer):
         for j, name in enumerate(self.rewards.names):
             metrics[f"rewards/{name}/mean"] = Mean.of(scores[:, j])
             metrics[f"rewards/{name}/std"] = Std.of(scores[:, j])
+        # the loss's own statistics (kl, clip ratios, cispo_clip_ratio, ...): per micro-batch, as TRL gathers them
+        for key in dict.fromkeys(key for s in stats for key in s):
+            metrics[key] = Mean.of([s[key] for s in stats if key in s])
         return metrics
 
     def completion_rows(self) -> Optional[list[dict]]:
         every = self.config.log_completions_steps
         if not every or self.step % every:
             return None
-        g = self.config.num_generations
         rows = []
         for exp in self.buffer:
+            g = exp.rollout.num_generations  # this rank's completions of each of its prompts
             advantages = exp.advantages.numpy()
             for i, text in enumerate(exp.texts):
                 sample = exp.samples[i // g]
@@ -365,16 +404,6 @@ class GRPOTrainer(Trainer):
                     row[f"reward/{name}"] = _json_number(exp.scores[i, j])
                 rows.append(row)
         return rows
-
-
-def _zero_std_groups(rewards: np.ndarray, num_generations: int) -> np.ndarray:
-    """Per completion, whether its group's rewards have zero std (TRL: ``isclose(nanstd(group), 0)``; a group
-    with fewer than two scored completions has std NaN, not zero)."""
-    zero = []
-    for values in rewards.reshape(-1, num_generations):
-        kept = values[~np.isnan(values)]
-        zero.append(kept.size > 1 and np.isclose(kept.std(ddof=1), 0.0, rtol=1e-5, atol=1e-8))
-    return np.repeat(np.asarray(zero, dtype=bool), num_generations)
 
 
 def _json_number(value) -> Optional[float]:

@@ -1,5 +1,5 @@
-"""The GRPO objective: per-token log-probs of the completions, group advantages, and the policy loss (with TRL's
-loss-type normalisations).
+"""The GRPO objective: per-token log-probs of the completions, group advantages, and the policy loss (TRL 1.16's
+loss types, each one objective and one normalisation in ``LOSS_TYPES``).
 
 Log-probs are computed without a full [N, T, vocab] log-softmax: the decoder runs once over prompt +
 completion; the LM head and log-softmax then run on chunks of at most ``chunk_size`` completion positions. With
@@ -12,8 +12,12 @@ read from the same chunk's softmax.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
+from typing import Callable, Optional
 
+import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 from paddle.distributed.fleet.utils import recompute
@@ -29,57 +33,68 @@ class _TargetLogSoftmax(PyLayer):
     logit (a probability >= 1/V there, so it never underflows: no clamp as in ``cross_entropy``, which stops at
     -64); targets are picked by flat index (``take_along_axis`` cost as much as the softmax here on CPU).
 
-    With ``with_entropy`` also each row's entropy H = -sum_v p_v log p_v = log-sum-exp - sum_v p_v logit_v, from
-    the same softmax (a batched dot product per row: no [N, V] temporary), as a second output without gradient
-    (a metric; ``mark_non_differentiable``, and ``backward`` ignores the zeros it receives for it). Rounding can
-    leave a peaked row's entropy a hair below 0; it is clipped there. The float32 dot product over the vocabulary
-    is within ~2e-3 of float64 at vocab 151,936 with logits up to ~30 (exact to ~1e-5 at small vocabularies)."""
+    ``entropy`` "none": the log-probs alone. "metric": also each row's entropy H = -sum_v p_v log p_v =
+    log-sum-exp - sum_v p_v z_v, from the same softmax (a batched dot product per row: no [N, V] temporary), as a
+    second output without gradient (``mark_non_differentiable``; ``backward`` ignores the zeros it receives for
+    it). "gradient": the same entropy with its gradient dH/dz_v = -p_v (z_v - sum_u p_u z_u) (``entropy_coef``'s
+    bonus), for which the logits are kept until the backward. Rounding can leave a peaked row's entropy a hair
+    below 0; it is clipped there. The float32 dot product over the vocabulary is within ~2e-3 of float64 at vocab
+    151,936 with logits up to ~30 (exact to ~1e-5 at small vocabularies)."""
 
     @staticmethod
-    def forward(ctx, logits, targets, with_entropy=False):
+    def forward(ctx, logits, targets, entropy="none"):
         probs = paddle.nn.functional.softmax(logits, axis=-1)
         offsets = paddle.arange(logits.shape[0], dtype=targets.dtype) * logits.shape[1]
         top = paddle.gather(probs.reshape([-1]), offsets + logits.argmax(axis=-1))
         log_normalizer = logits.max(axis=-1) - paddle.log(top)
         picked = offsets + targets
-        ctx.save_for_backward(probs, picked)
         logp = paddle.gather(logits.reshape([-1]), picked) - log_normalizer
-        if not with_entropy:
+        if entropy == "none":
+            ctx.save_for_backward(probs, picked)
             return logp
         expected_logit = paddle.bmm(probs.unsqueeze(1), logits.unsqueeze(2)).reshape([-1])
-        entropy = (log_normalizer - expected_logit).clip(min=0.0)
-        ctx.mark_non_differentiable(entropy)
-        return logp, entropy
+        row_entropy = (log_normalizer - expected_logit).clip(min=0.0)
+        if entropy == "gradient":
+            ctx.save_for_backward(probs, picked, logits, expected_logit)
+        else:
+            ctx.save_for_backward(probs, picked)
+            ctx.mark_non_differentiable(row_entropy)
+        return logp, row_entropy
 
     @staticmethod
-    def backward(ctx, grad, *_entropy_grad):
-        probs, picked = ctx.saved_tensor()
-        flat = (probs * -grad.unsqueeze(-1)).reshape([-1])
+    def backward(ctx, grad, *entropy_grad):
+        probs, picked, *for_entropy = ctx.saved_tensor()
+        flat = probs * -grad.unsqueeze(-1)
+        if for_entropy and entropy_grad[0] is not None:
+            logits, expected_logit = for_entropy
+            flat = flat - probs * (logits - expected_logit.unsqueeze(-1)) * entropy_grad[0].unsqueeze(-1)
+        flat = flat.reshape([-1])
         paddle.scatter_(flat, picked, paddle.gather(flat, picked) + grad)
         return flat.reshape(probs.shape), None
 
 
 def _token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, temperature: float,
-                    with_entropy: bool = False):
+                    entropy: str = "none"):
     logits = lm_head(hidden).astype("float32")
     if temperature > 0 and temperature != 1:
         logits = logits / temperature
-    return _TargetLogSoftmax.apply(logits, targets, with_entropy)
+    return _TargetLogSoftmax.apply(logits, targets, entropy)
 
 
 def chunked_token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, chunk_size: int,
-                           temperature: float = 1.0, with_entropy: bool = False):
+                           temperature: float = 1.0, with_entropy: bool = False, entropy_gradient: bool = False):
     """log softmax(lm_head(hidden) / temperature)[targets], shape of ``targets``, ``chunk_size`` rows at a time.
     When one chunk holds every row there is no memory to bound: no slicing and no recompute.
 
     ``with_entropy``: (log-probs, entropies), the entropy of softmax(lm_head(hidden) / temperature) at every
     position, from the same pass over each chunk (recomputed chunks compute it again in the backward, one dot
-    product per row); the entropies carry no gradient."""
+    product per row); the entropies carry no gradient unless ``entropy_gradient`` (the entropy bonus)."""
+    entropy = ("gradient" if entropy_gradient else "metric") if with_entropy else "none"
     shape = targets.shape
     flat_hidden = hidden.reshape([-1, hidden.shape[-1]])
     flat_targets = targets.reshape([-1])
     if flat_targets.shape[0] <= chunk_size:
-        pieces = [_token_logprobs(lm_head, flat_hidden, flat_targets, temperature, with_entropy)]
+        pieces = [_token_logprobs(lm_head, flat_hidden, flat_targets, temperature, entropy)]
     else:
         use_recompute = not flat_hidden.stop_gradient
         pieces = []
@@ -87,13 +102,13 @@ def chunked_token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tenso
             h = flat_hidden[start:start + chunk_size]
             t = flat_targets[start:start + chunk_size]
             if use_recompute:
-                pieces.append(recompute(_token_logprobs, lm_head, h, t, temperature, with_entropy,
-                                        use_reentrant=True))
+                pieces.append(recompute(_token_logprobs, lm_head, h, t, temperature, entropy, use_reentrant=True))
             else:
-                pieces.append(_token_logprobs(lm_head, h, t, temperature, with_entropy))
+                pieces.append(_token_logprobs(lm_head, h, t, temperature, entropy))
     if not with_entropy:
         return _joined(pieces, shape)
-    return _joined([p[0] for p in pieces], shape), _joined([p[1] for p in pieces], shape).detach()
+    entropies = _joined([p[1] for p in pieces], shape)
+    return _joined([p[0] for p in pieces], shape), entropies if entropy_gradient else entropies.detach()
 
 
 def _joined(pieces: list, shape) -> paddle.Tensor:
@@ -101,9 +116,10 @@ def _joined(pieces: list, shape) -> paddle.Tensor:
 
 
 def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: float = 1.0,
-                        with_entropy: bool = False):
+                        with_entropy: bool = False, entropy_gradient: bool = False):
     """[B*G, T] log-probs of ``rollout.completion_ids`` under ``model`` (grad flows if enabled); with
-    ``with_entropy`` (log-probs, [B*G, T] entropies of the policy at each completion position, no gradient).
+    ``with_entropy`` (log-probs, [B*G, T] entropies of the policy at each completion position, without gradient
+    unless ``entropy_gradient``).
 
     The prompt goes through the decoder once per prompt and its K/V are repeated for its G completions
     (``RepeatedPrompt``). Each row runs whole instead under gradient checkpointing (a recomputed layer's K/V are
@@ -113,7 +129,7 @@ def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: f
     shared = inputs[0].deepstack is None and not recomputes_layers(text_decoder(model).config)
     hidden = (_shared_prompt_hidden if shared else _full_rows_hidden)(model, rollout, inputs)
     return chunked_token_logprobs(model.lm_head, hidden, rollout.completion_ids, chunk_size, temperature,
-                                  with_entropy)
+                                  with_entropy, entropy_gradient)
 
 
 def _completion_inputs(model, rollout: Rollout):
@@ -203,14 +219,14 @@ def rloo_advantages(rewards: paddle.Tensor, num_generations: int, **_) -> paddle
     return _zero_nan((centered * scale).reshape([-1]))
 
 
-def reinforce_plus_plus_advantages(rewards: paddle.Tensor, num_generations: int, mask: paddle.Tensor,
+def reinforce_plus_plus_advantages(rewards: paddle.Tensor, num_generations: int, lengths: paddle.Tensor,
                                    **_) -> paddle.Tensor:
     """REINFORCE++ (arXiv 2501.03262) with an outcome reward, as EasyR1 computes it: every completion token's
     return is the completion's reward (gamma 1), whitened over all completion tokens of the batch:
-    A_i = (r_i - mu) / sqrt(var + 1e-8), mu and the unbiased var over tokens (a completion weighs by its length);
-    no group baseline."""
+    A_i = (r_i - mu) / sqrt(var + 1e-8), mu and the unbiased var over tokens (a completion weighs by its length
+    ``lengths``); no group baseline."""
     valid = ~paddle.isnan(rewards)
-    lengths = mask.astype(rewards.dtype).sum(axis=1) * valid.astype(rewards.dtype)
+    lengths = lengths.astype(rewards.dtype) * valid.astype(rewards.dtype)
     filled = paddle.where(valid, rewards, paddle.zeros_like(rewards))
     tokens = lengths.sum()
     mean = (filled * lengths).sum() / tokens
@@ -233,10 +249,29 @@ ADVANTAGE_ESTIMATORS = {
 }
 
 
-def advantages_for(estimator: str, rewards: paddle.Tensor, num_generations: int, mask: paddle.Tensor,
+def advantages_for(estimator: str, rewards: paddle.Tensor, num_generations: int, lengths: paddle.Tensor,
                    scale_rewards: str = "group") -> paddle.Tensor:
-    """The advantage of each completion by the named estimator (config key ``adv_estimator``)."""
-    return ADVANTAGE_ESTIMATORS[estimator](rewards, num_generations, mask=mask, scale_rewards=scale_rewards)
+    """The advantage of each completion by the named estimator (config key ``adv_estimator``); ``lengths``: each
+    completion's tokens."""
+    return ADVANTAGE_ESTIMATORS[estimator](rewards, num_generations, lengths=lengths, scale_rewards=scale_rewards)
+
+
+def normalize_then_sum_advantages(scores: paddle.Tensor, weights, num_generations: int) -> paddle.Tensor:
+    """GDPO (arXiv 2601.05242; TRL's ``multi_objective_aggregation`` normalize_then_sum) on [N, F] per-function
+    scores (NaN: not scored): each function's scores normalised within their group,
+    s'_ik = (s_ik - mean_group_k) / (std_group_k + 1e-4), then r_i = sum_k w_k s'_ik over the functions that scored
+    it (NaN when none did), then normalised over the batch: A_i = (r_i - mean(r)) / (std(r) + 1e-4); NaN -> 0."""
+    functions = scores.shape[1]
+    valid = ~paddle.isnan(scores)
+    grouped, grouped_valid = scores.reshape([-1, num_generations, functions]), valid.reshape(
+        [-1, num_generations, functions])
+    normalised = ((grouped - _nan_mean(grouped, grouped_valid, axis=1))
+                  / (_nan_std(grouped, grouped_valid, axis=1) + 1e-4)).reshape([-1, functions])
+    weight = paddle.to_tensor(list(weights), dtype=scores.dtype).unsqueeze(0)
+    rewards = paddle.where(paddle.isnan(normalised), paddle.zeros_like(normalised), normalised * weight).sum(axis=1)
+    scored = valid.any(axis=1)
+    rewards = paddle.where(scored, rewards, paddle.full_like(rewards, float("nan")))
+    return _zero_nan((rewards - _nan_mean(rewards, scored)) / (_nan_std(rewards, scored) + 1e-4))
 
 
 def kl_divergence(logp: paddle.Tensor, ref_logp: paddle.Tensor, estimator: str = "k3") -> paddle.Tensor:
@@ -259,74 +294,239 @@ def overlong_penalty(lengths, max_completion_length: int, buffer: int, factor: f
     return [-factor * min(max(length - start, 0), buffer) / buffer for length in lengths]
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """The policy loss's settings: GRPOConfig's keys of the same names, read as TRL 1.16 reads them (``of``)."""
+
+    loss_type: str = "grpo"
+    beta: float = 0.0  # 0: no KL term in the loss
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2  # cispo: the cap of the importance weight itself (ScaleRL's eps_max)
+    max_completion_length: int = 1
+    kl_estimator: str = "k3"
+    importance_sampling_level: str = "token"
+    delta: Optional[float] = None
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
+    off_policy_mask_threshold: Optional[float] = None
+    use_bias_correction_kl: bool = False
+    entropy_coef: float = 0.0
+    gradient_accumulation_steps: int = 1
+
+    @classmethod
+    def of(cls, config) -> "LossSettings":
+        """From a GRPOConfig; the KL is in the loss only with ``use_kl_loss`` (else the trainer puts it in the
+        reward)."""
+        own = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls)
+               if f.name not in ("beta", "epsilon_low", "epsilon_high")}
+        return cls(**own, beta=config.beta if config.use_kl_loss else 0.0, epsilon_low=config.epsilon,
+                   epsilon_high=config.clip_high)
+
+
 @dataclass
-class LossStats:
-    kl: float
-    clip_low: float
-    clip_high: float
-    clip_region: float
+class _Weights:
+    """What every loss type starts from, for N completions of T tokens: the policy's log-probs, the per-token
+    log-ratio to the old policy, the importance weight w (coef_1: per token [N, T], or per completion [N, 1] at
+    sequence level), the advantages [N, 1] and the float mask."""
+
+    logp: paddle.Tensor
+    log_ratio: paddle.Tensor
+    weight: paddle.Tensor
+    advantages: paddle.Tensor
+    mask: paddle.Tensor
 
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, epsilon_low: float,
-              epsilon_high: float, loss_type: str, max_completion_length: int,
-              num_items_in_batch: float | None = None, kl_estimator: str = "k3",
-              importance_sampling_level: str = "token") -> tuple[paddle.Tensor, LossStats]:
-    """Clipped policy-gradient loss with a KL penalty.
+def clipped_objective(w: _Weights, s: LossSettings):
+    """grpo, bnpo, dr_grpo, dapo, luspo: PPO's clipped surrogate
+    l_t = -min(min(w, delta) A, clip(w, 1 - eps_low, 1 + eps_high) A);
+    ``delta`` (INTELLECT-2's two-sided clipping; None: off) caps w, which only a negative advantage reaches.
+    Logged: the fractions clipped below (w < 1 - eps_low, A < 0), above (w > 1 + eps_high, A > 0) and either."""
+    clipped = paddle.clip(w.weight, 1 - s.epsilon_low, 1 + s.epsilon_high)
+    weight = w.weight if s.delta is None else paddle.clip(w.weight, max=s.delta)
+    per_token = -paddle.minimum(weight * w.advantages, clipped * w.advantages)
+    low = (weight < 1 - s.epsilon_low) & (w.advantages < 0)
+    high = (weight > 1 + s.epsilon_high) & (w.advantages > 0)
+    return per_token, {"clip_ratio/low_mean": _masked_mean(low, w.mask),
+                       "clip_ratio/high_mean": _masked_mean(high, w.mask),
+                       "clip_ratio/region_mean": _masked_mean(low | high, w.mask)}
 
-    ratio_t = exp(logp_t - old_logp_t)  (importance_sampling_level "token"), or for every token of sequence i
-    ratio_i = exp(sum_t m_t (logp_t - old_logp_t) / sum_t m_t)  ("sequence": GSPO, arXiv 2507.18071, as TRL)
-    l_t = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A) + beta * kl_t
-    kl_t = ``kl_divergence(logp, ref, kl_estimator)``, k3 by default: exp(ref_t - logp_t) - (ref_t - logp_t) - 1
-    (beta 0: no KL term in the loss; with use_kl_loss off the trainer puts it in the reward instead).
 
-    Normalisation over the mask m (N rows, T tokens):
-    grpo: mean_i( sum_t l m / sum_t m );  bnpo: sum l m / sum m;
-    dr_grpo: sum l m / (N * max_completion_length);  dapo: sum l m / num_items_in_batch
-    (completion tokens in the whole optimizer step, across accumulation micro-batches).
+def cispo_objective(w: _Weights, s: LossSettings):
+    """cispo (MiniMax-M1, arXiv 2506.13585; ScaleRL): the importance weight is clipped, not the advantage-scaled
+    one, and carries no gradient: l_t = -sg(min(w, eps_max)) A logp_t, with eps_max = ``epsilon_high``.
+    Logged: ``cispo_clip_ratio``, the fraction with w > eps_max and A > 0."""
+    capped = paddle.clip(w.weight, max=s.epsilon_high).detach()
+    clipped = (w.weight > s.epsilon_high) & (w.advantages > 0)
+    return -capped * w.advantages * w.logp, {"cispo_clip_ratio": _masked_mean(clipped, w.mask)}
+
+
+def sapo_objective(w: _Weights, s: LossSettings):
+    """sapo (Soft Adaptive Policy Optimization, arXiv 2511.20347): a smooth gate instead of the clip,
+    l_t = -sigmoid(tau (w - 1)) * 4 / tau * A, tau = ``sapo_temperature_pos`` for A > 0, else
+    ``sapo_temperature_neg``."""
+    tau = paddle.where(w.advantages > 0, paddle.full_like(w.advantages, s.sapo_temperature_pos),
+                       paddle.full_like(w.advantages, s.sapo_temperature_neg))
+    return -paddle.nn.functional.sigmoid(tau * (w.weight - 1)) * 4 / tau * w.advantages, {}
+
+
+def vespo_objective(w: _Weights, s: LossSettings):
+    """vespo (Variational Sequence-level Soft Policy Optimization, arXiv 2602.10693): l_t = -sg(phi(W)) A logp_t
+    with W = exp(clip(sum_t m_t clip(log_ratio_t, -20, 20), ln 1e-8, 20)) the sequence's importance weight and
+    phi(W) = exp(lambda + k ln W - lambda W) (phi(1) = 1; non-finite values 0); (k, lambda) = (``vespo_k_pos``,
+    ``vespo_lambda_pos``) for A >= 0, else the ``_neg`` pair, lambda at least 1e-4. Logged: ``vespo/phi_seq_mean``."""
+    floor = math.log(1e-8)
+    with paddle.no_grad():
+        log_w = (w.log_ratio.clip(-20.0, 20.0) * w.mask).sum(axis=1, keepdim=True).clip(floor, 20.0)
+        nonnegative = w.advantages >= 0
+        k = paddle.where(nonnegative, paddle.full_like(log_w, s.vespo_k_pos), paddle.full_like(log_w, s.vespo_k_neg))
+        lam = paddle.where(nonnegative, paddle.full_like(log_w, s.vespo_lambda_pos),
+                           paddle.full_like(log_w, s.vespo_lambda_neg)).clip(min=1e-4)
+        phi = paddle.exp(lam + k * log_w - lam * paddle.exp(log_w))
+        phi = paddle.where(paddle.isfinite(phi), phi, paddle.zeros_like(phi))
+    return -phi * w.advantages * w.logp, {"vespo/phi_seq_mean": _masked_mean(phi, w.mask)}
+
+
+def per_sequence_mean(per_token, mask, num_items_in_batch, s: LossSettings):
+    """mean_i( sum_t l m / sum_t m )"""
+    return ((per_token * mask).sum(axis=1) / mask.sum(axis=1).clip(min=1.0)).mean()
+
+
+def token_mean(per_token, mask, num_items_in_batch, s: LossSettings):
+    """sum l m / sum m, over the micro-batch"""
+    return (per_token * mask).sum() / mask.sum().clip(min=1.0)
+
+
+def fixed_length_mean(per_token, mask, num_items_in_batch, s: LossSettings):
+    """sum l m / (N * max_completion_length)"""
+    return (per_token * mask).sum() / (mask.shape[0] * s.max_completion_length)
+
+
+def step_token_mean(per_token, mask, num_items_in_batch, s: LossSettings):
+    """sum l m / num_items_in_batch: the completion tokens of the whole optimizer step (all micro-batches, mean
+    over ranks); the micro-batch's own tokens when it is alone"""
+    denominator = mask.sum() if num_items_in_batch is None else num_items_in_batch
+    return (per_token * mask).sum() / max(float(denominator), 1.0)
+
+
+def sequence_sum_mean(per_token, mask, num_items_in_batch, s: LossSettings):
+    """mean_i( sum_t l m ): each completion weighs by its length (LUSPO, arXiv 2602.05261)"""
+    return (per_token * mask).sum(axis=1).mean()
+
+
+@dataclass(frozen=True)
+class LossType:
+    objective: Callable  # (_Weights, LossSettings) -> (per-token loss, its logged statistics)
+    normalisation: Callable  # (per-token loss, mask, num_items_in_batch, settings) -> the micro-batch's loss
+    per_micro_batch: bool = True  # divided by gradient_accumulation_steps (not when normalised by the step's tokens)
+
+
+LOSS_TYPES = {  # TRL 1.16's loss_type values
+    "grpo": LossType(clipped_objective, per_sequence_mean),
+    "bnpo": LossType(clipped_objective, token_mean),
+    "dr_grpo": LossType(clipped_objective, fixed_length_mean),
+    "dapo": LossType(clipped_objective, step_token_mean, per_micro_batch=False),
+    "luspo": LossType(clipped_objective, sequence_sum_mean),
+    "cispo": LossType(cispo_objective, step_token_mean, per_micro_batch=False),
+    "sapo": LossType(sapo_objective, per_sequence_mean),
+    "vespo": LossType(vespo_objective, step_token_mean, per_micro_batch=False),
+}
+
+
+def off_policy_mask(advantages, logp, old_logp, mask, threshold: float) -> paddle.Tensor:
+    """DeepSeek-V3.2's off-policy sequence mask (``off_policy_mask_threshold``, its delta): [N, 1], 0 for a
+    completion with A < 0 whose mean over its tokens of old_logp - logp exceeds the threshold, else 1."""
+    kl = old_logp - logp.detach()
+    kl = paddle.where(paddle.isnan(kl), paddle.zeros_like(kl), kl)
+    mean_kl = (kl * mask).sum(axis=1, keepdim=True) / mask.sum(axis=1, keepdim=True).clip(min=1.0)
+    return ((advantages >= 0) | (mean_kl <= threshold)).astype(mask.dtype)
+
+
+def entropy_threshold(entropies: np.ndarray, top_entropy_quantile: float) -> Optional[float]:
+    """The entropy at quantile q = 1 - ``top_entropy_quantile`` of ``entropies`` (every completion token of the
+    micro-batch over all ranks), None when there are none; TRL's ``torch.quantile`` to the last bit: linear
+    interpolation in float32, rank q (n - 1) in float32 (so a rank that is whole in exact arithmetic, 0.8 x 25, may
+    fall a hair past its token and leave it out), the interpolation one fused multiply-add (PyTorch's ``lerp``:
+    from below for weights under 0.5, else from above). numpy's quantile works in float64 and differs there."""
+    values = np.sort(np.asarray(entropies, dtype=np.float32).reshape(-1))
+    if not values.size:
+        return None
+    rank = np.float32(1 - top_entropy_quantile) * np.float32(values.size - 1)
+    below, above = values[int(np.floor(rank))], values[int(np.ceil(rank))]
+    weight, span = rank - np.floor(rank), float(above - below)
+    if weight < 0.5:
+        return float(np.float32(float(below) + float(weight) * span))
+    return float(np.float32(float(above) - span * float(np.float32(1) - weight)))
+
+
+def high_entropy_mask(entropies: paddle.Tensor, mask: paddle.Tensor, threshold: Optional[float]) -> paddle.Tensor:
+    """TRL's ``get_high_entropy_mask``: the completion tokens whose entropy is at least ``threshold`` (the "80/20"
+    forking tokens, arXiv 2506.01939); none when ``threshold`` is None."""
+    if threshold is None:
+        return paddle.zeros_like(mask)
+    return ((entropies * mask >= threshold) & (mask > 0)).astype(mask.dtype)
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: LossSettings, *,
+              num_items_in_batch: Optional[float] = None, entropies: Optional[paddle.Tensor] = None,
+              entropy_mask: Optional[paddle.Tensor] = None) -> tuple[paddle.Tensor, dict[str, float]]:
+    """The micro-batch's policy loss as TRL 1.16's ``_compute_loss`` makes it, and the statistics it logs under
+    TRL's names. For N completions of T tokens, mask m:
+
+    w = exp(logp_t - old_logp_t) per token, or for every token of completion i exp(sum_t m (logp - old) / sum_t m)
+    (``importance_sampling_level`` sequence: GSPO, arXiv 2507.18071);
+    l_t = the loss type's objective (``LOSS_TYPES``: clipped, cispo, sapo, vespo), times the off-policy mask
+    (``off_policy_mask_threshold``) and the high-entropy mask (``entropy_mask``, from ``top_entropy_quantile``);
+    plus beta * kl_t, kl_t = ``kl_divergence(logp, ref, kl_estimator)`` (k3 by default), times w with
+    ``use_bias_correction_kl``; then the loss type's normalisation, divided by ``gradient_accumulation_steps``
+    unless it divides by the step's tokens. With ``entropy_coef`` c: minus c * sum H m' / sum m' /
+    gradient_accumulation_steps, H the policy's entropies, m' the mask times the high-entropy mask.
     """
+    loss_type = LOSS_TYPES.get(settings.loss_type)
+    if loss_type is None:
+        raise ValueError(f"unknown loss_type {settings.loss_type!r}")
     mask = mask.astype(logp.dtype)
     log_ratio = logp - old_logp
-    if importance_sampling_level == "sequence":
-        log_ratio = ((log_ratio * mask).sum(axis=1, keepdim=True) / mask.sum(axis=1, keepdim=True).clip(min=1.0))
-    elif importance_sampling_level != "token":
-        raise ValueError(f"unknown importance_sampling_level {importance_sampling_level!r}")
-    ratio = paddle.exp(log_ratio)
-    adv = advantages.unsqueeze(1)
-    clipped = paddle.clip(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    per_token = -paddle.minimum(ratio * adv, clipped * adv)
-    kl = None
-    if beta != 0.0:
-        kl = kl_divergence(logp, ref_logp, kl_estimator)
-        per_token = per_token + beta * kl
-    tokens = mask.sum().clip(min=1.0)
-    if loss_type == "grpo":
-        loss = ((per_token * mask).sum(axis=1) / mask.sum(axis=1).clip(min=1.0)).mean()
-    elif loss_type == "bnpo":
-        loss = (per_token * mask).sum() / tokens
-    elif loss_type == "dr_grpo":
-        loss = (per_token * mask).sum() / (logp.shape[0] * max_completion_length)
-    elif loss_type == "dapo":
-        denominator = tokens if num_items_in_batch is None else num_items_in_batch
-        loss = (per_token * mask).sum() / denominator
+    if settings.importance_sampling_level == "sequence":
+        level_log_ratio = (log_ratio * mask).sum(axis=1, keepdim=True) / mask.sum(axis=1, keepdim=True).clip(min=1.0)
+    elif settings.importance_sampling_level == "token":
+        level_log_ratio = log_ratio
     else:
-        raise ValueError(f"unknown loss_type {loss_type!r}")
-
+        raise ValueError(f"unknown importance_sampling_level {settings.importance_sampling_level!r}")
+    adv = advantages.unsqueeze(1)
+    weights = _Weights(logp, log_ratio, paddle.exp(level_log_ratio), adv, mask)
+    per_token, stats = loss_type.objective(weights, settings)
+    if settings.off_policy_mask_threshold is not None:
+        per_token = per_token * off_policy_mask(adv, logp, old_logp, mask, settings.off_policy_mask_threshold)
+    if entropy_mask is not None:
+        per_token = per_token * entropy_mask
+    kl = None
+    if settings.beta != 0.0:
+        kl = kl_divergence(logp, ref_logp, settings.kl_estimator)
+        if settings.use_bias_correction_kl:
+            kl = kl * weights.weight
+        per_token = per_token + settings.beta * kl
+    policy_loss = loss_type.normalisation(per_token, mask, num_items_in_batch, settings)
+    loss = policy_loss / settings.gradient_accumulation_steps if loss_type.per_micro_batch else policy_loss
+    if settings.entropy_coef != 0.0:
+        bonus_mask = mask if entropy_mask is None else mask * entropy_mask
+        entropy = (entropies * bonus_mask).sum() / bonus_mask.sum().clip(min=1.0)
+        loss = loss - settings.entropy_coef * entropy / settings.gradient_accumulation_steps
+        stats.update({"policy_loss": float(policy_loss), "entropy_coef": settings.entropy_coef})
     with paddle.no_grad():
-        low = (ratio < 1 - epsilon_low) & (adv < 0)
-        high = (ratio > 1 + epsilon_high) & (adv > 0)
-        stats = LossStats(
-            kl=float((kl * mask).sum() / tokens) if kl is not None else 0.0,
-            clip_low=_clipped_fraction(low, mask),
-            clip_high=_clipped_fraction(high, mask),
-            clip_region=_clipped_fraction(low | high, mask),
-        )
+        stats["kl"] = float((kl * mask).sum() / mask.sum().clip(min=1.0)) if kl is not None else 0.0
     return loss, stats
 
 
-def _clipped_fraction(clipped: paddle.Tensor, mask: paddle.Tensor) -> float:
-    """TRL 1.16's clip ratios: with a ratio per token ([N, T]) the fraction of completion tokens clipped; with one
-    ratio per completion ([N, 1], GSPO) the fraction of completions clipped, every row counted."""
-    clipped = clipped.astype(mask.dtype)
-    if clipped.shape[1] == 1:
-        return float(clipped.mean())
-    return float((clipped * mask).sum() / mask.sum().clip(min=1.0))
+def _masked_mean(flags: paddle.Tensor, mask: paddle.Tensor) -> float:
+    """TRL 1.16's ``global_masked_mean`` on one process: with a value per token ([N, T]) its mean over the
+    completion tokens; with one per completion ([N, 1]: GSPO's ratios, VESPO's phi) its mean over completions,
+    every row counted."""
+    with paddle.no_grad():
+        flags = flags.astype(mask.dtype)
+        if flags.shape[1] == 1:
+            return float(flags.mean())
+        return float((flags * mask).sum() / mask.sum().clip(min=1.0))

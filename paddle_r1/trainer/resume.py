@@ -3,8 +3,9 @@
 The data position carries over as it is: the sampler's state is (epoch, index into the epoch's seeded
 permutation), counted in prompts, so the next batch starts at the first prompt the saved run had not taken,
 whatever the new batch size. Whether the run then continues exactly as an uninterrupted one depends on the batches
-over all ranks: each micro-step draws ``prompts_per_device x ranks`` prompts and samples their completions from
-(seed, step, micro-step, place in that draw), so with the same draw per micro-step and the same accumulation the
+over all ranks: each micro-step draws ``ranks x per-device completions / num_generations`` prompts and samples
+their completions from (seed, step, micro-step, place in that draw, generation), wherever a group's completions
+are, so with the same draw per micro-step and the same accumulation the
 steps see the same prompts and completions (only the summation order of the gradients changes); otherwise the
 same prompts come grouped into other batches, and the completions and weights go their own way.
 """
@@ -21,14 +22,13 @@ BATCH_KEYS = ("per_device_train_batch_size", "num_generations", "gradient_accumu
 @dataclass(frozen=True)
 class BatchLayout:
     ranks: int
-    per_device_batch: int  # per_device_train_batch_size as it applies (GRPO: completions, a multiple of the group)
-    prompts_per_device: int
+    per_device_batch: int  # per_device_train_batch_size as it applies (GRPO: completions, whole groups or a part)
+    group: int  # rows per sample (GRPO: num_generations; SFT: 1)
     accumulation: int  # gradient_accumulation_steps (SFT: 1)
 
     @classmethod
     def of(cls, config, ranks: int) -> "BatchLayout":
-        generations = getattr(config, "num_generations", 1)
-        return cls(ranks, config.prompts_per_device * generations, config.prompts_per_device,
+        return cls(ranks, config.completions_per_device, config.group_size,
                    getattr(config, "gradient_accumulation_steps", 1))
 
     @classmethod
@@ -41,7 +41,7 @@ class BatchLayout:
     @property
     def micro_batch(self) -> int:
         """Prompts drawn per micro-step over all ranks."""
-        return self.prompts_per_device * self.ranks
+        return self.ranks * self.per_device_batch // self.group
 
     @property
     def global_batch(self) -> int:

@@ -1,7 +1,19 @@
-"""Which prompts each step sees: a seeded permutation per epoch, resumable from (epoch, index)."""
+"""Which prompts each step sees: a seeded permutation per epoch, resumable from (epoch, index); and which of a
+micro-step's completions each rank holds."""
 from __future__ import annotations
 
 import numpy as np
+
+
+def rank_share(rank: int, per_rank: int, group: int) -> list[tuple[int, range]]:
+    """The completions of a micro-step that rank ``rank`` holds, in TRL's ``RepeatSampler`` layout: the global batch
+    is the micro-step's prompts each repeated ``group`` times in a row (prompt 0's group, then prompt 1's, ...), cut
+    into consecutive slices of ``per_rank`` completions, slice r to rank r. So a group larger than ``per_rank`` lies
+    on consecutive ranks, and a rank holding whole groups takes its prompts in order. Returns, per prompt the rank
+    holds completions of, (its place in the micro-step's prompt batch, the generation indices in its group)."""
+    first, end = rank * per_rank, (rank + 1) * per_rank
+    return [(place, range(max(first, place * group) - place * group, min(end, (place + 1) * group) - place * group))
+            for place in range(first // group, (end - 1) // group + 1)]
 
 
 class PromptSampler:

@@ -87,7 +87,8 @@ class SFTTrainer(Trainer):
 
     def training_step(self) -> dict:
         start = time.perf_counter()
-        samples, images, _ = self.next_samples()
+        draw = self.next_samples()
+        samples, images = draw.samples, draw.images
         batch, _ = build_sft_batch(samples, self.processor, self.config, self.coord_system, images=images)
         self.policy.train()
         loss = sft_loss(self.forward(batch, self.config.logprob_chunk_size, 1.0), batch.completion_mask)

@@ -72,8 +72,9 @@ class PolicyLogprobs(paddle.nn.Layer):
         super().__init__()
         self.policy = policy
 
-    def forward(self, rollout, chunk_size: int, temperature: float, with_entropy: bool = False):
-        return completion_logprobs(self.policy, rollout, chunk_size, temperature, with_entropy)
+    def forward(self, rollout, chunk_size: int, temperature: float, with_entropy: bool = False,
+                entropy_gradient: bool = False):
+        return completion_logprobs(self.policy, rollout, chunk_size, temperature, with_entropy, entropy_gradient)
 
 
 class Update:
