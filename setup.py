@@ -34,7 +34,9 @@ setup(
         "numpy<=1.26.4",
         "pillow",
         "pyyaml",
+        "rapidfuzz",  # the OCR rewards' edit distance (paddle_r1/rewards/families/ocr.py)
         "safetensors",
+        "table-recognition-metric",  # TEDS (apted, lxml) for the table reward
         "tokenizers",
         "tqdm",
         "visualdl",
@@ -44,7 +46,7 @@ setup(
     # the command-line fuzz (tests/test_command_line_fuzz.py); swanlab, wandb: the trackers of config key report_to
     # beside VisualDL (paddle_r1/trainer/trackers.py), which tests/test_trackers.py runs in their offline modes
     extras_require={"test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "openai>=1.0", "nbclient", "nbformat",
-                             "ipykernel", "hypothesis", *TRACKERS["swanlab"], *TRACKERS["wandb"]],
-                    **TRACKERS},
+                             "ipykernel", "hypothesis", *TRACKERS["swanlab"], *TRACKERS["wandb"], "triton>=3"],
+                    **TRACKERS, "paddleocr_vl": ["triton>=3"]},  # paddleformers' paddleocr_vl imports triton
     entry_points={"console_scripts": ["paddle-r1=paddle_r1.cli:main"]},
 )

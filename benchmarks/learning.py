@@ -22,6 +22,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 
+from paddle_r1.config import GRPOConfig, SFTConfig
+
 QUESTION_TEMPLATE = "{Question}"  # the tiny model learns from scratch: the shortest prompt trains fastest
 SOLVED = 0.95  # held-out score that counts as solving the task (steps-to-solve column)
 SFT_SEED_OFFSET = 20_000  # the SFT images come from their own seed, apart from GRPO's training and held-out sets
@@ -29,21 +31,25 @@ SFT_SEED_OFFSET = 20_000  # the SFT images come from their own seed, apart from 
 
 @dataclass
 class Preset:
-    """The task, SFT and GRPO settings of one run. SFT sees worked answers for small images only (56 pixels:
-    2x2 vision tokens, one grid cell each); GRPO's prompts and the held-out set add larger ones (84 pixels,
-    3x3 cells), where the SFT model answers at chance. GRPO has only the reward to go on there."""
+    """The task, SFT and GRPO settings of one run. Counting: SFT sees worked answers for small images only (56 pixels:
+    2x2 vision tokens, one grid cell each); GRPO's prompts and the held-out set add larger ones (84 pixels, 3x3
+    cells), where the SFT model answers at chance. GRPO has only the reward to go on there."""
 
     num_sft: int = 512
     num_train: int = 512
     num_heldout: int = 200
-    counts: tuple = (1, 2, 3, 4)
-    sft_sizes: tuple = ((56, 56),)
-    sizes: tuple = ((56, 56), (84, 84))  # GRPO prompts and held-out set, alternating
+    task: str = "counting"  # a paddle_r1.data.synthetic task
+    family: str = "qwen2_5_vl"  # the tiny model's
+    options: dict = field(default_factory=lambda: dict(counts=(1, 2, 3, 4), sizes=((56, 56), (84, 84))))
+    sft_options: dict = field(default_factory=lambda: dict(sizes=((56, 56),)))  # the SFT set's, over ``options``
+    answer_template: str = SFTConfig.__dataclass_fields__["answer_template"].default
+    tiny_options: dict = field(default_factory=dict)  # make_tiny_model's (the image processor's pixel limits)
     sft: dict = field(default_factory=lambda: dict(
         max_steps=150, per_device_train_batch_size=32, learning_rate=1e-3, warmup_steps=20))
     grpo: dict = field(default_factory=lambda: dict(
-        reward_funcs=["counting", "format"], max_steps=80, per_device_train_batch_size=128, num_generations=8,
-        temperature=1.0, learning_rate=5e-4, beta=0.04, max_completion_length=16, eval_steps=10))
+        reward_funcs=["counting", "format"], eval_reward="counting", max_steps=80, per_device_train_batch_size=128,
+        num_generations=8, temperature=1.0, learning_rate=5e-4, beta=0.04, max_completion_length=16,
+        eval_steps=10))
 
 
 FULL = Preset()
@@ -52,13 +58,21 @@ FULL = Preset()
 QUICK = replace(FULL, num_train=256, num_heldout=100,
                 grpo={**FULL.grpo, "per_device_train_batch_size": 32, "num_generations": 4, "max_steps": 60,
                       "eval_steps": 60})
+# PaddleOCR-VL reading rendered digit strings (OCR:), one digit per 28-pixel vision token (the image processor's
+# min_pixels lowered so that nothing is scaled up): SFT on lines of 1 to 3 digits, GRPO and the held-out set on 1 to
+# 5, scored by 1 - NED (eval/score: the mean held-out 1 - NED); the answer is the text alone, as PaddleOCR-VL answers
+OCR = replace(FULL, task="ocr_lines", family="paddleocr_vl",
+              options=dict(length=(1, 5), cell=28, height=28, font_size=22), sft_options=dict(length=(1, 3)),
+              answer_template="{Answer}", tiny_options=dict(min_pixels=28 * 28, max_pixels=28 * 28 * 8),
+              sft={**FULL.sft, "max_steps": 800, "learning_rate": 2e-3},
+              grpo={**FULL.grpo, "reward_funcs": ["ocr_ned"], "eval_reward": "ocr_ned", "max_completion_length": 8})
+PRESETS = {"counting": FULL, "ocr": OCR}
 
 
 def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
     """SFT then GRPO for one seed, their console output in ``out_dir/train.log``; returns {"seed", "before",
     "after", "seconds", "grpo_dir"}."""
-    from paddle_r1.config import GRPOConfig, SFTConfig
-    from paddle_r1.data.synthetic import make_synthetic_counting, make_synthetic_splits
+    from paddle_r1.data.synthetic import SYNTHETIC_TASKS, make_synthetic_splits
     from paddle_r1.models.tiny import make_tiny_model
     from paddle_r1.plot import read_metrics, series
     from paddle_r1.evaluation.heldout import HeldoutEval
@@ -66,23 +80,23 @@ def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
     from paddle_r1.trainer.sft import SFTTrainer
 
     start = time.perf_counter()
-    data = make_synthetic_splits(os.path.join(out_dir, "data"), "counting", preset.num_train, preset.num_heldout,
-                                 seed=seed, counts=preset.counts, sizes=preset.sizes)
-    sft_data = make_synthetic_counting(os.path.join(out_dir, "data", "sft"), preset.num_sft,
-                                       seed=seed + SFT_SEED_OFFSET, counts=preset.counts, sizes=preset.sft_sizes)
-    model = make_tiny_model(os.path.join(out_dir, "tiny-model"), seed=seed)
+    data = make_synthetic_splits(os.path.join(out_dir, "data"), preset.task, preset.num_train, preset.num_heldout,
+                                 seed=seed, **preset.options)
+    sft_data = SYNTHETIC_TASKS[preset.task](os.path.join(out_dir, "data", "sft"), preset.num_sft,
+                                            seed=seed + SFT_SEED_OFFSET, **{**preset.options, **preset.sft_options})
+    model = make_tiny_model(os.path.join(out_dir, "tiny-model"), family=preset.family, seed=seed,
+                            **preset.tiny_options)
     common = dict(use_visualdl=False, disable_tqdm=True, seed=seed, question_template=QUESTION_TEMPLATE)
     grpo_dir = os.path.join(out_dir, "grpo")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "train.log"), "w") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
-        sft = SFTTrainer(SFTConfig(model_name_or_path=model, data_path=sft_data,
+        sft = SFTTrainer(SFTConfig(model_name_or_path=model, data_path=sft_data, answer_template=preset.answer_template,
                                    output_dir=os.path.join(out_dir, "sft"), logging_steps=10, **common,
                                    **preset.sft)).train()
         grpo = GRPOConfig(
             model_name_or_path=sft["checkpoint"], data_path=data["train"], output_dir=grpo_dir,
-            eval_data_path=data["heldout"], eval_reward="counting", save_steps=0, log_completions_steps=0,
-            **common, **preset.grpo)
+            eval_data_path=data["heldout"], save_steps=0, log_completions_steps=0, **common, **preset.grpo)
         GRPOTrainer(grpo, heldout=HeldoutEval(grpo)).train()
     steps, scores = series(read_metrics(grpo_dir), "eval/score")
     solved = next((step for step, score in zip(steps, scores) if score >= SOLVED), None)
@@ -107,6 +121,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default=None, help="working folder (default: a new temporary folder)")
+    parser.add_argument("--task", choices=tuple(PRESETS), default="counting",
+                        help="counting (tiny Qwen2.5-VL) or ocr (tiny PaddleOCR-VL reading digit strings)")
     parser.add_argument("--quick", action="store_true", help="the short one-seed run of tests/test_learning.py")
     parser.add_argument("--plot", default=None, help="also write a PNG of the seeds' GRPO curves here")
     parser.add_argument("--dynamic_sampling", action="store_true",
@@ -123,7 +139,7 @@ def main(argv=None) -> int:
     quiet_libraries("ERROR")
     tune_cpu_math()  # what a CPU job does before its first matrix product
 
-    preset = QUICK if args.quick else FULL
+    preset = QUICK if args.quick else PRESETS[args.task]
     if args.dynamic_sampling:
         preset = replace(preset, grpo={**preset.grpo, "dynamic_sampling": True})
     for item in args.set:
@@ -145,7 +161,7 @@ def main(argv=None) -> int:
         from paddle_r1.plot import plot_runs
 
         print(plot_runs([r["grpo_dir"] for r in results], args.plot, labels=[f"seed {r['seed']}" for r in results],
-                        title="GRPO after SFT: tiny Qwen2.5-VL, synthetic counting"))
+                        title=f"GRPO after SFT: tiny {preset.family}, synthetic {preset.task}"))
     return 0
 
 

@@ -1,10 +1,13 @@
 """Rewards scored per second on a batch of 1024 completions, for each reward (the judge excluded: it waits on
 its endpoint; `caption` runs with judge_weight=0). With ``--slow N``, instead: the time `math` takes on a batch of N
 answers that each keep math-verify busy past its timeout (towers of powers), with the batch's shared deadline
-(``--batch_timeout``) and without one (a deadline of an hour: every comparison waits its own ``--timeout``).
+(``--batch_timeout``) and without one (a deadline of an hour: every comparison waits its own ``--timeout``). With
+``--ocr_sizes``, instead: the seconds `ocr_ned` takes on one answer and solution of 5,000 and 50,000 characters, and
+`teds` on two different tables of 100, 200 and 400 cells (3-character cells, and 100-character ones).
 
     python benchmarks/rewards.py [--batch 1024]
     python benchmarks/rewards.py --slow 10 --timeout 1 --batch_timeout 2
+    python benchmarks/rewards.py --ocr_sizes
 """
 from __future__ import annotations
 
@@ -77,7 +80,37 @@ CASES = {
     "caption": (lambda rng: f"<answer>a {rng.choice(['red', 'blue'])} car parked near the trees</answer>",
                 {"solution": "a red car parked by the trees"}),
 }
+def otsl_table(rng, rows: int, columns: int, width: int) -> str:
+    """A table in PaddleOCR-VL's OTSL of ``rows`` x ``columns`` cells of ``width`` random characters."""
+    cell = lambda: "".join(rng.choice("0123456789abcdef金额") for _ in range(width))  # noqa: E731
+    return "".join("".join(f"<fcel>{cell()}" for _ in range(columns)) + "<nl>" for _ in range(rows))
+
+
+OCR_LINE = "发票金额：ABC-123，合计 45 元 Invoice total 2023-05-01"
+CASES.update({
+    "ocr_ned": (lambda rng: "".join(c for c in OCR_LINE if rng.random() > 0.1), {"solution": OCR_LINE}),
+    "ocr_exact": (lambda rng: "".join(c for c in OCR_LINE if rng.random() > 0.1), {"solution": OCR_LINE}),
+    "teds": (lambda rng: otsl_table(rng, 3, 4, 3), {"solution": otsl_table(random.Random(1), 3, 4, 3)}),
+})
 SETTINGS = {"caption": {"judge_weight": 0.0, "meteor_weight": 1.0}}  # reward_kwargs, bound as a run binds them
+
+
+def ocr_sizes() -> None:
+    """Seconds of ocr_ned and teds on one long answer each (see the module docstring)."""
+    rng = random.Random(0)
+    ned = bind_reward("ocr_ned", {})
+    print("| reward | size | seconds |\n|---|---|---|")
+    for length in (5_000, 50_000):
+        answer, gold = ("".join(rng.choice("abcde发票") for _ in range(length)) for _ in range(2))
+        start = time.perf_counter()
+        ned([answer], solution=[gold])
+        print(f"| ocr_ned | {length:,} characters each | {time.perf_counter() - start:.3f} |")
+    teds = bind_reward("teds", {"max_cells": 400})
+    for cells, width in ((100, 3), (200, 3), (400, 3), (200, 100)):
+        answer, gold = otsl_table(rng, cells // 10, 10, width), otsl_table(rng, cells // 10, 10, width)
+        start = time.perf_counter()
+        teds([answer], solution=[gold])
+        print(f"| teds | {cells} cells of {width} characters each | {time.perf_counter() - start:.3f} |")
 
 
 def slow_math_batch(count: int, timeout: float, batch_timeout: float) -> tuple[float, int]:
@@ -98,7 +131,11 @@ def main() -> None:
     parser.add_argument("--slow", type=int, default=0, help="time math on this many slow answers instead")
     parser.add_argument("--timeout", type=float, default=5.0, help="--slow: timeout_seconds")
     parser.add_argument("--batch_timeout", type=float, default=30.0, help="--slow: batch_timeout_seconds")
+    parser.add_argument("--ocr_sizes", action="store_true", help="time ocr_ned and teds on long answers instead")
     args = parser.parse_args()
+    if args.ocr_sizes:
+        ocr_sizes()
+        return
     if args.slow:
         print(f"| math, {args.slow} slow answers, timeout_seconds {args.timeout:g} | seconds | timeouts counted |\n"
               "|---|---|---|")

@@ -187,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="a few GRPO steps of a tiny model on synthetic shapes, on CPU")
     # both spellings: --output_dir is the config key's everywhere else (as an override it reached run_demo twice)
     demo.add_argument("--output-dir", "--output_dir", dest="output_dir", default="demo_output")
-    demo.add_argument("--family", default="qwen2_5_vl", help="tiny model family: qwen2_5_vl, qwen2_vl or qwen3_vl")
+    demo.add_argument("--family", default="qwen2_5_vl",
+                      help="tiny model family: qwen2_5_vl, qwen2_vl, qwen3_vl (REC) or paddleocr_vl (OCR)")
     demo.add_argument("--sft_steps", type=int, default=100, help="answer-format SFT steps before GRPO (0: none)")
     demo.set_defaults(run=_demo)
     memory = sub.add_parser("estimate-memory", help="per-GPU memory of a GRPO config, from config.json alone; "

@@ -1,9 +1,10 @@
 """``paddle-r1 demo``: the main job on an embedded default, on CPU, in about a minute.
 
-Builds the tiny model and the synthetic REC set (a training and a held-out split), warm-starts the model with
-a short SFT in the answer format (a random model's completions never match it, so every reward would be 0),
-then runs a few GRPO steps with the ``format`` and ``iou`` rewards and a held-out score, and says where the
-metrics, completions and checkpoint are.
+Builds the tiny model and its family's synthetic task (a training and a held-out split): REC boxes for the Qwen-VL
+families, text lines to read for PaddleOCR-VL. Warm-starts the model with a short SFT in the answer format (a random
+model's completions never match it, so every reward would be 0), then runs a few GRPO steps with the task's rewards
+(REC: ``format`` and ``iou``; OCR: ``ocr_ned``) and a held-out score, and says where the metrics, completions and
+checkpoint are.
 """
 from __future__ import annotations
 
@@ -38,14 +39,25 @@ DEMO_SETTINGS = dict(
 )
 
 
+# PaddleOCR-VL reads text: its demo task is rendered text lines ("OCR:" -> the text, answered as it is)
+OCR_DEMO_SETTINGS = dict(reward_funcs=["ocr_ned"], eval_reward="ocr_ned", question_template="{Question}",
+                         max_completion_length=12)
+OCR_FAMILIES = ("paddleocr_vl",)
+
+
+def demo_task(family: str) -> str:
+    return "ocr_lines" if family in OCR_FAMILIES else "rec"
+
+
 def demo_config(output_dir: str, family: str = "qwen2_5_vl", **overrides) -> GRPOConfig:
     """The demo's GRPO config (its model: the tiny checkpoint; ``run_demo`` puts the SFT folder there)."""
     model_dir = os.path.join(output_dir, f"tiny-{family}")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         make_tiny_model(model_dir, family=family)
-    data = make_synthetic_splits(os.path.join(output_dir, "synthetic_rec"), "rec", num_train=64, num_heldout=16)
-    settings = {**DEMO_SETTINGS, "model_name_or_path": model_dir, "output_dir": output_dir,
-                "data_path": data["train"], "eval_data_path": data["heldout"], **overrides}
+    task = demo_task(family)
+    data = make_synthetic_splits(os.path.join(output_dir, f"synthetic_{task}"), task, num_train=64, num_heldout=16)
+    settings = {**DEMO_SETTINGS, **(OCR_DEMO_SETTINGS if task == "ocr_lines" else {}), "model_name_or_path": model_dir,
+                "output_dir": output_dir, "data_path": data["train"], "eval_data_path": data["heldout"], **overrides}
     return GRPOConfig(**settings)
 
 
@@ -57,7 +69,8 @@ def run_demo(output_dir: str = "demo_output", family: str = "qwen2_5_vl", sft_st
 
     config = demo_config(output_dir, family, **overrides)
     if sft_steps:
-        sft = SFTTrainer(SFTConfig(**DEMO_SFT_SETTINGS, max_steps=sft_steps,
+        answer = {"answer_template": "{Answer}"} if demo_task(family) == "ocr_lines" else {}  # the text alone
+        sft = SFTTrainer(SFTConfig(**DEMO_SFT_SETTINGS, **answer, max_steps=sft_steps,
                                    model_name_or_path=config.model_name_or_path, data_path=config.data_path,
                                    question_template=config.question_template, system_prompt=config.system_prompt,
                                    output_dir=os.path.join(output_dir, "sft"), seed=config.seed,

@@ -56,6 +56,8 @@ class ModelShape:
     merge_size: int
     temporal_patch_size: int
     family: str
+    q_dim: int = 0  # query width: num_attention_heads * head_dim (hidden, unless head_dim says otherwise)
+    vision_positions: int = 0  # PaddleOCR-VL's learned vision position table (rows)
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelShape":
@@ -63,19 +65,23 @@ class ModelShape:
         vision = config["vision_config"]
         family = config["model_type"]
         qwen2_vl = family == "qwen2_vl"  # its vision width is embed_dim; hidden_size is the merger's output
+        siglip = family == "paddleocr_vl"  # PaddleOCR-VL's tower names its sizes as SigLIP's
         width = vision["embed_dim"] if qwen2_vl else vision["hidden_size"]
         heads = text["num_attention_heads"]
+        head_dim = text.get("head_dim") or text["hidden_size"] // heads
+        depth = vision["num_hidden_layers"] if siglip else vision["depth"]
         return cls(
             hidden=text["hidden_size"], intermediate=text["intermediate_size"], layers=text["num_hidden_layers"],
-            heads=heads, kv_dim=text.get("num_key_value_heads", heads) * (text["hidden_size"] // heads),
+            heads=heads, kv_dim=text.get("num_key_value_heads", heads) * head_dim,
             vocab=text["vocab_size"], tied=bool(config.get("tie_word_embeddings", False)),
             vision_width=width,
             vision_intermediate=width * vision["mlp_ratio"] if qwen2_vl else vision["intermediate_size"],
-            vision_depth=vision["depth"], vision_heads=vision["num_heads"],
-            vision_full_attention_blocks=(vision["depth"] if qwen2_vl
-                                          else len(vision.get("fullatt_block_indexes", [])) or vision["depth"]),
+            vision_depth=depth, vision_heads=vision["num_attention_heads" if siglip else "num_heads"],
+            vision_full_attention_blocks=(depth if qwen2_vl or siglip
+                                          else len(vision.get("fullatt_block_indexes", [])) or depth),
             patch_size=vision["patch_size"], merge_size=vision["spatial_merge_size"],
-            temporal_patch_size=vision.get("temporal_patch_size", 2), family=family,
+            temporal_patch_size=vision.get("temporal_patch_size", 2), family=family, q_dim=heads * head_dim,
+            vision_positions=(vision["image_size"] // vision["patch_size"]) ** 2 if siglip else 0,
         )
 
 
@@ -95,12 +101,16 @@ def _linear(n_in: int, n_out: int, bias: bool) -> int:
 
 def count_parameters(shape: ModelShape) -> ParameterCounts:
     """Parameters of the text decoder (embeddings, layers, final norm, lm_head unless tied) and the vision tower
-    (patch embedding, blocks, patch merger), as the published checkpoints lay them out."""
-    h, kv, i = shape.hidden, shape.kv_dim, shape.intermediate
-    layer = (_linear(h, h, True) + 2 * _linear(h, kv, True) + _linear(h, h, False)  # q, k, v with bias; o
+    (patch embedding, blocks, patch merger), as the published checkpoints lay them out (PaddleOCR-VL's without its
+    unused packing table, which paddle_r1 does not hold)."""
+    h, kv, i, q = shape.hidden, shape.kv_dim, shape.intermediate, shape.q_dim or shape.hidden
+    bias = shape.family != "paddleocr_vl"  # Qwen2's q, k, v have biases; ERNIE-4.5's nothing does
+    layer = (_linear(h, q, bias) + 2 * _linear(h, kv, bias) + _linear(q, h, False)  # q, k, v; o
              + 3 * _linear(h, i, False) + 2 * h)  # gate, up, down; two RMSNorms
     embeddings = shape.vocab * h
     text = embeddings + shape.layers * layer + h + (0 if shape.tied else embeddings)
+    if shape.family == "paddleocr_vl":
+        return ParameterCounts(text=text, vision=_siglip_parameters(shape))
 
     w, wi = shape.vision_width, shape.vision_intermediate
     qwen2_vl = shape.family == "qwen2_vl"
@@ -113,9 +123,23 @@ def count_parameters(shape: ModelShape) -> ParameterCounts:
     return ParameterCounts(text=text, vision=patch_embed + shape.vision_depth * block + merger)
 
 
+def _siglip_parameters(shape: ModelShape) -> int:
+    """PaddleOCR-VL's vision tower: patch embedding (with bias), position table, LayerNorm blocks (q, k, v, out,
+    fc1, fc2 with biases), the final LayerNorm, and its merger beside it (LayerNorm, two linear layers)."""
+    w, wi, h = shape.vision_width, shape.vision_intermediate, shape.hidden
+    block = 2 * 2 * w + 4 * _linear(w, w, True) + _linear(w, wi, True) + _linear(wi, w, True)
+    patch_embed = w * 3 * shape.temporal_patch_size * shape.patch_size**2 + w
+    merged = w * shape.merge_size**2
+    merger = 2 * w + _linear(merged, merged, True) + _linear(merged, h, True)
+    return patch_embed + shape.vision_positions * w + shape.vision_depth * block + 2 * w + merger
+
+
 def lora_parameters(shape: ModelShape, rank: int) -> int:
-    """Adapters on the default targets: qkv_proj, o_proj, up_gate_proj, down_proj of every decoder layer."""
-    h, kv, i = shape.hidden, shape.kv_dim, shape.intermediate
+    """Adapters (rank x (in + out) each) on the default targets of every decoder layer: qkv_proj, o_proj,
+    up_gate_proj, down_proj (Qwen-VL); q, k, v, o, gate, up and down (PaddleOCR-VL's unfused projections)."""
+    h, kv, i, q = shape.hidden, shape.kv_dim, shape.intermediate, shape.q_dim or shape.hidden
+    if shape.family == "paddleocr_vl":
+        return shape.layers * rank * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h))
     return shape.layers * rank * ((h + h + 2 * kv) + (h + h) + (h + 2 * i) + (i + h))
 
 

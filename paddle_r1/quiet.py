@@ -5,13 +5,21 @@ Called by the commands (``paddle_r1.cli.main``, the eval scripts), never on ``im
 import leaves the process's logging as it was."""
 import logging
 
-# Logged while paddleformers imports transformers with torch hidden (transformers' own __init__ runs twice: once
-# by paddleformers, once by its processing_utils), then by paddleformers itself. Both speak of PyTorch, which a
-# Paddle user does not have and does not need: paddleformers' models are Paddle's.
-IMPORT_NOTICES = {
-    "transformers": "PyTorch was not found. Models won't be available",
-    "PaddleFormers": "Due to potential compatibility issues between PaddlePaddle and PyTorch in PaddleFormers",
-}
+# (logger, message start). The first two are logged while paddleformers imports transformers with torch hidden
+# (transformers' own __init__ runs twice: once by paddleformers, once by its processing_utils), then by paddleformers
+# itself. Both speak of PyTorch, which a Paddle user does not have and does not need: paddleformers' models are
+# Paddle's. The next two are paddleformers' PaddleOCR-VL: importing it asks for a package that would only swap its
+# vision rotary for a Triton kernel (the plain Paddle one runs), and building it reports its head counts. The last is
+# Paddle's checkpoint loader finding PaddleOCR-VL's unused packing table, and nothing else, in a checkpoint
+# (paddle_r1.models.paddleocr_vl leaves it unread on purpose); any other unexpected key is still reported.
+IMPORT_NOTICES = [
+    ("transformers", "PyTorch was not found. Models won't be available"),
+    ("PaddleFormers", "Due to potential compatibility issues between PaddlePaddle and PyTorch in PaddleFormers"),
+    ("PaddleFormers", "Triton is installed, but not yet compatible with Paddle"),
+    ("PaddleFormers", "use GQA - num_heads"),
+    ("paddle.distributed.fleet.utils.log_util",
+     "Unexpected keys:{'visual.vision_model.embeddings.packing_position_embedding.weight'}, these keys"),
+]
 
 
 class DropMessage(logging.Filter):
@@ -28,7 +36,7 @@ class DropMessage(logging.Filter):
 def drop_import_notices() -> None:
     """Filters ``IMPORT_NOTICES`` out of their loggers; to be called before paddleformers is imported (the
     loggers are created here if the libraries have not created them yet, and keep the filter). Idempotent."""
-    for name, prefix in IMPORT_NOTICES.items():
+    for name, prefix in IMPORT_NOTICES:
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropMessage) and f.prefix == prefix for f in logger.filters):
             logger.addFilter(DropMessage(prefix))

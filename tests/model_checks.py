@@ -1,6 +1,12 @@
-"""Checks every model family passes the same way (tests/test_models.py, tests/test_qwen3_vl.py)."""
+"""Checks every model family passes the same way (tests/test_models.py, tests/test_qwen3_vl.py,
+tests/test_paddleocr_vl.py)."""
+import json
+import os
+import shutil
+
 import numpy as np
 import paddle
+from safetensors.numpy import load_file, save_file
 
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
@@ -26,3 +32,17 @@ def assert_completion_logprobs_match_forward(model, processor, samples) -> None:
                                           completion[0].unsqueeze(-1), axis=-1).squeeze(-1).numpy()
         n = int(rollout.completion_mask[row].sum())
         np.testing.assert_allclose(got[row, :n], expected[:n], rtol=1e-4, atol=1e-5)
+
+
+def tied_copy(folder: str, copy: str) -> dict:
+    """``folder`` copied to ``copy`` with ``tie_word_embeddings`` on and no ``lm_head.weight`` (as a tied checkpoint
+    is published); returns the copy's weights."""
+    shutil.copytree(folder, copy)
+    with open(os.path.join(copy, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    with open(os.path.join(copy, "config.json"), "w", encoding="utf-8") as f:
+        json.dump({**config, "tie_word_embeddings": True}, f)
+    weights = load_file(os.path.join(copy, "model.safetensors"))
+    del weights["lm_head.weight"]
+    save_file(weights, os.path.join(copy, "model.safetensors"), metadata={"format": "pt"})
+    return weights

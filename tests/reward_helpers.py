@@ -10,7 +10,7 @@ SOLUTIONS = {  # a valid solution per reward; the rest take the default
     "odLength": [{"bbox_2d": BOX, "label": "cat"}], "weighted_sum": [{"bbox_2d": BOX, "label": "cat"}],
     "mask_iou": [[10, 10, 200, 10, 200, 200, 10, 200]], "counting": "3", "counting_strict": "3", "mcq": "B",
     "yes_no": "yes", "dimensions": "12 8 15", "meteor": "a red car", "caption": "a red car",
-    "llm_judge": "a red car", "all_match": "a red car",
+    "llm_judge": "a red car", "all_match": "a red car", "teds": "<fcel>a<fcel>b<nl><fcel>1<ecel><nl>",
     "gui_action": json.dumps({"action_type": "click", "action_parameter": {"click": "100,200,300,400"}}),
 }
 

@@ -36,8 +36,35 @@ def test_parameter_count_from_config_equals_the_built_model(family, tied, tmp_pa
     assert counts.vision == _numel(model.model.visual)
 
 
+@pytest.mark.parametrize("tied", [False, True])
+def test_paddleocr_vl_parameter_and_adapter_counts_equal_the_built_model(tied, tmp_path):
+    """ERNIE-4.5's heads wider than hidden / heads (the published 16 x 128 for hidden 1024), no biases, unfused
+    projections; the SigLIP tower with its position table and the merger beside it. The model is built from the
+    config (no weights)."""
+    from paddle_r1.memory import lora_parameters
+    from paddle_r1.models.loading import model_class, model_config
+    from paddle_r1.models.lora import apply_lora
+
+    folder = make_tiny_model(str(tmp_path / "ocr"), family="paddleocr_vl")
+    config = json.load(open(os.path.join(folder, "config.json")))
+    json.dump({**config, "tie_word_embeddings": tied, "num_attention_heads": 2, "head_dim": 48,
+               "num_key_value_heads": 1, "rope_scaling": {**config["rope_scaling"], "mrope_section": [6, 9, 9]}},
+              open(os.path.join(folder, "config.json"), "w"))
+    cls = model_class("paddleocr_vl")
+    built = cls.config_class.from_dict(model_config(folder))
+    built.fuse_rms_norm = built.vision_config.fuse_rms_norm = False
+    model = cls(built)
+    shape = ModelShape.from_config(read_model_config(folder))
+    counts = count_parameters(shape)
+    assert shape.q_dim == 96 != shape.hidden
+    assert counts.total == _numel(model) and counts.vision == _numel(model.visual) + _numel(model.mlp_AR)
+    apply_lora(model, rank=4, alpha=8)
+    assert lora_parameters(shape, 4) == sum(int(p.numel()) for name, p in model.named_parameters() if "lora_" in name)
+
+
 @pytest.mark.parametrize("hub_id, billions", [(QWEN25_3B, 3.75), (QWEN25_7B, 8.29),
-                                              ("Qwen/Qwen2-VL-2B-Instruct", 2.21), ("Qwen/Qwen2-VL-7B-Instruct", 8.29)])
+                                              ("Qwen/Qwen2-VL-2B-Instruct", 2.21), ("Qwen/Qwen2-VL-7B-Instruct", 8.29),
+                                              ("PaddlePaddle/PaddleOCR-VL", 0.91)])
 def test_parameter_count_of_the_published_checkpoints(hub_id, billions):
     assert round(count_parameters(ModelShape.from_config(PUBLISHED_CONFIGS[hub_id])).total / 1e9, 2) == billions
 

@@ -10,7 +10,7 @@ from safetensors import safe_open
 
 from paddle_r1.models.loading import load_model, load_models, model_family
 from paddle_r1.models.tiny import make_tiny_model
-from model_checks import assert_completion_logprobs_match_forward
+from model_checks import assert_completion_logprobs_match_forward, tied_copy
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
 
@@ -114,16 +114,9 @@ def test_qwen2_vl_save_pretrained_round_trip(qwen2_vl, qwen2_vl_dir, rec_samples
 
 def test_qwen2_vl_tied_embeddings_like_the_2b(qwen2_vl_dir, tmp_path):
     """Qwen2-VL-2B ties lm_head to the embeddings; its checkpoint needs no lm_head.weight."""
-    from safetensors.numpy import load_file, save_file
-
-    tied = tmp_path / "tied"
-    shutil.copytree(qwen2_vl_dir, tied)
-    config = json.load(open(tied / "config.json"))
-    json.dump({**config, "tie_word_embeddings": True}, open(tied / "config.json", "w"))
-    weights = load_file(str(tied / "model.safetensors"))
-    del weights["lm_head.weight"]
-    save_file(weights, str(tied / "model.safetensors"), metadata={"format": "pt"})
-    model = load_model(str(tied))
+    tied = str(tmp_path / "tied")
+    weights = tied_copy(qwen2_vl_dir, tied)
+    model = load_model(tied)
     embeddings = weights["model.embed_tokens.weight"]
     np.testing.assert_array_equal(model.lm_head.weight.numpy(), embeddings)
 

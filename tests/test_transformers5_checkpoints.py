@@ -15,6 +15,7 @@ import shutil
 import numpy as np
 import paddle
 import pytest
+from PIL import Image
 from safetensors.paddle import load_file, save_file
 
 from paddle_r1.errors import ConfigError
@@ -24,7 +25,7 @@ from paddle_r1.trainer.logprobs import completion_logprobs
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 WRITTEN = os.path.join(FIXTURES, "transformers5")
-CHECKPOINTS = sorted(os.listdir(WRITTEN))  # qwen2_5_vl_tied, qwen2_vl, qwen3_vl, qwen3_vl_tied
+CHECKPOINTS = sorted(os.listdir(WRITTEN))  # paddleocr_vl(_tied), qwen2_5_vl_tied, qwen2_vl, qwen3_vl(_tied)
 MAX_REL_ERR = 1e-5
 
 
@@ -70,7 +71,7 @@ def test_rope_settings_and_tie_flag_are_the_files(written):
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     rope = config["text_config"]["rope_parameters"]
-    text = model.config.text_config
+    text = getattr(model.config, "text_config", model.config)  # PaddleOCR-VL's config is flat, as published
     assert text.rope_parameters["rope_theta"] == rope["rope_theta"]
     assert list(text.rope_parameters["mrope_section"]) == rope["mrope_section"]
     assert model.config.tie_word_embeddings is config["tie_word_embeddings"] is name.endswith("_tied")
@@ -104,7 +105,8 @@ def test_completion_logprobs_match_transformers(written):
 
 def test_the_processor_transformers_wrote_makes_the_parity_inputs(written):
     _, folder, _, inputs, _ = written
-    got = load_processor(folder)(text=[str(inputs["text"])], images=[inputs["image"]], return_tensors="pd")
+    image = Image.fromarray(inputs["image"])  # as paddle_r1 opens images (PaddleOCR-VL's processor takes only these)
+    got = load_processor(folder)(text=[str(inputs["text"])], images=[image], return_tensors="pd")
     np.testing.assert_array_equal(got["input_ids"].numpy(), inputs["input_ids"])
     np.testing.assert_allclose(got["pixel_values"].numpy(), inputs["pixel_values"], atol=1e-5)
 

@@ -214,6 +214,31 @@ def adapt_products(record: dict, ctx: SourceContext) -> dict:
             "solution": str(label).strip()}
 
 
+def adapt_vl_sft(record: dict, ctx: SourceContext) -> dict:
+    """ERNIEKit / PaddleFormers VL-SFT jsonl, PaddleOCR-VL's fine-tuning data: {image_info: [{image_url,
+    matched_text_index}], text_info: [{text, tag: "mask"}, {text, tag: "no_mask"}]}. The ``mask`` text is the prompt
+    (PaddleOCR-VL's task prompts "OCR:", "Table Recognition:", "Formula Recognition:", "Chart Recognition:"), the
+    ``no_mask`` text the solution; the images come before the prompt. One question and its answer per record (a
+    multi-turn record is refused). An http(s) ``image_url`` is looked up by its file name under image_root (download
+    the images beforehand)."""
+    turns = record.get("text_info")
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        raise SampleError("'text_info' must be a list of {text, tag}")
+    tags = [t.get("tag") for t in turns]
+    if tags != ["mask", "no_mask"]:
+        raise SampleError(f"'text_info' tags {tags}: expected one question and its answer, ['mask', 'no_mask']")
+    question, answer = (t.get("text") for t in turns)
+    if not isinstance(question, str) or not isinstance(answer, str):
+        raise SampleError("'text_info' texts must be strings")
+    infos = record.get("image_info")
+    if not isinstance(infos, list) or not infos or not all(isinstance(i, dict) and i.get("image_url") for i in infos):
+        raise SampleError("'image_info' must be a non-empty list of {image_url, matched_text_index}")
+    urls = [str(i["image_url"]) for i in infos]
+    images = [ctx.image_path(u.rsplit("/", 1)[-1].split("?")[0] if "://" in u else u) for u in urls]
+    return {**_extras(record, {"image_info", "text_info"}), "images": images, "problem": question,
+            "solution": answer}
+
+
 def adapt_generic(record: dict, ctx: SourceContext) -> dict:
     """The plain schema itself: {images: [...], problem, solution, reward_method?, ...}."""
     images, problem = _required(record, "images", "problem")
@@ -229,6 +254,7 @@ FORMATS: dict[str, Callable[[dict, SourceContext], dict]] = {
     "r1v_eval": adapt_r1v_eval,
     "grounding": adapt_grounding,
     "products": adapt_products,
+    "vl_sft": adapt_vl_sft,
     "generic": adapt_generic,
 }
 
@@ -239,6 +265,8 @@ def detect_format(record: dict, rec_file: Optional[bool] = None) -> str:
     keys = set(record)
     if "conversations" in keys:
         return "conversation"
+    if "text_info" in keys:
+        return "vl_sft"
     if "abs_box" in keys or ("bbox" in keys and "instruction" in keys):
         return "grounding"
     if {"image_path", "question", "ground_truth"} <= keys:

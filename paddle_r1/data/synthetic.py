@@ -2,6 +2,7 @@
 
 - ``rec``: "Locate the red square in the image." -> its box in original pixels (two shapes, one target).
 - ``counting``: "How many shapes are there?" -> an integer (1 to 4 shapes by default, each in its own grid cell).
+- ``ocr_lines``, ``ocr_tables``: rendered text lines and small tables for PaddleOCR-VL (``synthetic_ocr.py``).
 
 The demo, the tests and ``benchmarks/learning.py`` share them. ``make_synthetic_splits`` writes a training set
 and a held-out set from different seeds into separate folders, for measuring what training generalises to.
@@ -13,6 +14,8 @@ import os
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from .synthetic_ocr import make_synthetic_ocr_lines, make_synthetic_ocr_tables
 
 COLORS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}
 SHAPES = ("square", "circle")
@@ -113,7 +116,8 @@ def make_synthetic_counting(out_dir: str, num_samples: int = 32, seed: int = 0, 
     return _write_jsonl(out_dir, "counting.jsonl", lines)
 
 
-SYNTHETIC_TASKS = {"rec": make_synthetic_rec, "counting": make_synthetic_counting}
+SYNTHETIC_TASKS = {"rec": make_synthetic_rec, "counting": make_synthetic_counting,
+                   "ocr_lines": make_synthetic_ocr_lines, "ocr_tables": make_synthetic_ocr_tables}
 
 
 def make_synthetic_splits(out_dir: str, task: str, num_train: int, num_heldout: int, seed: int = 0,

@@ -1,4 +1,5 @@
-"""Arguments shared by eval/test_rec.py and eval/test_r1-v.py (those of PaddleMIX r1_mllm's commands)."""
+"""Arguments shared by eval/test_rec.py, eval/test_r1-v.py (those of PaddleMIX r1_mllm's commands) and
+eval/test_ocr.py."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,7 @@ import os
 import sys
 
 from .protocols import PROTOCOLS, get_protocol
-from .tasks import TASKS, task_for_dataset
+from .tasks import SCRIPT_TASKS, TASKS, task_for_dataset
 from ..trainer.checkpoint import verify_checkpoint
 
 
@@ -40,8 +41,9 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     if kind == "rec":
         parser.add_argument("--visualize", type=int, default=0, help="draw N predictions per dataset")
     else:
-        parser.add_argument("--task", choices=sorted(set(TASKS) - {"rec"}), default=None,
-                            help="default: from the dataset name (counting / geoqa)")
+        tasks = SCRIPT_TASKS[kind]
+        parser.add_argument("--task", choices=tasks, default=None,
+                            help=f"default: from the dataset name ({' / '.join(tasks)})")
     return parser
 
 
@@ -82,12 +84,14 @@ def main(kind: str, argv: list[str] | None = None) -> int:
                 (args.model_name + "_" if args.model_name else "") + checkpoint_label(model_path)
             label = checkpoint_label(model_path) if len(model_paths) > 1 else model_name
             for dataset in args.test_datasets:
-                task = (TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task)).under(
+                task = (TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task, kind)).under(
                     protocol.name, args.method)
                 summary = evaluator.evaluate(dataset, task)
                 path = write(summary, options.output_dir, model_name, steps)
+                mean = summary.get(f"mean_{task.mean_reward}") if task.mean_reward else None
                 print(f"{dataset}: accuracy {summary['accuracy'] * 100:.2f}% "
-                      f"({summary['correct']}/{summary['total']}) -> {path}")
+                      f"({summary['correct']}/{summary['total']})"
+                      + ("" if mean is None else f", mean {task.mean_reward} {mean:.4f}") + f" -> {path}")
                 if options.visualize:
                     from .visualize import draw_rec_results
 

@@ -78,9 +78,10 @@ def trained_template(model_path: str) -> Optional[str]:
         return (json.load(f).get("config") or {}).get("question_template")
 
 
-def template_for(options: EvalOptions, task: str, model_path: str) -> str:
+def template_for(options: EvalOptions, task: str, model_path: str, default: Optional[str] = None) -> str:
     """--question_template; else the protocol's own prompt for the task; else, for --method r1, the template the
-    checkpoint was trained with, or the training default for a model not trained here; baseline: the question."""
+    checkpoint was trained with, or for a model not trained here the task's ``default`` (else the training
+    default); baseline: the question."""
     from ..config import GRPOConfig
 
     if options.question_template:
@@ -90,7 +91,7 @@ def template_for(options: EvalOptions, task: str, model_path: str) -> str:
         return protocol_template
     if options.method != "r1":
         return "{Question}"
-    return trained_template(model_path) or GRPOConfig.__dataclass_fields__["question_template"].default
+    return trained_template(model_path) or default or GRPOConfig.__dataclass_fields__["question_template"].default
 
 
 def select_samples(path: str, task: Task, options: EvalOptions, rng: random.Random) -> tuple[list[dict], DataReport]:
@@ -152,7 +153,7 @@ class Evaluator:
         if report.summary():
             print(report.summary())
         column = get_protocol(options.protocol).question_column.get((task.base, options.method))
-        template = template_for(options, task.base, self.model_path)
+        template = template_for(options, task.base, self.model_path, task.template)
         completions, image_sizes, input_sizes = answer_greedily(self.generator, asked(samples, column), template,
                                                                 options.batch_size, options.max_new_tokens, dataset)
         columns = reward_columns(samples, image_sizes, input_sizes, self.coord_system)
@@ -163,10 +164,12 @@ class Evaluator:
             "prediction": task.parse(text, self.coord_system, sizes, in_sizes), "correct": ok,
         } for s, text, sizes, in_sizes, ok in zip(samples, completions, image_sizes, input_sizes, correct)]
         accuracy = sum(correct) / len(correct)
-        return {"dataset": dataset, "model": self.model_path, "method": options.method, "task": task.name,
-                "protocol": options.protocol, "question_template": template,
-                "accuracy": accuracy, "correct": sum(correct), "total": len(correct), "skipped": report.skipped,
-                "results": results}
+        summary = {"dataset": dataset, "model": self.model_path, "method": options.method, "task": task.name,
+                   "protocol": options.protocol, "question_template": template,
+                   "accuracy": accuracy, "correct": sum(correct), "total": len(correct), "skipped": report.skipped}
+        if task.mean_reward is not None:
+            summary[f"mean_{task.mean_reward}"] = task.mean(completions, columns)
+        return {**summary, "results": results}
 
 
 def write_results(summary: dict, output_dir: str, model_name: str, steps: Optional[int] = None) -> str:

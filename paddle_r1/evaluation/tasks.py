@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Callable, Optional
 
+import numpy as np
+
 from ..rewards.manager import RewardManager
 from ..rewards.families.boxes import predicted_box_in_pixels
 from ..rewards.parsing import answer_text, parse_number
@@ -16,10 +18,12 @@ from .protocols import get_protocol
 @dataclass
 class Task:
     name: str
-    data_format: str  # the loader's format for the benchmark files
+    data_format: Optional[str]  # the loader's format for the benchmark files (None: detected from the fields)
     correct_reward: str  # registry name; a score of 1.0 means correct
     parse: Callable  # (completion, coord_system, image_sizes, input_sizes) -> shown prediction or None
     settings: dict = field(default_factory=dict)  # the correct reward's settings (and the parse's)
+    mean_reward: Optional[str] = None  # a reward whose mean over the samples is reported beside the accuracy
+    template: Optional[str] = None  # the prompt for a model not trained here (else the training default)
     _manager: Optional[RewardManager] = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -43,6 +47,14 @@ class Task:
         values = self._manager.score(completions, columns).per_function[:, 0]
         return [bool(v >= 1.0) for v in values]  # NaN (no solution) is not correct
 
+    def mean(self, completions: list[str], columns: dict) -> Optional[float]:
+        """The mean of ``mean_reward`` over the samples it scores (None without one, or when it scores none)."""
+        if self.mean_reward is None:
+            return None
+        values = RewardManager([self.mean_reward]).score(completions, columns).per_function[:, 0]
+        scored = values[~np.isnan(values)]
+        return float(scored.mean()) if len(scored) else None
+
 
 def _box(completion, coord_system, image_sizes, input_sizes):
     box = predicted_box_in_pixels(completion, coord_system, image_sizes, input_sizes)
@@ -62,14 +74,23 @@ TASKS = {
     "rec": Task("rec", "rec", "iou_accuracy", _box),
     "counting": Task("counting", "r1v_eval", "counting", _number),
     "geoqa": Task("geoqa", "r1v_eval", "math", _text),
+    # OCR (any format the loader reads, e.g. VL-SFT jsonl): exact match, and the mean 1 - NED; PaddleOCR-VL is asked
+    # its task prompt ("OCR:", "Table Recognition:") as it stands
+    "ocr": Task("ocr", None, "ocr_exact", _text, mean_reward="ocr_ned", template="{Question}"),
+    "table": Task("table", None, "teds", _text, mean_reward="teds", template="{Question}"),
 }
+# the tasks each eval script offers with --task
+SCRIPT_TASKS = {"r1v": ("counting", "geoqa"), "ocr": ("ocr", "table")}
 
 
-def task_for_dataset(dataset: str, default: Optional[str] = None) -> Task:
-    """R1-V datasets: counting (SuperCLEVR) or GeoQA, from the dataset's name unless ``default`` says."""
+def task_for_dataset(dataset: str, default: Optional[str] = None, kind: str = "r1v") -> Task:
+    """R1-V datasets: counting (SuperCLEVR) or GeoQA; OCR datasets: text or tables; from the dataset's name unless
+    ``default`` says."""
     if default:
         return TASKS[default]
     name = dataset.lower()
+    if kind == "ocr":
+        return TASKS["table" if "table" in name else "ocr"]
     if "count" in name or "clevr" in name:
         return TASKS["counting"]
     if "geo" in name or "math" in name:

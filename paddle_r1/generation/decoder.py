@@ -31,7 +31,7 @@ from typing import Optional
 import paddle
 from paddleformers.peft.lora.lora_layers import LoRALinear
 
-from ..models.forward import RepeatedPrompt, text_positions
+from ..models.forward import RepeatedPrompt, text_decoder, text_positions
 from ..models.rms_norm import FastRMSNorm, rms_norm
 from ..models.text_attention import FastTextAttention, rotate
 from .kv_cache import StaticKVCache, TransposedKVCache
@@ -60,7 +60,7 @@ class LayerDecoder:
 
     def step(self, token: paddle.Tensor) -> paddle.Tensor:
         """Next-token logits [rows, vocab] after ``token`` [rows], the next completion token of each row."""
-        text = self.model.model.language_model
+        text = text_decoder(self.model)
         self.cache.open_next()
         hidden = text.embed_tokens(token.unsqueeze(-1))
         position_embeddings = text.rotary_emb(hidden, text_positions(self.next_position + self.steps, 1))
@@ -125,8 +125,8 @@ def supports(model) -> bool:
     """Whether ``OneTokenDecoder`` can run ``model``'s decoder: Qwen2/2.5-VL's attention and norms as paddle_r1
     installs them, the gated MLP with fused gate/up weights, and every projection an ``nn.Linear`` or
     paddleformers' ``LoRALinear`` exactly (any other layer's forward may add what this step would leave out)."""
-    text = getattr(model.model, "language_model", None)
-    if text is None or not isinstance(text.norm, FastRMSNorm):
+    text = text_decoder(model)
+    if not isinstance(text.norm, FastRMSNorm):
         return False
     return all(type(layer.self_attn) is FastTextAttention and isinstance(layer.input_layernorm, FastRMSNorm)
                and getattr(layer.mlp, "fuse_up_gate", False)
@@ -140,7 +140,7 @@ class OneTokenDecoder:
 
     def __init__(self, model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
                  max_new_tokens: int):
-        text = model.model.language_model
+        text = text_decoder(model)
         attention = text.layers[0].self_attn
         self.model, self.text = model, text
         self.heads, self.kv_heads, self.head_dim = attention.num_heads, attention.num_key_value_heads, attention.head_dim

@@ -39,7 +39,8 @@ def build_messages(sample: dict, question_template: str, system_prompt: Optional
                 content.append({"type": "text", "text": piece})
     else:
         content = [{"type": "image"} for _ in sample["images"]] + [{"type": "text", "text": text}]
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    # the system turn as a list of parts: PaddleOCR-VL's template reads only that form, Qwen's read both
+    messages = [{"role": "system", "content": [{"type": "text", "text": system_prompt}]}] if system_prompt else []
     messages.append({"role": "user", "content": content})
     return messages
 
@@ -75,8 +76,10 @@ def encode_prompts(texts: list[str], images: list, processor) -> tuple[PromptBat
 
 
 def eos_token_ids(tokenizer) -> list[int]:
-    """The ids that end a completion: the chat turn's end and ``<|endoftext|>``."""
-    return sorted({tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")})
+    """The ids that end a completion: the chat turn's end (Qwen's ``<|im_end|>``, ERNIE's ``</s>``) and Qwen's
+    ``<|endoftext|>`` where the vocabulary has it (elsewhere its lookup gives the unknown token's id: padding)."""
+    vocab = tokenizer.get_vocab()
+    return sorted({tokenizer.eos_token_id} | ({vocab["<|endoftext|>"]} if "<|endoftext|>" in vocab else set()))
 
 
 @dataclass

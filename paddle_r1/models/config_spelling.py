@@ -4,7 +4,8 @@ The published Qwen-VL checkpoints (and transformers 4.x) spell the text decoder'
 ``rope_scaling`` (``{"type": "mrope", "mrope_section": [...]}``) and Qwen3-VL repeats ``tie_word_embeddings`` in
 ``text_config``. transformers 5.x writes one dict, ``text_config.rope_parameters`` (theta, type and M-RoPE sections
 together), nests Qwen2/2.5-VL's text fields in ``text_config`` too, and keeps ``tie_word_embeddings`` at the top
-only, where its models read it. paddleformers 1.2.0 reads only the published spelling: given the new one, its
+only, where its models read it (and PaddleOCR-VL's text fields in ``text_config``, published flat).
+paddleformers 1.2.0 reads only the published spelling: given the new one, its
 Qwen3-VL text config replaces the rope settings with its defaults (theta 1e6, sections [24, 20, 20]) and its
 sub-configs take the tie flag's default (False), so the model loads without a word and computes other logits, or a
 tied model fails for want of ``lm_head.weight``. ``published_spelling`` rewrites the new spelling into the old one
@@ -20,6 +21,9 @@ from ..errors import ConfigError
 
 # the rope types paddleformers' Qwen-VL rotary embeddings compute (M-RoPE over the default inverse frequencies)
 COMPUTED_ROPE_TYPES = ("default", "mrope")
+# families whose paddleformers config reads the text fields only at the top level, as published (PaddleOCR-VL's
+# asserts on a nested ``text_config``, which transformers 5 writes)
+FLAT_TEXT_FAMILIES = ("paddleocr_vl",)
 
 
 def published_spelling(config: dict, source: str) -> dict:
@@ -35,7 +39,17 @@ def published_spelling(config: dict, source: str) -> dict:
     if nested and "tie_word_embeddings" in config:
         # transformers 5 reads the top-level flag; paddleformers' sub-configs would take their default (False)
         text["tie_word_embeddings"] = config["tie_word_embeddings"]
+    if nested and config.get("model_type") in FLAT_TEXT_FAMILIES:
+        config = _flattened(config)
     return config
+
+
+def _flattened(config: dict) -> dict:
+    """The text fields at the top level, as published; on a key both levels hold (``dtype``, the tie flag) the top
+    level's value stays, the one transformers 5 reads."""
+    outer = {key: value for key, value in config.items() if key != "text_config"}
+    text = {key: value for key, value in config["text_config"].items() if key != "model_type"}
+    return {**text, **outer}
 
 
 def _rope_settings(text: dict, where: str) -> tuple[float, dict]:

@@ -4,7 +4,7 @@ Solutions are always in original-image pixels. Models answer in their own system
 
 - ``abs_resized``: Qwen2.5-VL, absolute pixels of the *resized* input the processor built
   (sides multiples of 28, ``smart_resize``).
-- ``rel_1000``: Qwen2-VL and Qwen3-VL, 0-1000 relative units.
+- ``rel_1000``: Qwen2-VL and Qwen3-VL, 0-1000 relative units (and PaddleOCR-VL, whose tasks answer without boxes).
 - ``abs_original``: pixels of the original image (for users whose data and model already agree).
 """
 from __future__ import annotations
@@ -19,6 +19,9 @@ FAMILY_COORD_SYSTEM = {
     "qwen2_5_vl": "abs_resized",
     "qwen2_vl": "rel_1000",
     "qwen3_vl": "rel_1000",
+    # PaddleOCR-VL's tasks (OCR, tables, formulas, charts) answer in text, with no boxes; its ERNIE vocabulary's
+    # location tokens (<|LOC_0|> .. <|LOC_1000|>) count 0-1000, so a box reward reads its boxes that way
+    "paddleocr_vl": "rel_1000",
 }
 
 

@@ -41,8 +41,17 @@ class InputEmbeddings:
         return InputEmbeddings(paddle.concat([self.embeds, embeds], axis=1), deepstack)
 
 
+def text_decoder(model):
+    """The text decoder (``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``): ``model.model.language_model`` in the
+    Qwen-VL models, ``model.model`` itself (ERNIE-4.5) in PaddleOCR-VL, whose vision tower sits beside it."""
+    inner = model.model
+    return inner.language_model if hasattr(inner, "language_model") else inner
+
+
 def embed_inputs(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> InputEmbeddings:
-    """Token embeddings with image features written over the ``<|image_pad|>`` slots (and Qwen3-VL's DeepStack)."""
+    """Token embeddings with image features written over the image token slots (and Qwen3-VL's DeepStack)."""
+    if hasattr(model, "embed_prompt"):  # PaddleOCR-VL
+        return InputEmbeddings(model.embed_prompt(input_ids, pixel_values, image_grid_thw))
     inner = model.model
     if hasattr(inner, "embed_prompt"):  # Qwen3-VL
         return InputEmbeddings(*inner.embed_prompt(input_ids, pixel_values, image_grid_thw))
@@ -57,7 +66,8 @@ def embed_inputs(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_
 
 def rope_positions(model, input_ids: paddle.Tensor, attention_mask: paddle.Tensor, image_grid_thw=None):
     """M-RoPE position ids [3, B, L] of a (left-padded) prompt batch, and each row's next free position [B]."""
-    positions, _ = model.model.get_rope_index(input_ids, image_grid_thw, None, attention_mask=attention_mask)
+    owner = model.model if hasattr(model.model, "get_rope_index") else model  # PaddleOCR-VL: the whole model's
+    positions, _ = owner.get_rope_index(input_ids, image_grid_thw, None, attention_mask=attention_mask)
     next_position = positions.max(axis=0).max(axis=-1) + 1
     return positions, next_position
 

@@ -2,7 +2,8 @@
 
 The family comes from ``config.json``'s ``model_type``, never from the folder's name; each family has its
 model class (Qwen2.5-VL: paddleformers' with a save fix; Qwen2-VL: written in ``qwen2_vl.py``; Qwen3-VL:
-paddleformers' plain-Paddle one with dense DeepStack, ``qwen3_vl.py``), whose
+paddleformers' plain-Paddle one with dense DeepStack, ``qwen3_vl.py``; PaddleOCR-VL: paddleformers' with its
+positions, tied head, sdpa mask and packing table fixed, ``paddleocr_vl.py``), whose
 ``config_class`` reads the published config.json (transformers 5's spelling is rewritten into it first:
 ``config_spelling.py``). On CPU the fused RMSNorm kernel is missing, so it is
 switched off in every sub-config there.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -30,6 +32,7 @@ MODEL_CLASSES = {
     "qwen2_vl": (".qwen2_vl", "Qwen2VLForConditionalGeneration"),
     "qwen2_5_vl": (".qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
     "qwen3_vl": (".qwen3_vl", "Qwen3VLForConditionalGeneration"),
+    "paddleocr_vl": (".paddleocr_vl", "PaddleOCRVLForConditionalGeneration"),
 }
 # The mixture-of-experts Qwen3-VL shares the dense one's vision tower but not its decoder, and paddleformers
 # 1.2.0 builds that decoder only on paddlefleet (not on PyPI): no plain-Paddle variant exists to build on.
@@ -73,6 +76,9 @@ def model_config(path: str) -> dict:
         raise ConfigError(
             f"{config_file}: model_type {family!r} is not supported yet (supported: {', '.join(SUPPORTED_FAMILIES)})"
         )
+    if family == "paddleocr_vl" and importlib.util.find_spec("triton") is None:
+        raise ConfigError(f"{config_file}: PaddleOCR-VL needs the triton package (paddleformers' paddleocr_vl module "
+                          "imports it; on CPU it then runs plain Paddle): pip install 'paddle_r1[paddleocr_vl]'")
     return published_spelling(config, config_file)
 
 
@@ -161,7 +167,9 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False,
     with read_only_view(path) as folder:
         model = cls.from_pretrained(folder, config=config, dtype=dtype)
     if freeze_vision:
-        for param in model.visual.parameters():
+        # PaddleOCR-VL's patch merger sits beside its vision tower (mlp_AR); the Qwen-VL mergers are inside theirs
+        vision = [model.visual] + ([model.mlp_AR] if hasattr(model, "mlp_AR") else [])
+        for param in (param for layer in vision for param in layer.parameters()):
             param.stop_gradient = True
     return model
 
@@ -176,7 +184,10 @@ def load_processor(path: str, min_pixels: Optional[int] = None, max_pixels: Opti
         kwargs["min_pixels"] = min_pixels
     if max_pixels is not None:
         kwargs["max_pixels"] = max_pixels
-    processor = AutoProcessor.from_pretrained(path, use_fast=True, **kwargs)  # what paddleformers picks anyway
+    # the fast image processor, paddleformers' default, except for PaddleOCR-VL's, which has none (and asking for it,
+    # even by default, prints a warning)
+    kwargs["use_fast"] = model_family(path) != "paddleocr_vl"
+    processor = AutoProcessor.from_pretrained(path, **kwargs)
     if min_pixels is not None or max_pixels is not None:
         # the fast image processor keeps its limits in `size`; keep both spellings in step
         image_processor = processor.image_processor

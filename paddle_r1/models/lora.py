@@ -19,10 +19,12 @@ import paddle
 
 from ..errors import ConfigError
 
-# Qwen-VL decoder projections as paddleformers names them (q, k, v are fused into qkv_proj; gate and up into
-# up_gate_proj); the vision tower is left alone.
+# The decoder projections as paddleformers names them: the Qwen-VL models' (q, k, v fused into qkv_proj; gate and up
+# into up_gate_proj) and PaddleOCR-VL's ERNIE-4.5 decoder at ``model.layers`` (unfused); the vision tower is left alone.
 DEFAULT_TARGETS = [r".*language_model\.layers\.\d+\.self_attn\.(qkv_proj|o_proj)",
-                   r".*language_model\.layers\.\d+\.mlp\.(up_gate_proj|down_proj)"]
+                   r".*language_model\.layers\.\d+\.mlp\.(up_gate_proj|down_proj)",
+                   r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|o_proj)",
+                   r"model\.layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)"]
 ADAPTER_DIR = "adapter"
 
 

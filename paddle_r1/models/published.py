@@ -19,7 +19,16 @@ def _config(model_type, hidden, intermediate, layers, heads, kv_heads, vocab, ti
             "vocab_size": vocab, "tie_word_embeddings": tied, "vision_config": vision}
 
 
+# PaddlePaddle/PaddleOCR-VL's config.json (flat, as Qwen2/2.5-VL's): ERNIE-4.5-0.3B with 128-wide heads, SigLIP tower
+_PADDLEOCR_VL = {"model_type": "paddleocr_vl", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 18,
+                 "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 103424,
+                 "tie_word_embeddings": False,
+                 "vision_config": {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27,
+                                   "num_attention_heads": 16, "image_size": 384, "patch_size": 14,
+                                   "spatial_merge_size": 2, "temporal_patch_size": 1}}
+
 PUBLISHED_CONFIGS = {
+    "PaddlePaddle/PaddleOCR-VL": _PADDLEOCR_VL,
     "Qwen/Qwen2.5-VL-3B-Instruct": _config("qwen2_5_vl", 2048, 11008, 36, 16, 2, 151936, True,
                                            {**_QWEN2_5_VL_VISION, "out_hidden_size": 2048}),
     "Qwen/Qwen2.5-VL-7B-Instruct": _config("qwen2_5_vl", 3584, 18944, 28, 28, 4, 152064, False,

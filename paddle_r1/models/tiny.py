@@ -1,10 +1,11 @@
-"""Tiny, seeded Qwen-VL checkpoints in the published layout, for tests and the demo.
+"""Tiny, seeded Qwen-VL and PaddleOCR-VL checkpoints in the published layout, for tests and the demo.
 
-The folder looks like a download from a model hub (Qwen2-VL, Qwen2.5-VL or Qwen3-VL): its ``config.json`` (flat;
-nested in ``text_config`` / ``vision_config`` for Qwen3-VL), one ``model.safetensors`` with the published weight
-names (``visual.blocks.0.attn.qkv.weight``, ``model.layers.0.self_attn.q_proj.weight``, Qwen3-VL's
-``model.visual...`` and ``model.language_model...``, ``lm_head.weight``) in PyTorch orientation, a byte-level BPE
-``tokenizer.json`` carrying Qwen's special tokens, the chat template and ``preprocessor_config.json``.
+The folder looks like a download from a model hub (Qwen2-VL, Qwen2.5-VL, Qwen3-VL or PaddleOCR-VL): its
+``config.json`` (flat; nested in ``text_config`` / ``vision_config`` for Qwen3-VL), one ``model.safetensors`` with the
+published weight names (``visual.blocks.0.attn.qkv.weight``, ``model.layers.0.self_attn.q_proj.weight``, Qwen3-VL's
+``model.visual...`` and ``model.language_model...``, PaddleOCR-VL's ``visual.vision_model...`` and ``mlp_AR...``,
+``lm_head.weight``) in PyTorch orientation, a byte-level BPE ``tokenizer.json`` carrying the family's special tokens
+(Qwen's, or ERNIE-4.5's for PaddleOCR-VL), the chat template and ``preprocessor_config.json``.
 It is loaded through exactly the code path of a real checkpoint.
 """
 from __future__ import annotations
@@ -17,10 +18,11 @@ import numpy as np
 
 from ..errors import ConfigError
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "paddleocr_vl")
 ARCHITECTURES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-                 "qwen3_vl": "Qwen3VLForConditionalGeneration"}
-PROCESSOR_CLASSES = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}
+                 "qwen3_vl": "Qwen3VLForConditionalGeneration", "paddleocr_vl": "PaddleOCRVLForConditionalGeneration"}
+PROCESSOR_CLASSES = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor",
+                     "paddleocr_vl": "PaddleOCRVLProcessor"}
 QWEN2_VL_MLP_RATIO = 4  # every published Qwen2-VL; its vision MLP is mlp_ratio * embed_dim wide
 QWEN3_VL_PATCH = 16  # Qwen3-VL's patches are 16 pixels (Qwen2/2.5-VL: 14); merged 2 x 2, a token covers 32 x 32
 QWEN2_VL_NORMALIZATION = {"image_mean": [0.48145466, 0.4578275, 0.40821073],  # CLIP's, Qwen2/2.5-VL
@@ -85,8 +87,9 @@ class TinySize:
     vocab_size: int = 512
 
 
-def build_tokenizer(vocab_size: int):
-    """Train a byte-level BPE with Qwen's pre-tokenizer and special tokens (deterministic)."""
+def build_tokenizer(vocab_size: int, special_tokens: list[str] = SPECIAL_TOKENS, corpus: list[str] = _CORPUS):
+    """Train a byte-level BPE with Qwen's pre-tokenizer and ``special_tokens`` first (ids 0, 1, ...) on ``corpus``
+    (deterministic)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -97,15 +100,15 @@ def build_tokenizer(vocab_size: int):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS * 4, trainer)
+    tok.train_from_iterator(corpus * 4, trainer)
     return tok
 
 
-class _Weights(dict):
+class Weights(dict):
     """Seeded weights by published name, PyTorch orientation ([out, in])."""
 
     def __init__(self, rng: np.random.Generator):
@@ -132,16 +135,17 @@ class _Weights(dict):
         self.linear(f"{prefix}.attn.qkv", 3 * width, width, True)
         self.linear(f"{prefix}.attn.proj", width, width, True)
 
-    def decoder(self, prefix: str, size: TinySize, vocab: int, qk_norm: bool) -> None:
-        """The Qwen2 decoder (q/k/v biases) or, with ``qk_norm``, Qwen3's (no biases, RMSNorm on each head's q and k)."""
+    def decoder(self, prefix: str, size: TinySize, vocab: int, qk_norm: bool, attention_bias: bool) -> None:
+        """The Qwen2 decoder (q/k/v biases), Qwen3's (``qk_norm``: no biases, RMSNorm on each head's q and k) or
+        ERNIE-4.5's (neither)."""
         h, i, head_dim = size.hidden_size, size.intermediate_size, size.hidden_size // size.num_attention_heads
         kv = size.num_key_value_heads * head_dim
         self.normal(f"{prefix}.embed_tokens.weight", (vocab, h))
         for layer in range(size.num_hidden_layers):
             p = f"{prefix}.layers.{layer}"
-            self.linear(f"{p}.self_attn.q_proj", h, h, not qk_norm)
-            self.linear(f"{p}.self_attn.k_proj", kv, h, not qk_norm)
-            self.linear(f"{p}.self_attn.v_proj", kv, h, not qk_norm)
+            self.linear(f"{p}.self_attn.q_proj", h, h, attention_bias)
+            self.linear(f"{p}.self_attn.k_proj", kv, h, attention_bias)
+            self.linear(f"{p}.self_attn.v_proj", kv, h, attention_bias)
             self.linear(f"{p}.self_attn.o_proj", h, h, False)
             if qk_norm:
                 self.norm(f"{p}.self_attn.q_norm", head_dim)
@@ -160,7 +164,7 @@ def _random_weights(size: TinySize, vocab: int, rng: np.random.Generator,
     """Weights named and shaped as in the family's published safetensors (PyTorch [out, in])."""
     if family == "qwen3_vl":
         return _qwen3_vl_weights(size, vocab, rng)
-    w = _Weights(rng)
+    w = Weights(rng)
     vh, vi = size.vision_hidden_size, size.vision_intermediate_size
     w.normal("visual.patch_embed.proj.weight", (vh, 3, 2, 14, 14))
     qwen2_vl = family == "qwen2_vl"  # LayerNorms with bias and an fc1/fc2 MLP; Qwen2.5-VL: RMSNorms, gated MLP
@@ -177,7 +181,7 @@ def _random_weights(size: TinySize, vocab: int, rng: np.random.Generator,
     w.norm("visual.merger.ln_q", vh, bias=qwen2_vl)
     w.linear("visual.merger.mlp.0", 4 * vh, 4 * vh, True)
     w.linear("visual.merger.mlp.2", size.hidden_size, 4 * vh, True)
-    w.decoder("model", size, vocab, qk_norm=False)
+    w.decoder("model", size, vocab, qk_norm=False, attention_bias=True)
     return dict(w)
 
 
@@ -185,7 +189,7 @@ def _qwen3_vl_weights(size: TinySize, vocab: int, rng: np.random.Generator) -> d
     """Qwen3-VL's published names (``model.visual...``, ``model.language_model...``): a patch embedding with bias,
     a learned position table, LayerNorm blocks with an fc1/fc2 MLP, the merger and one DeepStack merger per
     DeepStack layer (LayerNorm over the merged 4 x width vector)."""
-    w = _Weights(rng)
+    w = Weights(rng)
     vh, vi, merged = size.vision_hidden_size, size.vision_intermediate_size, 4 * size.vision_hidden_size
     w.normal("model.visual.patch_embed.proj.weight", (vh, 3, 2, QWEN3_VL_PATCH, QWEN3_VL_PATCH))
     w.normal("model.visual.patch_embed.proj.bias", (vh,))
@@ -201,7 +205,7 @@ def _qwen3_vl_weights(size: TinySize, vocab: int, rng: np.random.Generator) -> d
         w.norm(f"{merger}.norm", merged if m else vh, bias=True)  # DeepStack mergers norm after the 2 x 2 merge
         w.linear(f"{merger}.linear_fc1", merged, merged, True)
         w.linear(f"{merger}.linear_fc2", size.hidden_size, merged, True)
-    w.decoder("model.language_model", size, vocab, qk_norm=True)
+    w.decoder("model.language_model", size, vocab, qk_norm=True, attention_bias=False)
     return dict(w)
 
 
@@ -210,7 +214,7 @@ def _deepstack_indexes(size: TinySize) -> list[int]:
     return list(range(min(size.vision_depth, size.num_hidden_layers)))
 
 
-def _mrope_section(head_dim: int) -> list[int]:
+def mrope_section(head_dim: int) -> list[int]:
     """Split head_dim/2 rotary frequencies over (time, height, width) as Qwen does (16, 24, 24 of 64)."""
     half = head_dim // 2
     t = half // 4
@@ -223,25 +227,17 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
     """Write a complete, loadable tiny checkpoint folder and return its path."""
     if family not in FAMILIES:
         raise ConfigError(f"make-tiny-model: family {family!r} is not supported yet (supported: {', '.join(FAMILIES)})")
+    size = size or TinySize()
+    if family == "paddleocr_vl":
+        from .tiny_paddleocr_vl import make_tiny_paddleocr_vl
+
+        return make_tiny_paddleocr_vl(out_dir, seed, size, max_pixels=max_pixels, min_pixels=min_pixels)
     from safetensors.numpy import save_file
 
-    size = size or TinySize()
     os.makedirs(out_dir, exist_ok=True)
     tok = build_tokenizer(size.vocab_size)
     vocab = tok.get_vocab_size()
-    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-
-    weights = _random_weights(size, vocab, np.random.default_rng(seed), family)
-    save_file(weights, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-
-    config = _model_config(family, size, vocab, ids)
-    _write_json(out_dir, "config.json", config)
-    _write_json(out_dir, "generation_config.json", {
-        "bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
-        "pad_token_id": ids["<|endoftext|>"], "do_sample": False,
-    })
-    _write_json(out_dir, "tokenizer_config.json", {
+    ids = write_tokenizer_files(out_dir, tok, SPECIAL_TOKENS, CHAT_TEMPLATE, {
         "tokenizer_class": "Qwen2Tokenizer",
         "processor_class": PROCESSOR_CLASSES[family],
         "model_max_length": 32768,
@@ -252,15 +248,18 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
         "errors": "replace",
         "split_special_tokens": False,
         "clean_up_tokenization_spaces": False,
-        "added_tokens_decoder": {
-            str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                     "single_word": False, "special": True}
-            for t, i in ids.items()
-        },
-        "chat_template": CHAT_TEMPLATE,
     })
-    _write_json(out_dir, "chat_template.json", {"chat_template": CHAT_TEMPLATE})
-    _write_json(out_dir, "preprocessor_config.json", {
+
+    weights = _random_weights(size, vocab, np.random.default_rng(seed), family)
+    save_file(weights, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+
+    config = _model_config(family, size, vocab, ids)
+    write_json(out_dir, "config.json", config)
+    write_json(out_dir, "generation_config.json", {
+        "bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+        "pad_token_id": ids["<|endoftext|>"], "do_sample": False,
+    })
+    write_json(out_dir, "preprocessor_config.json", {
         "min_pixels": min_pixels,
         "max_pixels": max_pixels,
         "patch_size": QWEN3_VL_PATCH if family == "qwen3_vl" else 14,
@@ -273,16 +272,18 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
     return out_dir
 
 
+def decoder_sizes(size: TinySize, vocab: int) -> dict:
+    """The text decoder's size fields of a published config.json."""
+    return {"vocab_size": vocab, "hidden_size": size.hidden_size, "intermediate_size": size.intermediate_size,
+            "num_hidden_layers": size.num_hidden_layers, "num_attention_heads": size.num_attention_heads,
+            "num_key_value_heads": size.num_key_value_heads}
+
+
 def _model_config(family: str, size: TinySize, vocab: int, ids: dict[str, int]) -> dict:
     """The published config.json: flat text fields for Qwen2/2.5-VL; Qwen3-VL nests them in ``text_config``."""
     head_dim = size.hidden_size // size.num_attention_heads
     text = {
-        "vocab_size": vocab,
-        "hidden_size": size.hidden_size,
-        "intermediate_size": size.intermediate_size,
-        "num_hidden_layers": size.num_hidden_layers,
-        "num_attention_heads": size.num_attention_heads,
-        "num_key_value_heads": size.num_key_value_heads,
+        **decoder_sizes(size, vocab),
         "hidden_act": "silu",
         "max_position_embeddings": 32768,
         "rms_norm_eps": 1e-6,
@@ -301,7 +302,7 @@ def _model_config(family: str, size: TinySize, vocab: int, ids: dict[str, int]) 
         # bound how many go to height and width); Qwen3's head_dim is its own field
         text.update({"model_type": "qwen3_vl_text", "head_dim": head_dim, "attention_bias": False,
                      "rope_theta": 5000000.0,
-                     "rope_scaling": {"rope_type": "default", "mrope_section": _mrope_section(head_dim),
+                     "rope_scaling": {"rope_type": "default", "mrope_section": mrope_section(head_dim),
                                       "mrope_interleaved": True}})
         return {"architectures": [ARCHITECTURES[family]], "model_type": family, "tie_word_embeddings": False,
                 "torch_dtype": "float32", "text_config": text, **tokens,
@@ -309,7 +310,7 @@ def _model_config(family: str, size: TinySize, vocab: int, ids: dict[str, int]) 
     return {
         "architectures": [ARCHITECTURES[family]], "model_type": family, **text,
         "max_window_layers": size.num_hidden_layers, "rope_theta": 1000000.0,
-        "rope_scaling": {"type": "mrope", "mrope_section": _mrope_section(head_dim)},
+        "rope_scaling": {"type": "mrope", "mrope_section": mrope_section(head_dim)},
         "sliding_window": 32768, "use_sliding_window": False, "vision_token_id": ids["<|vision_pad|>"], **tokens,
         "vision_config": _vision_config(family, size),
     }
@@ -364,6 +365,25 @@ def _vision_config(family: str, size: TinySize) -> dict:
     }
 
 
-def _write_json(folder: str, name: str, obj) -> None:
+def write_tokenizer_files(out_dir: str, tok, special_tokens: list[str], chat_template: str,
+                          settings: dict) -> dict[str, int]:
+    """``tokenizer.json``, ``tokenizer_config.json`` (``settings``, the special tokens as added tokens, the chat
+    template) and ``chat_template.json``; returns each special token's id."""
+    ids = {t: tok.token_to_id(t) for t in special_tokens}
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    write_json(out_dir, "tokenizer_config.json", {
+        **settings,
+        "added_tokens_decoder": {
+            str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                     "single_word": False, "special": True}
+            for t, i in ids.items()
+        },
+        "chat_template": chat_template,
+    })
+    write_json(out_dir, "chat_template.json", {"chat_template": chat_template})
+    return ids
+
+
+def write_json(folder: str, name: str, obj) -> None:
     with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2, ensure_ascii=False)

@@ -38,7 +38,7 @@ class RequestError(Exception):
 
 @dataclass
 class ChatRequest:
-    messages: list  # for the chat template: {"role", "content": str | [{"type": "image"} | {"type": "text", ...}]}
+    messages: list  # for the chat template: {"role", "content": [{"type": "image"} | {"type": "text", ...}]}
     images: list  # PIL images in the order the messages show them
     sampling: SamplingParams
     n: int
@@ -108,9 +108,10 @@ def image_bytes(url: str, where: str, image_root: Optional[str]) -> bytes:
 
 
 def read_content(content, where: str, images: list, limits: ServeLimits, image_root: Optional[str]):
-    """A message's content for the chat template; its images opened and appended to ``images``."""
+    """A message's content for the chat template, as a list of parts (a string is one text part: PaddleOCR-VL's
+    template reads only parts, and drops a string without a word); its images opened and appended to ``images``."""
     if isinstance(content, str):
-        return content
+        return [{"type": "text", "text": content}]
     if not isinstance(content, list):
         raise _bad(f"{where}.content must be a string or a list of parts", "messages")
     parts = []

@@ -19,7 +19,7 @@ from paddle.distributed.fleet.utils import recompute
 
 from ..generation.rollout import Rollout
 from ..models.forward import (RepeatedPrompt, embed_inputs, recomputes_layers, repeat_rows, rope_positions,
-                              text_positions)
+                              text_decoder, text_positions)
 
 
 class _TargetLogSoftmax(PyLayer):
@@ -121,8 +121,7 @@ def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: f
     made without gradient, so a shared prompt would get none from the completions) and for Qwen3-VL (its DeepStack
     features enter through the full model's forward)."""
     inputs = _completion_inputs(model, rollout)
-    shared = inputs[0].deepstack is None and hasattr(model.model, "language_model") \
-        and not recomputes_layers(model.model.language_model.config)
+    shared = inputs[0].deepstack is None and not recomputes_layers(text_decoder(model).config)
     hidden = (_shared_prompt_hidden if shared else _full_rows_hidden)(model, rollout, inputs)
     return chunked_token_logprobs(model.lm_head, hidden, rollout.completion_ids, chunk_size, temperature,
                                   with_entropy, entropy_gradient)
@@ -134,7 +133,7 @@ def _completion_inputs(model, rollout: Rollout):
     prompt, g = rollout.prompt, rollout.num_generations
     prompt_embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw)
     positions, next_position = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
-    completion_embeds = model.model.get_input_embeddings()(rollout.completion_ids).astype(prompt_embeds.embeds.dtype)
+    completion_embeds = text_decoder(model).embed_tokens(rollout.completion_ids).astype(prompt_embeds.embeds.dtype)
     completion_positions = text_positions(repeat_rows(next_position, g), rollout.completion_ids.shape[1])
     prompt_mask = repeat_rows(prompt.attention_mask, g)
     mask = paddle.concat([prompt_mask, paddle.ones_like(rollout.completion_ids, dtype=prompt_mask.dtype)], axis=1)
@@ -142,7 +141,7 @@ def _completion_inputs(model, rollout: Rollout):
 
 
 def _shared_prompt_hidden(model, rollout: Rollout, inputs) -> paddle.Tensor:
-    g, text = rollout.num_generations, model.model.language_model
+    g, text = rollout.num_generations, text_decoder(model)
     prompt_embeds, positions, completion_embeds, completion_positions, mask = inputs
     prompt_out = text(inputs_embeds=prompt_embeds.embeds, attention_mask=rollout.prompt.attention_mask,
                       position_ids=positions, use_cache=True, return_dict=True)
