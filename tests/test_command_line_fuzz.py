@@ -106,6 +106,12 @@ def configs(draw) -> dict:
     values["reward_kwargs"] = draw(st.dictionaries(st.sampled_from(funcs), REWARD_SETTINGS, max_size=2))
     if values["eval_steps"] and values["eval_data_path"] is None:
         values["eval_data_path"] = draw(SOME_TEXT)
+    # EasyR1's filtering band goes with dynamic sampling, low below high, keyed by the reward or one of reward_funcs
+    values["filter_low"] = values["filter_high"] = None
+    if values["dynamic_sampling"] and draw(st.booleans()):
+        low, high = sorted(draw(st.lists(st.floats(-10, 10), min_size=2, max_size=2, unique=True)))
+        values["filter_low"], values["filter_high"] = draw(st.sampled_from([(low, high), (low, None), (None, high)]))
+    values["filter_key"] = draw(st.sampled_from(["overall", *funcs]))
     # TRL's report_to: trackers, or none alone
     values["report_to"] = draw(st.just(["none"]) | st.lists(st.sampled_from(("visualdl", "swanlab", "wandb")),
                                                              min_size=1, max_size=3, unique=True))
