@@ -59,8 +59,9 @@ def explain_failure(error: Exception) -> Exception:
     return _watch.explain(error) if _watch is not None else error
 
 
-def _check_in(where: str, world_size: int) -> None:
-    if world_size > 1 and _watch is not None:
+def _check_in(where: str) -> None:
+    """Before a collective of several ranks: wait at the job's store until every rank has come (``RankWatch``)."""
+    if _watch is not None:
         _watch.arrive(where)
 
 
@@ -107,6 +108,7 @@ def decided_by_main(fn, rank: int, world_size: int):
             outcome = [fn(), None]
         except Exception as e:  # noqa: BLE001 -- raised again below, on every rank
             outcome = [None, e]
+    _check_in("the decision rank 0 makes for all (its files read, hashed)")  # rank 0 may take a minute
     dist.broadcast_object_list(outcome, src=0)
     result, error = outcome
     if error is not None:
@@ -316,7 +318,7 @@ class GradientReducer:
 def sum_across_ranks(value: float, world_size: int, where: str = "a sum over ranks") -> float:
     if world_size == 1:
         return value
-    _check_in(where, world_size)
+    _check_in(where)
     tensor = paddle.to_tensor([value], dtype="float64")
     dist.all_reduce(tensor)
     return float(tensor[0])
@@ -326,7 +328,7 @@ def gather_objects(obj, world_size: int, where: str) -> list:
     """Every rank's ``obj`` (picklable; of any size), in rank order."""
     if world_size == 1:
         return [obj]
-    _check_in(where, world_size)
+    _check_in(where)
     gathered: list = []
     dist.all_gather_object(gathered, obj)
     return gathered
@@ -334,5 +336,5 @@ def gather_objects(obj, world_size: int, where: str) -> list:
 
 def barrier(world_size: int, where: str = "a barrier") -> None:
     if world_size > 1:
-        _check_in(where, world_size)
+        _check_in(where)
         dist.barrier()
