@@ -4,7 +4,6 @@ send each other, the logged numbers are those of the whole global batch, a late 
 ends whole, fast, without writing another checkpoint."""
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -152,25 +151,24 @@ def _launch(config: str, log_dir, *launch_args) -> subprocess.Popen:
                             start_new_session=True)
 
 
+def _state_and_parent(pid) -> tuple:
+    """(state letter, parent pid) from /proc/PID/stat; None for a process that is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
 def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError, ValueError):
-            continue
-        if fields[0] != "Z" and int(fields[1]) == pid:
-            found.append(int(entry))
-    return found
+    found = [(entry, _state_and_parent(entry)) for entry in os.listdir("/proc") if entry.isdigit()]
+    return [int(entry) for entry, info in found if info is not None and info[0] != "Z" and info[1] == pid]
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    info = _state_and_parent(pid)
+    return info is not None and info[0] != "Z"
 
 
 def _wait_for_steps(output_dir, steps: int, processes, limit: float = 240) -> None:

@@ -118,7 +118,7 @@ class Trainer:
         self.skipped_in_row = 0
         self.step_stats: dict[str, Stat] = {}  # what this rank saw during the step, beyond the job's own metrics
         if self.resume_path:
-            self.restore(self.resume_path)
+            self.restore(self.resume_path, resumed)
             if self.is_main and saved_layout != layout:
                 print(layout_note(self.resume_path, saved_layout, layout, self.sampler.state_dict(),
                                   len(self.samples), self.step, self.total_steps, epochs_based=cfg.max_steps <= 0))
@@ -181,8 +181,8 @@ class Trainer:
         synced = os.path.join(self.resume_path, "ref_model") if self.resume_path else None
         return synced if synced and os.path.isdir(synced) else self.config.model_name_or_path
 
-    def restore(self, path: str) -> None:
-        state = ckpt.load_trainer_state(path)
+    def restore(self, path: str, state: dict) -> None:
+        """The run's state from the checkpoint at ``path``, whose trainer state ``state`` was read already."""
         self.step = state["global_step"]
         self.skipped_steps = state.get("skipped_steps", 0)
         self.sampler.load_state_dict(state["sampler"])

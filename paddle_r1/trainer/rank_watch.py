@@ -77,7 +77,6 @@ class RankWatch:
         self.endpoint = endpoint or store_endpoint()
         self._store = _client(*self.endpoint)  # the main thread's; the heartbeat thread has its own
         self._arrivals = 0
-        self._phase = "starting"
         self.phase("starting")
         self._beats = _client(*self.endpoint)
         self._beat()
@@ -91,7 +90,6 @@ class RankWatch:
     # ---- what this rank tells the others ---------------------------------------------------------
     def phase(self, name: str) -> None:
         """What this rank is doing now, for the message another rank prints when this one is late."""
-        self._phase = name
         self._call(self._store.set, f"{_PREFIX}phase/{self.rank}", f"{name}\t{time.time():.3f}")
 
     def _beat(self) -> None:
@@ -125,7 +123,7 @@ class RankWatch:
                 return
             now = time.monotonic()
             for r in late:
-                beats = self._call(self._store.add, f"{_PREFIX}beat/{r}", 0)
+                beats = self._beats_of(r)
                 if r not in last_beats or beats != last_beats[r][0]:
                     last_beats[r] = (beats, now)
                 elif now - last_beats[r][1] > self.dead_after:
@@ -145,12 +143,11 @@ class RankWatch:
         if isinstance(error, RankFailure):
             return error
         try:
-            before = [self._store.add(f"{_PREFIX}beat/{r}", 0) for r in range(self.world_size)]
+            before = [self._beats_of(r) for r in range(self.world_size)]
             time.sleep(3 * HEARTBEAT_SECONDS)
-            after = [self._store.add(f"{_PREFIX}beat/{r}", 0) for r in range(self.world_size)]
-        except Exception:
-            return RankFailure(f"rank {self.rank}: a collective failed ({type(error).__name__}) and the job's store "
-                               "(held by rank 0) does not answer: rank 0 has stopped; ending this rank")
+            after = [self._beats_of(r) for r in range(self.world_size)]
+        except RankFailure as gone:  # the store went with rank 0
+            return gone
         stopped = [r for r in range(self.world_size) if r != self.rank and after[r] == before[r]]
         if not stopped:
             return error
@@ -158,6 +155,10 @@ class RankWatch:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return RankFailure(f"rank {self.rank}: a collective failed because {names} stopped (no heartbeat for "
                            f"{3 * HEARTBEAT_SECONDS:.0f} s); ending this rank. The collective's error: {first_line}")
+
+    def _beats_of(self, rank: int) -> int:
+        """How many heartbeats ``rank`` has sent (read without waiting: ``add`` of 0)."""
+        return self._call(self._store.add, f"{_PREFIX}beat/{rank}", 0)
 
     def _describe(self, rank: int) -> str:
         """``in phase 'rewards' for 41 s``, from what ``rank`` last published."""
@@ -170,8 +171,6 @@ class RankWatch:
     def _call(self, method, *args):
         try:
             return method(*args)
-        except RankFailure:
-            raise
         except Exception as e:
             host, port = self.endpoint
             raise RankFailure(f"rank {self.rank}: the job's store at {host}:{port} (held by rank 0) does not answer "

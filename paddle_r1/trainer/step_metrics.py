@@ -12,6 +12,7 @@ processes before computing them): means weighted by how many values each rank ha
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Union
 
@@ -67,7 +68,7 @@ class Std:
 
 @dataclass
 class Same:
-    """A value every rank holds alike (the learning rate, the reduced gradient norm): the first rank's."""
+    """A value every rank holds alike (the learning rate, the reduced gradient norm)."""
 
     value: float
 
@@ -81,8 +82,8 @@ def as_stat(value) -> Stat:
 
 
 def merge(old: Stat, new: Stat) -> Stat:
-    """Two statistics of one key from the same rank as one (a counter counted twice in a step, a mean over two
-    rollouts)."""
+    """Two statistics of one key as one: from one rank (a counter counted twice in a step, a mean over two
+    rollouts) or from two ranks (``combine``); ``Same`` keeps the later value."""
     if type(old) is not type(new):
         raise TypeError(f"cannot merge a {type(old).__name__} with a {type(new).__name__}")
     if isinstance(old, Mean):
@@ -96,28 +97,21 @@ def merge(old: Stat, new: Stat) -> Stat:
     return new
 
 
-def _combine(parts: list) -> float:
-    kind = type(parts[0])
-    if any(type(p) is not kind for p in parts):
-        raise TypeError(f"a metric is a {kind.__name__} on one rank and a {type(parts[1]).__name__} on another")
-    if kind is Mean:
-        count = sum(p.count for p in parts)
-        return sum(p.total for p in parts) / count if count else float("nan")
-    if kind is Sum:
-        return float(sum(p.value for p in parts))
-    if kind is Max:
-        return float(max(p.value for p in parts))
-    if kind is Std:
-        values = np.concatenate([p.values for p in parts])
-        return float(values.std(ddof=1)) if values.size > 1 else float("nan")
-    return float(parts[0].value)
+def value_of(stat: Stat) -> float:
+    """The number a statistic stands for."""
+    if isinstance(stat, Mean):
+        return stat.total / stat.count if stat.count else float("nan")
+    if isinstance(stat, Std):
+        return float(stat.values.std(ddof=1)) if stat.values.size > 1 else float("nan")
+    return float(stat.value)
 
 
 def combine(per_rank: list[dict[str, Stat]]) -> dict[str, float]:
-    """The global batch's metrics from every rank's statistics (ranks without a key contribute nothing to it),
-    keys in a stable order."""
+    """The global batch's metrics from every rank's statistics, merged as one rank's are (``merge``; ranks without a
+    key contribute nothing to it), keys in a stable order."""
     keys = sorted({key for stats in per_rank for key in stats})
-    return {key: _combine([stats[key] for stats in per_rank if key in stats]) for key in keys}
+    return {key: value_of(functools.reduce(merge, [stats[key] for stats in per_rank if key in stats]))
+            for key in keys}
 
 
 def reduce_step_metrics(stats: dict[str, Stat], world_size: int) -> dict[str, float]:
