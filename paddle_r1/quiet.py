@@ -44,8 +44,11 @@ def drop_import_notices() -> None:
 
 # Warnings the libraries raise on every run that say nothing about the user's: paddle looking for a compiler cache
 # it never uses here, setuptools' notice when paddle imports distutils, and paddle's advice to paddleformers'
-# processor (``return_tensors="pd"`` copies its own tensors with paddle.to_tensor). Nothing else is filtered.
-LIBRARY_WARNINGS = ("No ccache found", "Setuptools is replacing distutils", "To copy construct from a tensor")
+# processor (``return_tensors="pd"`` copies its own tensors with paddle.to_tensor), and fleet's note, under sharding,
+# that a rank is not in the communication groups of the other topology axes it builds (pipeline, model: one rank
+# each here). Nothing else is filtered.
+LIBRARY_WARNINGS = ("No ccache found", "Setuptools is replacing distutils", "To copy construct from a tensor",
+                    r"Current global rank \d+ is not in group")
 
 
 def quiet_libraries(level: str = "WARNING") -> None:
