@@ -24,7 +24,7 @@ def main() -> None:
     from paddle_r1.data.synthetic import make_synthetic_rec
     from paddle_r1.evaluation.runner import EvalOptions, Evaluator
     from paddle_r1.evaluation.tasks import TASKS
-    from paddle_r1.models.tiny import make_tiny_model
+    from paddle_r1.testing.tiny import make_tiny_model
 
     work = tempfile.mkdtemp()
     model_dir = make_tiny_model(os.path.join(work, "model"))

@@ -73,7 +73,7 @@ def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
     """SFT then GRPO for one seed, their console output in ``out_dir/train.log``; returns {"seed", "before",
     "after", "seconds", "grpo_dir"}."""
     from paddle_r1.data.synthetic import SYNTHETIC_TASKS, make_synthetic_splits
-    from paddle_r1.models.tiny import make_tiny_model
+    from paddle_r1.testing.tiny import make_tiny_model
     from paddle_r1.plot import read_metrics, series
     from paddle_r1.evaluation.heldout import HeldoutEval
     from paddle_r1.trainer.grpo import GRPOTrainer

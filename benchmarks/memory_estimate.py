@@ -57,7 +57,7 @@ def main() -> None:
 
     from paddle_r1.memory import ModelShape, decoder_training_bytes
     from paddle_r1.models.loading import load_model
-    from paddle_r1.models.tiny import TinySize, make_tiny_model
+    from paddle_r1.testing.tiny import TinySize, make_tiny_model
     from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 

@@ -67,7 +67,7 @@ def _checkpoint(args, work: str) -> str:
                         "--hidden", str(args.hidden), "--layers", str(args.layers)],
                        check=True, stdout=subprocess.DEVNULL)
         return folder
-    from paddle_r1.models.tiny import TinySize, make_tiny_model
+    from paddle_r1.testing.tiny import TinySize, make_tiny_model
 
     size = TinySize(hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,
                     num_attention_heads=args.hidden // 64 * 2, num_key_value_heads=2)

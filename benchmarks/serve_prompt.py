@@ -40,7 +40,7 @@ def main() -> None:
     import openai
 
     from paddle_r1.memory import DTYPE_BYTES, ModelShape, scores_transient_bytes
-    from paddle_r1.models.tiny import make_tiny_model
+    from paddle_r1.testing.tiny import make_tiny_model
     from paddle_r1.quiet import quiet_libraries
     from paddle_r1.serve.limits import ServeLimits
     from paddle_r1.serve.server import build_server

@@ -59,7 +59,7 @@ def main() -> None:
     import paddle.distributed as dist
 
     from paddle_r1.data.synthetic import make_synthetic_rec
-    from paddle_r1.models.tiny import TinySize, make_tiny_model
+    from paddle_r1.testing.tiny import TinySize, make_tiny_model
 
     work = tempfile.mkdtemp()
     size = TinySize(hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,

@@ -124,7 +124,7 @@ def main() -> None:
 
     quiet_libraries("ERROR")
     tune_cpu_math()  # what a CPU job does before its first matrix product
-    from paddle_r1.models.tiny import TinySize, make_tiny_model
+    from paddle_r1.testing.tiny import TinySize, make_tiny_model
 
     model_dir = args.model or make_tiny_model(tempfile.mkdtemp(), size=TinySize(
         hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,

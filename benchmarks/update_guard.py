@@ -39,7 +39,7 @@ def measure(size: dict, repeats: int) -> dict:
 
     from paddle_r1.memory import allocate_optimizer_state
     from paddle_r1.models.loading import load_model
-    from paddle_r1.models.tiny import TinySize, make_tiny_model
+    from paddle_r1.testing.tiny import TinySize, make_tiny_model
     from paddle_r1.trainer.step_guard import StepSnapshot, finite_flags
 
     with tempfile.TemporaryDirectory() as folder:

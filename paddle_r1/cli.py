@@ -109,7 +109,7 @@ def _estimate_memory(args, extra: list[str]) -> int:
 
 
 def _make_tiny_model(args, extra: list[str]) -> int:
-    from .models.tiny import make_tiny_model
+    from .testing.tiny import make_tiny_model
 
     if extra:
         raise SystemExit(f"make-tiny-model: unexpected arguments {extra}")

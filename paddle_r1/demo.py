@@ -12,7 +12,7 @@ import os
 
 from .config import GRPOConfig, SFTConfig
 from .data.synthetic import make_synthetic_splits
-from .models.tiny import make_tiny_model
+from .testing.tiny import make_tiny_model
 
 DEMO_SFT_SETTINGS = dict(
     per_device_train_batch_size=8,

@@ -18,7 +18,7 @@ def quiet_libraries():
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    from paddle_r1.models.tiny import make_tiny_model
+    from paddle_r1.testing.tiny import make_tiny_model
 
     return make_tiny_model(str(tmp_path_factory.mktemp("tiny") / "qwen2_5_vl"))
 

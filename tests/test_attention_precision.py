@@ -9,7 +9,7 @@ from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
 from paddle_r1.models.loading import load_model, load_processor
 from paddle_r1.models.precision import choose_precision
-from paddle_r1.models.tiny import make_tiny_model
+from paddle_r1.testing.tiny import make_tiny_model
 from paddle_r1.trainer.logprobs import completion_logprobs
 
 

@@ -14,7 +14,7 @@ from paddle_r1.memory import (ModelShape, allocate_optimizer_state, check_fits, 
                               read_model_config)
 from paddle_r1.models.loading import load_model
 from paddle_r1.models.published import PUBLISHED_CONFIGS
-from paddle_r1.models.tiny import make_tiny_model
+from paddle_r1.testing.tiny import make_tiny_model
 
 QWEN25_7B, QWEN25_3B = "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct"
 

@@ -9,7 +9,7 @@ import pytest
 from safetensors import safe_open
 
 from paddle_r1.models.loading import load_model, load_models, model_family
-from paddle_r1.models.tiny import make_tiny_model
+from paddle_r1.testing.tiny import make_tiny_model
 from model_checks import assert_completion_logprobs_match_forward, tied_copy
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions

@@ -67,7 +67,7 @@ def test_synthetic_ocr_sets_are_seeded_and_their_solutions_score_one(ocr_sets, t
 
 def test_eval_script_reports_accuracy_and_mean_ned_over_batched_answers(ocr_sets, tmp_path, capsys):
     from paddle_r1.evaluation.cli import main
-    from paddle_r1.models.tiny import make_tiny_model
+    from paddle_r1.testing.tiny import make_tiny_model
 
     model = make_tiny_model(str(tmp_path / "model"), family="paddleocr_vl")
     data_root = os.path.dirname(ocr_sets["ocr_lines"]["heldout"])

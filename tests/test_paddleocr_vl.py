@@ -13,7 +13,7 @@ from safetensors.numpy import load_file
 
 from paddle_r1.generation.rollout import PromptBatch, SamplingParams, sample_completions
 from paddle_r1.models.loading import load_model, load_processor, model_family
-from paddle_r1.models.tiny import make_tiny_model
+from paddle_r1.testing.tiny import make_tiny_model
 from paddle_r1.trainer.logprobs import completion_logprobs
 from model_checks import assert_completion_logprobs_match_forward, tied_copy
 

@@ -14,7 +14,7 @@ from paddle_r1.config import GRPOConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.models.loading import load_model, load_models, model_family
-from paddle_r1.models.tiny import make_tiny_model
+from paddle_r1.testing.tiny import make_tiny_model
 from paddle_r1.trainer.grpo import GRPOTrainer
 from model_checks import assert_completion_logprobs_match_forward
 

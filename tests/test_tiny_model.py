@@ -7,7 +7,7 @@ import paddle
 import pytest
 
 from paddle_r1.models.loading import load_model, load_models, model_family
-from paddle_r1.models.tiny import SPECIAL_TOKENS, make_tiny_model
+from paddle_r1.testing.tiny import SPECIAL_TOKENS, make_tiny_model
 
 
 def test_tiny_model_is_deterministic_and_complete(tmp_path, tiny_model_dir):

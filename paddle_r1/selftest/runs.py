@@ -121,7 +121,7 @@ def memory_estimate(ws) -> str:
     from ..config import GRPOConfig
     from ..errors import ConfigError
     from ..memory import GIB, RESERVE_GIB, check_fits
-    from ..models.tiny import TinySize, make_tiny_model
+    from ..testing.tiny import TinySize, make_tiny_model
     from ..trainer.grpo import GRPOTrainer
 
     folder = ws.once(("model", "memory"), lambda: make_tiny_model(ws.path("memory-model"),

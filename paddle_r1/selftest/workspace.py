@@ -45,7 +45,7 @@ class Workspace:
         return self._made[key]
 
     def tiny_model(self, family: str = "qwen2_5_vl") -> str:
-        from ..models.tiny import TinySize, make_tiny_model
+        from ..testing.tiny import TinySize, make_tiny_model
 
         size = TinySize(**TINY_SIZES.get(family, {}))
         return self.once(("model", family), lambda: make_tiny_model(self.path(f"tiny-{family}"), family, size=size))

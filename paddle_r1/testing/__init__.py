@@ -1,0 +1,1 @@
+"""Tools that build tiny checkpoints for tests, the demo and the selftest (no hub download)."""
