@@ -1,7 +1,7 @@
-"""Every config key shown from its one help string (the ``help`` in the dataclass field's metadata, see
-``config.key``): in ``paddle-r1 train/sft/estimate-memory --help``, grouped by concern as TRL's HfArgumentParser
+"""Every config key shown from its one help string, default and range (the dataclass field's metadata, see
+``config_keys.key``): in ``paddle-r1 train/sft/estimate-memory --help``, grouped by concern as TRL's HfArgumentParser
 shows them, and in docs/config.md (``python -m paddle_r1.config_help docs/config.md`` writes it; a test fails when it
-and config.py differ).
+and config_keys.py differ).
 
 A key group is the dataclass that declares the key first (``ModelKeys``, ``RolloutKeys``, ...); its docstring's first
 line is the group's title, the rest its description. The help only shows the keys: the command line is still read by
@@ -17,6 +17,7 @@ import sys
 import typing
 
 from .config import GRPOConfig, SFTConfig
+from .config_keys import declared
 from .config_values import split_optional
 
 JOBS = {"train": GRPOConfig, "sft": SFTConfig}
@@ -62,6 +63,13 @@ def default_text(field: dataclasses.Field) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def key_text(cls, field: dataclasses.Field) -> str:
+    """A key's help, then its default and, for a number, its range: 'sampling temperature (default: 1.0; >= 0)'
+    (a word key's help names its choices itself, with what each means)."""
+    bounds = declared(cls, "bounds").get(field.name)
+    return f"{field.metadata['help']} (default: {default_text(field)}{'' if bounds is None else f'; {bounds}'})"
+
+
 def add_key_groups(parser: argparse.ArgumentParser, cls) -> argparse.ArgumentParser:
     """Argument groups listing ``cls``'s keys on ``parser``, for its help only."""
     hints = typing.get_type_hints(cls)
@@ -69,7 +77,7 @@ def add_key_groups(parser: argparse.ArgumentParser, cls) -> argparse.ArgumentPar
         section = parser.add_argument_group(group.title, group.description or None)
         for field in group.keys:
             section.add_argument(f"--{field.name}", metavar=type_name(hints[field.name]),
-                                 help=f"{field.metadata['help']} (default: {default_text(field)})".replace("%", "%%"))
+                                 help=key_text(cls, field).replace("%", "%%"))
     return parser
 
 
@@ -94,7 +102,7 @@ class KeysHelpParser(argparse.ArgumentParser):
 def config_reference() -> str:
     """docs/config.md: every key of both jobs, by group, with type, default and help."""
     lines = ["# Config keys", "",
-             f"Generated from the help strings in `paddle_r1/config.py` by `{WRITE_COMMAND}`; do not edit by hand. "
+             f"Generated from the keys' declarations in `paddle_r1/config_keys.py` by `{WRITE_COMMAND}`; do not edit by hand. "
              "`paddle-r1 train --help` and `paddle-r1 sft --help` show the same. Keys go in the yaml/json config "
              "file or on the command line as `--key value`.", ""]
     for command, cls in JOBS.items():
@@ -102,10 +110,9 @@ def config_reference() -> str:
         lines += [f"## `paddle-r1 {command}` ({cls.__name__})", ""]
         for group in key_groups(cls):
             lines += [f"### {group.title}", ""] + ([group.description, ""] if group.description else [])
-            lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
+            lines += ["| key | type | meaning (default; range) |", "|---|---|---|"]
             for field in group.keys:
-                cells = (f"`{field.name}`", f"`{type_name(hints[field.name])}`", f"`{default_text(field)}`",
-                         field.metadata["help"])
+                cells = (f"`{field.name}`", f"`{type_name(hints[field.name])}`", key_text(cls, field))
                 lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
             lines.append("")
     return "\n".join(lines)

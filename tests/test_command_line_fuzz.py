@@ -18,8 +18,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 from paddle_r1 import algorithms  # noqa: E402
 from paddle_r1.cli import build_parser  # noqa: E402
-from paddle_r1.config import (LR_SCHEDULERS, NUMERIC_BOUNDS, ROLLOUT_ENGINES, SHARDING_STAGES,  # noqa: E402
-                              GRPOConfig)
+from paddle_r1.config import GRPOConfig  # noqa: E402
+from paddle_r1.config_keys import LR_SCHEDULERS, ROLLOUT_ENGINES, SHARDING_STAGES, declared  # noqa: E402
 from paddle_r1.config_reading.command_line import YAML_NULLS  # noqa: E402
 from paddle_r1.config_reading.files import EXPONENT_FLOAT  # noqa: E402
 from paddle_r1.config_reading.loading import load_config  # noqa: E402
@@ -53,8 +53,8 @@ def _inner(annotation):
 
 
 def _number(key: str, kind):
-    """Values ``NUMERIC_BOUNDS`` admits for ``key``; an integer is fine for a float key too."""
-    bounds = NUMERIC_BOUNDS[key]
+    """Values ``key``'s declared bounds admit; an integer is fine for a float key too."""
+    bounds = declared(GRPOConfig, "bounds")[key]
     low = bounds.low if math.isfinite(bounds.low) else -1e6
     high = bounds.high if math.isfinite(bounds.high) else low + 1e6
     whole = st.integers(math.ceil(low), math.floor(high)).filter(bounds.admits)

@@ -303,9 +303,22 @@ def test_a_value_out_of_range_on_the_command_line_stops_before_anything_loads(tm
 def test_every_numeric_key_has_its_range():
     import typing
 
-    from paddle_r1.config import NUMERIC_BOUNDS, SFTConfig
+    from paddle_r1.config import SFTConfig
+    from paddle_r1.config_keys import declared
 
     for cls in (GRPOConfig, SFTConfig):
         numeric = {key for key, annotation in typing.get_type_hints(cls).items()
                    if {int, float, list[float]} & {annotation, *typing.get_args(annotation)}}
-        assert numeric - set(NUMERIC_BOUNDS) == set(), cls.__name__
+        assert numeric - set(declared(cls, "bounds")) == set(), cls.__name__
+
+
+def test_a_key_a_job_declares_again_keeps_its_range():
+    """GRPO and SFT each redeclare per_device_train_batch_size and learning_rate (their own defaults and help); the
+    range declared with the shared key still holds for both."""
+    from paddle_r1.config import SFTConfig
+
+    for cls in (GRPOConfig, SFTConfig):
+        with pytest.raises(ConfigError, match=r"'per_device_train_batch_size': must be >= 1, got 0"):
+            cls(per_device_train_batch_size=0)
+        with pytest.raises(ConfigError, match=r"'learning_rate': must be finite and >= 0, got nan"):
+            cls(learning_rate=float("nan"))

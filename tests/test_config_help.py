@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.parametrize("cls", [GRPOConfig, SFTConfig])
 def test_every_key_has_one_help_string(cls):
     missing = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("help", "").strip()]
-    assert not missing, f"keys without help (give them key(default, 'help') in paddle_r1/config.py): {missing}"
+    assert not missing, f"keys without help (give them key(default, 'help') in paddle_r1/config_keys.py): {missing}"
 
 
 @pytest.mark.parametrize("command, cls", [("train", GRPOConfig), ("sft", SFTConfig), ("estimate-memory", GRPOConfig)])
@@ -32,12 +32,13 @@ def test_help_lists_every_key_by_group_with_type_default_and_help(capsys, comman
             assert shown > position, f"--{field.name} not listed under {group.title!r}"
             position = shown
             assert " ".join(field.metadata["help"].split()[:4]) in text[shown:]
-    assert "--lora_rank int LoRA's rank r (default: 8)" in text
+    assert "--lora_rank int LoRA's rank r (default: 8; >= 1)" in text  # the range declared with the key
+    assert "--top_p float nucleus sampling" in text and "(default: 1.0; in (0, 1])" in text or cls is SFTConfig
     batch_help = text.split("--per_device_train_batch_size ")[1].split(" --")[0]
     if cls is SFTConfig:  # SFT's own default and help for a shared key, in the shared group
-        assert batch_help.startswith("int samples per device") and batch_help.endswith("(default: 8)")
+        assert batch_help.startswith("int samples per device") and batch_help.endswith("(default: 8; >= 1)")
     else:
-        assert batch_help.startswith("int | None completions per device") and batch_help.endswith("(default: null)")
+        assert batch_help.startswith("int | None completions per device") and batch_help.endswith("(default: null; >= 1)")
         assert '--reward_funcs list[str] registry names' in text and '(default: ["format", "iou"])' in text
         for title in ("Model and memory", "Data", "Rewards", "Rollout", "GRPO objective and reference model"):
             assert f"{title}: " in text
@@ -53,7 +54,7 @@ def test_the_keys_in_help_leave_parsing_to_the_overrides():
 def test_the_config_reference_is_generated_from_the_help_strings():
     with open(os.path.join(ROOT, CONFIG_DOC), encoding="utf-8") as f:
         written = f.read()
-    assert written == config_reference(), (f"{CONFIG_DOC} differs from the help strings in paddle_r1/config.py: "
+    assert written == config_reference(), (f"{CONFIG_DOC} differs from the keys' declarations in paddle_r1/config_keys.py: "
                                            f"run `{WRITE_COMMAND}` and commit it")
     for cls in (GRPOConfig, SFTConfig):
         for field in dataclasses.fields(cls):

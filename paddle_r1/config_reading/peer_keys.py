@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from ..config import DEFAULT_QUESTION_TEMPLATE
+from ..config_keys import DEFAULT_QUESTION_TEMPLATE
 from ..errors import ConfigError
 from ..config_values import one_or_many
 

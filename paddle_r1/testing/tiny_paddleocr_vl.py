@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from .tiny import TinySize, Weights, build_tokenizer, decoder_sizes, mrope_section, write_json, write_tokenizer_files
+from .parts import TinySize, Weights, build_tokenizer, decoder_sizes, mrope_section, write_json, write_tokenizer_files
 
 # ERNIE-4.5's: <unk> (padding), <s>, </s> take ids 0, 1, 2 as in the published vocabulary
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|begin_of_sentence|>", "<|end_of_sentence|>", "<|IMAGE_START|>",

@@ -1,0 +1,346 @@
+"""Every config key, declared once: its type, default, help string, and the values it may take (``key``'s bounds
+for a number, choices for a word), in groups by concern. The job configs (``paddle_r1.config``) are made of these
+groups and add the rules between keys; ``paddle-r1 train --help`` and docs/config.md show the groups
+(``paddle_r1.config_help``).
+
+Names follow TRL's ``GRPOConfig`` and PaddleMIX's r1_mllm arguments so users can carry their settings over.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .algorithms import (ADV_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
+                         MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS, SHARDING_STAGES)
+from .config_values import Bounds, above, at_least
+
+
+DEFAULT_QUESTION_TEMPLATE = (
+    "{Question} First output the thinking process in <think> </think> tags and then output the final "
+    "answer in <answer> </answer> tags."
+)
+# The thinking is left empty: SFT here teaches the format and a first answer.
+DEFAULT_ANSWER_TEMPLATE = "<think> </think><answer>{Answer}</answer>"
+DTYPES = ("float32", "bfloat16", "float16")
+ROLLOUT_ENGINES = ("auto", "one_token", "layers")  # see paddle_r1.generation.decoder
+LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")  # paddleformers' SchedulerType
+REFERENCE_UPDATES = ("", "none", "sync", "ema")  # "": sync when sync_ref_model, else none
+REPORT_TO = ("visualdl", "swanlab", "wandb", "none")  # see paddle_r1.trainer.trackers
+SEEDS = Bounds(0, 2 ** 32, high_open=True, why="the seeds numpy takes")
+UNIT = Bounds(0, 1)  # a fraction or probability, both ends allowed
+
+
+def key(default=dataclasses.MISSING, help: str = "", *, factory=dataclasses.MISSING, bounds: Optional[Bounds] = None,
+        choices: Optional[tuple] = None):
+    """A config key: its default (``factory`` for a list or dict), its one help string, which ``paddle-r1 train
+    --help`` and docs/config.md show (``paddle_r1.config_help``), and the values it may take: ``bounds`` for a number
+    (a list key's items each; never a NaN or infinity), ``choices`` for a word. ``JobKeys.validate`` checks them; a key
+    a job class declares again keeps its base's bounds and choices. A key group's docstring's first line is its title
+    in the help."""
+    metadata = {"help": help, "bounds": bounds, "choices": choices}
+    return field(default=default, default_factory=factory, metadata=metadata)
+
+
+def declared(cls, what: str) -> dict:
+    """{key: its declared ``bounds`` or ``choices``} over ``cls``'s keys, a redeclared key keeping its base's."""
+    table = {}
+    for klass in reversed(cls.__mro__):
+        for name, f in getattr(klass, "__dataclass_fields__", {}).items():
+            if f.metadata.get(what) is not None:
+                table[name] = f.metadata[what]
+    return table
+
+
+@dataclass
+class ModelKeys:
+    """Model and memory
+
+    The keys both jobs take."""
+
+    model_name_or_path: str = key("", "the model folder: a published Qwen2-VL / Qwen2.5-VL / Qwen3-VL download or a "
+                                  "checkpoint-N/ folder")
+    dtype: str = key("float32", "float32 | bfloat16 | float16: the weights' and activations' type (a GPU that lacks "
+                     "bfloat16 may change it, with a warning)", choices=DTYPES)
+    device: Optional[str] = key(None, "gpu, gpu:N, cpu, ...; default: gpu when Paddle was built with CUDA, else cpu")
+    tune_cpu_math: bool = key(True, "on the CPU: MKL's AVX2 kernels on AMD processors and glibc's large heap blocks "
+                              "(paddle_r1/cpu_math.py)")
+    freeze_vision: bool = key(False, "train the language model only; the vision tower's weights stay as loaded")
+    gradient_checkpointing: bool = key(False, "recompute activations in the backward pass (memory for time)")
+    attn_implementation: Optional[str] = key(None, "eager | sdpa; default: sdpa on GPU (flash / memory-efficient), "
+                                             "eager on CPU")
+    lora: bool = key(False, "train LoRA adapters on the language model instead of all weights")
+    lora_rank: int = key(8, "LoRA's rank r", bounds=at_least(1))
+    lora_alpha: float = key(16.0, "LoRA's alpha: the adapters' output is scaled by alpha / rank", bounds=above(0))
+    lora_dropout: float = key(0.0, "dropout on the adapters' input", bounds=Bounds(0, 1, high_open=True))
+    lora_target_modules: Optional[list[str]] = key(None, "regexes over layer names; default: the decoder's "
+                                                   "projections")
+    coord_system: Optional[str] = key(None, "abs_resized | rel_1000 | abs_original: the system the model answers "
+                                      "boxes in; default: the model family's own (paddle_r1.models.coords)")
+    min_pixels: Optional[int] = key(None, "fewest pixels an image is resized to; default: the processor's "
+                                    "preprocessor_config.json", bounds=at_least(1))
+    max_pixels: Optional[int] = key(None, "most pixels an image is resized to (image tokens = pixels / 28^2); "
+                                    "default: the processor's preprocessor_config.json", bounds=at_least(1))
+    logprob_chunk_size: int = key(1024, "completion tokens whose logits exist at once (memory of the log-probs)",
+                                  bounds=at_least(1))
+
+
+@dataclass
+class DataKeys:
+    """Data
+
+    The keys both jobs take."""
+
+    dataset_name: Optional[str] = key(None, "synthetic_rec for the built-in set of shapes, else unset")
+    data_path: Optional[str] = key(None, "a json/jsonl/csv/parquet file, a datasets folder, or a mixture yaml")
+    image_root: Optional[str] = key(None, "folder relative image paths are read from; default: the data file's")
+    data_format: Optional[str] = key(None, "rec | conversation | r1v | r1v_eval | grounding | products | generic; "
+                                     "default: detected from the records")
+    strict_data: bool = key(False, "stop at the first bad record instead of skipping and counting it")
+    image_columns: Optional[list[str]] = key(None, "products format: the columns holding image paths")
+    image_cache_dir: Optional[str] = key(None, "where images stored inside datasets folders are written")
+    image_placement: str = key("markers", "markers: images where the problem's <image> markers are; before_text: "
+                               "all images first (VLM-R1's)")
+    max_image_pixels: Optional[int] = key(None, "an image with more pixels is a bad image; default: Pillow's limit, "
+                                          "about 89M", bounds=at_least(1))
+    question_template: str = key(DEFAULT_QUESTION_TEMPLATE, "the prompt's text; {Question} is the sample's problem")
+    system_prompt: Optional[str] = key(None, "a system message before every prompt; default: none")
+
+
+@dataclass
+class OptimizerKeys:
+    """Optimizer and run length
+
+    AdamW, schedule and run-length keys both jobs take (each job sets its own batch size and rate)."""
+
+    per_device_train_batch_size: int = key(1, "samples per device and micro-step", bounds=at_least(1))
+    learning_rate: float = key(1e-6, "AdamW's peak learning rate", bounds=at_least(0))
+    weight_decay: float = key(0.0, "AdamW's decoupled weight decay", bounds=at_least(0))
+    adam_beta1: float = key(0.9, "AdamW's first-moment decay", bounds=Bounds(0, 1, high_open=True))
+    adam_beta2: float = key(0.999, "AdamW's second-moment decay", bounds=Bounds(0, 1, high_open=True))
+    adam_epsilon: float = key(1e-8, "AdamW's epsilon (keeps its division finite)",
+                              bounds=above(0, "it keeps AdamW's division finite"))
+    max_grad_norm: float = key(1.0, "gradients are clipped to this global norm; 0: no clipping", bounds=at_least(0))
+    max_skipped_steps: int = key(5, "a step whose loss or gradient norm is not finite is skipped; this many in a row "
+                                 "stop the run", bounds=at_least(1))
+    undo_non_finite_updates: bool = key(True, "a step that writes a NaN or infinite weight is put back from a host "
+                                        "copy of the weights and AdamW state taken before every step (a copy of this "
+                                        "rank's share; cost: docs/reference.md, Reliability); false: no copy, such a "
+                                        "step stops the run before anything is saved")
+    lr_scheduler_type: str = key("constant", "linear | cosine | constant | constant_with_warmup | polynomial",
+                                 choices=LR_SCHEDULERS)
+    warmup_steps: int = key(0, "steps of linear warmup (wins over warmup_ratio when > 0)", bounds=at_least(0))
+    warmup_ratio: float = key(0.0, "fraction of the run's steps spent in linear warmup", bounds=UNIT)
+    max_steps: int = key(-1, "optimizer steps of the run; -1: num_train_epochs decides",
+                         bounds=at_least(-1, "-1: num_train_epochs decides"))
+    num_train_epochs: float = key(1.0, "passes over the data when max_steps is -1", bounds=above(0))
+    seed: int = key(42, "the seed of sampling, dropout, LoRA's initial values and (unless data_seed) the data order",
+                    bounds=SEEDS)
+    data_seed: Optional[int] = key(None, "TRL's: the seed of the prompt order alone; default: seed", bounds=SEEDS)
+
+
+@dataclass
+class OutputKeys:
+    """Output, checkpoints and trackers
+
+    The keys both jobs take."""
+
+    output_dir: str = key("output", "folder of checkpoint-N/, metrics.jsonl, completions.jsonl and the trackers' runs")
+    logging_steps: int = key(1, "write metrics every N steps", bounds=at_least(1))
+    save_steps: int = key(500, "save a checkpoint every N steps (and at the end); 0: only at the end",
+                          bounds=at_least(0))
+    save_total_limit: Optional[int] = key(None, "keep only the newest N checkpoints; default: all", bounds=at_least(0))
+    save_only_model: bool = key(False, "checkpoints without the optimizer state (AdamW's moments and master weights, "
+                                "twice the fp32 weights) nor a synced ref_model/: a resume from one is a warm start "
+                                "(weights, step, data position; fresh AdamW state)")
+    use_visualdl: bool = key(True, "write the metrics for VisualDL to output_dir/visualdl")
+    report_to: list[str] = key(help="TRL's: trackers the run also reports to (the config, each logged step's metrics, "
+                               "a table of the completions): visualdl, swanlab, wandb (pip install "
+                               "'paddle_r1[swanlab]' / '[wandb]'); none: none, VisualDL included. VisualDL is on "
+                               "while use_visualdl is true; where the runs go: paddle_r1/trainer/trackers.py",
+                               factory=list)
+    disable_tqdm: bool = key(False, "no progress bar")
+    resume_from_checkpoint: Optional[str] = key(None, "a checkpoint folder; latest: output_dir's newest (an error "
+                                                "when there is none); auto: the newest when output_dir has a complete "
+                                                "checkpoint, else a fresh start (VLM-R1's behaviour). Unset: a "
+                                                "fresh start, so that an output folder reused by mistake does not "
+                                                "silently continue another run")
+    collective_timeout: float = key(1800.0, "seconds a rank waits at a collective for the other ranks before the job "
+                                    "ends, naming the late rank and its phase; above the slowest bounded wait a step "
+                                    "has (docs/reference.md, Reliability)",
+                                    bounds=above(0, "seconds a rank waits for the others"))
+
+
+@dataclass
+class RewardKeys:
+    """Rewards"""
+
+    reward_funcs: list[str] = key(help="registry names (paddle_r1.rewards.REWARDS) or module.path:function for your "
+                                  "own", factory=lambda: ["format", "iou"])
+    reward_weights: Optional[list[float]] = key(None, "one weight per reward in reward_funcs; default: 1 each",
+                                                bounds=Bounds())
+    reward_kwargs: dict[str, dict] = key(help="{reward name: {keyword: value}} passed to that reward, e.g. "
+                                         "{gaussian_point: {alpha: 0.5}, llm_judge: {base_url: ..., model: ...}}",
+                                         factory=dict)
+
+
+@dataclass
+class RolloutKeys:
+    """Rollout
+
+    How the G completions of each prompt are sampled."""
+
+    num_generations: int = key(8, "G: completions per prompt (a group)",
+                               bounds=at_least(2, "GRPO compares completions within a group"))
+    max_completion_length: int = key(256, "most new tokens per completion", bounds=at_least(1))
+    temperature: float = key(1.0, "sampling temperature", bounds=at_least(0))
+    top_p: float = key(1.0, "nucleus sampling: the smallest set of tokens with this much probability",
+                       bounds=Bounds(0, 1, low_open=True))
+    top_k: int = key(0, "sample among the k likeliest tokens; 0: all", bounds=at_least(0))
+    rollout_engine: str = key("auto", "auto | one_token | layers: the decode step; one_token (Qwen2/2.5-VL, LoRA "
+                              "adapters included): plain tensor operations over the decoder's weights; layers: the "
+                              "model's own layers (any decoder); auto: one_token where it runs, else layers",
+                              choices=ROLLOUT_ENGINES)
+
+
+@dataclass
+class ObjectiveKeys:
+    """GRPO objective and reference model"""
+
+    beta: float = key(0.04, "KL coefficient; 0 loads no reference model", bounds=at_least(0))
+    epsilon: float = key(0.2, "PPO clip range: ratios outside [1 - epsilon, 1 + epsilon_high] get no gradient",
+                         bounds=at_least(0))
+    epsilon_high: Optional[float] = key(None, "upper clip range (DAPO's clip-higher); default: epsilon. With cispo "
+                                        "the cap of the importance weight itself, eps_max (required there; 5.0 "
+                                        "recommended)", bounds=at_least(0))
+    delta: Optional[float] = key(None, "two-sided clipping (INTELLECT-2): the clipped loss types' importance weight "
+                                 "w capped at delta first, l = -min(min(w, delta) A, clip(w, 1 - epsilon, 1 + "
+                                 "epsilon_high) A): a negative advantage's weight cannot grow past it (set it above 1 "
+                                 "+ epsilon_high); default: off", bounds=above(0))
+    num_iterations: int = key(1, "optimizer steps per rollout (old log-probs stored at rollout time)",
+                              bounds=at_least(1))
+    loss_type: str = key(
+        "grpo", "TRL 1.16's: the per-token loss l_t and its normalisation; w the importance weight exp(logp_t - "
+        "old_t) (per completion exp(mean_t(logp - old)) at sequence level), A the advantage, m the completion mask, N "
+        "completions, T_step the completion tokens of the optimizer step (all micro-batches, mean over ranks). grpo: "
+        "l = -min(w A, clip(w, 1 - epsilon, 1 + epsilon_high) A), mean_i(sum_t l m / sum_t m) | bnpo: same l, sum l m "
+        "/ sum m over the micro-batch | dr_grpo: same l, sum l m / (N max_completion_length) | dapo: same l, sum l m / "
+        "T_step | luspo (use with importance_sampling_level sequence): same l, mean_i(sum_t l m), a completion weighs "
+        "by its length | cispo (MiniMax-M1, ScaleRL): l = -sg(min(w, epsilon_high)) A logp_t (sg: no gradient "
+        "through the weight), sum l m / T_step | sapo: l = -sigmoid(tau (w - 1)) 4 / tau A, tau = "
+        "sapo_temperature_pos if A > 0 else sapo_temperature_neg, normalised as grpo | vespo (token level): l = "
+        "-sg(phi(W)) A logp_t, W = exp(clip(sum_t m clip(logp - old, -20, 20), ln 1e-8, 20)) the completion's weight, "
+        "phi(W) = exp(lambda + k ln W - lambda W) (k, lambda: vespo_*_pos if A >= 0, else vespo_*_neg), sum l m / "
+        "T_step. Logged besides: clip_ratio/* (the clipped ones), cispo_clip_ratio (w > epsilon_high, A > 0), "
+        "vespo/phi_seq_mean", choices=LOSS_TYPES)
+    sapo_temperature_pos: float = key(1.0, "sapo's gate temperature tau for positive advantages", bounds=above(0))
+    sapo_temperature_neg: float = key(1.05, "sapo's gate temperature tau for the others", bounds=above(0))
+    vespo_k_pos: float = key(2.0, "vespo's k for A >= 0: how hard a weight W < 1 is turned down", bounds=Bounds())
+    vespo_lambda_pos: float = key(3.0, "vespo's lambda for A >= 0: how hard a weight W > 1 is turned down",
+                                  bounds=at_least(0))
+    vespo_k_neg: float = key(3.0, "vespo's k for A < 0", bounds=Bounds())
+    vespo_lambda_neg: float = key(2.0, "vespo's lambda for A < 0", bounds=at_least(0))
+    scale_rewards: str = key("group", "group | batch | none: what the advantage is divided by (the std of the group, "
+                             "of the batch, or nothing)", choices=SCALE_REWARDS)
+    multi_objective_aggregation: str = key(
+        "sum_then_normalize", "sum_then_normalize: r = sum_k w_k s_k over the rewards that scored, then adv_estimator "
+        "and scale_rewards | normalize_then_sum (GDPO, for mixes such as format + IoU): each reward normalised in its "
+        "group first, s'_k = (s_k - mean_group(s_k)) / (std_group(s_k) + 1e-4), r = sum_k w_k s'_k, then A = (r - "
+        "mean(r)) / (std(r) + 1e-4) over the micro-step's completions on all ranks (scale_rewards unused; refused with "
+        "another adv_estimator, overlong_buffer or the KL in the reward)", choices=MULTI_OBJECTIVE_AGGREGATIONS)
+    top_entropy_quantile: float = key(1.0, "rho of 'Beyond the 80/20 rule': a token's policy loss is kept only when "
+                                      "its entropy is at least the (1 - rho) quantile of the entropies of the "
+                                      "micro-batch's completion tokens over all ranks (TRL's torch.quantile); 1: every "
+                                      "token; 0: the highest only", bounds=UNIT)
+    entropy_coef: float = key(0.0, "entropy bonus: minus coef * sum_t H_t m'_t / sum m', H the policy's entropy (with "
+                              "its gradient), m' the mask times the high-entropy mask, divided by "
+                              "gradient_accumulation_steps only; logs policy_loss and entropy_coef (TRL's adaptive "
+                              "use_adaptive_entropy is not offered)", bounds=Bounds())
+    off_policy_mask_threshold: Optional[float] = key(None, "DeepSeek-V3.2's off-policy sequence mask: the loss of a "
+                                                     "completion with A < 0 whose mean_t(old_t - logp_t) exceeds it "
+                                                     "is dropped (0 on-policy: it acts from the second of "
+                                                     "num_iterations); default: off", bounds=at_least(0))
+    use_bias_correction_kl: bool = key(False, "the KL term beta kl_t multiplied by the importance weight (DeepSeek-V3.2"
+                                       ": the unbiased reverse-KL gradient; it changes the KL's gradient on-policy too)"
+                                       "; false, as before TRL 1.16, whose default is true")
+    mask_truncated_completions: bool = key(False, "completions without EOS get no gradient")
+    sync_ref_model: bool = key(False, "TR-DPO: ref = a * policy + (1 - a) * ref every ref_model_sync_steps steps "
+                               "(ref_model_update sync)")
+    ref_model_sync_steps: int = key(64, "sync: steps between two reference updates", bounds=at_least(1))
+    ref_model_mixup_alpha: float = key(0.6, "sync: a, the policy's share of the new reference", bounds=UNIT)
+    ref_model_update: str = key("", "\"\" (sync when sync_ref_model, else none) | none | sync | ema; with LoRA the "
+                                "reference's own adapter values are updated", choices=REFERENCE_UPDATES)
+    ref_ema_decay: float = key(0.99, "ema: ref <- decay * ref + (1 - decay) * policy after every step",
+                               bounds=Bounds(0, 1, low_open=True, high_open=True))
+
+
+@dataclass
+class VariantKeys:
+    """Algorithm variants
+
+    Formulas in paddle_r1/trainer/loss.py and dynamic_sampling.py."""
+
+    adv_estimator: str = key("grpo", "EasyR1's names: grpo ((r - mean_group) / std as scale_rewards says) | rloo "
+                             "(r_i - mean_{j != i} r_j) | reinforce_plus_plus ((r - mu) / sigma over all completion "
+                             "tokens of the batch, no group baseline) | dr_grpo (r - mean_group)",
+                             choices=ADV_ESTIMATORS)
+    kl_estimator: str = key("k3", "k1 (logp - ref) | k2 ((logp - ref)^2 / 2) | k3 (exp(ref - logp) - (ref - logp) "
+                            "- 1)", choices=KL_ESTIMATORS)
+    use_kl_loss: bool = key(True, "false: beta * sum_t KL is subtracted from each completion's reward instead of "
+                            "added to the loss")
+    importance_sampling_level: str = key("token", "token | sequence (GSPO, as TRL: one ratio per completion, "
+                                         "exp(mean_t(logp - old_logp)); the clip_ratio/* metrics then count "
+                                         "completions, not tokens, as TRL 1.16 logs them)",
+                                         choices=IMPORTANCE_SAMPLING_LEVELS)
+    dynamic_sampling: bool = key(False, "DAPO: drop groups whose rewards all tie and draw further prompt batches "
+                                 "until the micro-batch is full (at most max_num_gen_batches; then the last dropped "
+                                 "groups fill it), decided on every rank's completions of a group; logs "
+                                 "frac_reward_zero_std, num_gen_batches; deterministic and resumable")
+    max_num_gen_batches: int = key(4, "dynamic sampling: prompt batches drawn at most per micro-batch",
+                                   bounds=at_least(1))
+    filter_key: str = key("overall", "EasyR1's online filtering band (with dynamic_sampling): overall (the reward) or "
+                          "a name in reward_funcs, whose mean over a group's completions must lie strictly between "
+                          "filter_low and filter_high for the group to be kept (e.g. an accuracy reward: drop solved "
+                          "and hopeless prompts)")
+    filter_low: Optional[float] = key(None, "the band's lower bound (strict, as EasyR1's code); default: none",
+                                      bounds=Bounds())
+    filter_high: Optional[float] = key(None, "the band's upper bound (strict); default: none", bounds=Bounds())
+    overlong_buffer: int = key(0, "DAPO's soft overlong penalty added to the reward, -factor * (L - (L_max - "
+                               "buffer)) / buffer in the last buffer tokens before max_completion_length; 0: off",
+                               bounds=at_least(0))
+    overlong_penalty_factor: float = key(1.0, "the overlong penalty at max_completion_length", bounds=at_least(0))
+
+
+@dataclass
+class StepKeys:
+    """Step shape, sharding and completions log
+
+    GRPO's keys beyond the shared optimizer and output keys."""
+
+    sharding: str = key("", "\"\" | stage1 (optimizer state split over ranks) | stage2 (+ gradients; GPU/XPU)",
+                        choices=SHARDING_STAGES)
+    gradient_accumulation_steps: int = key(1, "micro-steps whose gradients make one optimizer step", bounds=at_least(1))
+    log_completions_steps: int = key(1, "write completions.jsonl (and the trackers' completions table) every N "
+                                     "steps; 0: never", bounds=at_least(0))
+
+
+@dataclass
+class HeldoutKeys:
+    """Held-out evaluation
+
+    Greedy answers scored by eval_reward, logged as eval/score (paddle_r1.evaluation.heldout)."""
+
+    eval_steps: int = key(0, "evaluate every N steps, plus before the first and after the last step; 0: off",
+                          bounds=at_least(0))
+    eval_data_path: Optional[str] = key(None, "a file in any data format; images relative to image_root or the file")
+    eval_sample_num: Optional[int] = key(None, "a seeded random subset of that many samples; default: all",
+                                         bounds=at_least(1))
+    eval_reward: str = key("iou_accuracy", "the task's accuracy reward (counting, iou_accuracy, math, ...)")
+
+
+@dataclass
+class AnswerKeys:
+    """SFT target"""
+
+    answer_template: str = key(DEFAULT_ANSWER_TEMPLATE, "the target text SFT teaches; {Answer} is the solution in "
+                               "the model's own terms (a box in its coordinate system, a count); must contain {Answer}")
