@@ -12,7 +12,8 @@ import subprocess
 import pytest
 
 from paddle_r1.config import GRPOConfig
-from paddle_r1.models.loading import MIRROR_ROOT, load_model, load_models
+from paddle_r1.models import loading
+from paddle_r1.models.loading import load_model, load_models
 from paddle_r1.trainer.grpo import GRPOTrainer
 
 
@@ -39,12 +40,16 @@ def _weights(model) -> dict:
     return {k: v.numpy() for k, v in model.state_dict().items()}
 
 
-def test_loading_never_writes_into_the_model_folder(model_copy):
+def test_loading_never_writes_into_the_model_folder(model_copy, tmp_path, monkeypatch):
     folder, before = model_copy
+    # this test's own mirror folder: another process loading a model at the same time (the suite's other worker)
+    # has its mirror in the shared one for a moment
+    mirrors = tmp_path / "mirrors"
+    monkeypatch.setattr(loading, "MIRROR_ROOT", str(mirrors))
     policy = load_model(folder)
     loaded = load_models(folder, beta=0.04)
     assert contents(folder) == before
-    assert not os.listdir(MIRROR_ROOT) if os.path.isdir(MIRROR_ROOT) else True  # the mirrors are removed
+    assert mirrors.is_dir() and not os.listdir(mirrors)  # the loads went through mirrors there, and removed them
     from safetensors.numpy import load_file
 
     published = load_file(os.path.join(folder, "model.safetensors"))
