@@ -280,6 +280,18 @@ class RolloutKeys:
     rollout_engine: str = key("auto", "auto | one_token | layers: the decode step; one_token (Qwen2/2.5-VL, LoRA "
                               "adapters included): plain tensor operations over the decoder's weights; layers: the "
                               "model's own layers (any decoder); auto: one_token where it runs, else layers")
+    tools: list[str] = key(help="tools the model may call in a multi-turn rollout: crop, zoom (built in) or "
+                           "module.path:function for your own", factory=list)
+    max_turns: int = key(1, "most assistant turns per episode (max_completion_length tokens each); 1: single-turn, "
+                         "no tool runs; above 1 needs tools")
+
+    def _check_tools(self) -> None:
+        if self.max_turns < 1:
+            raise ConfigError(f"config key 'max_turns': {self.max_turns} must be at least 1", keys=("max_turns",))
+        if (self.max_turns > 1) != bool(self.tools):
+            raise ConfigError(f"config keys 'tools' and 'max_turns': tools {self.tools} with max_turns "
+                              f"{self.max_turns}; a model calls tools only with max_turns > 1, and needs tools to call",
+                              keys=("tools", "max_turns"))
 
 
 @dataclass
@@ -436,6 +448,7 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
         self._check_reference()
         self._check_policy_loss()
         self._check_filter_band()
+        self._check_tools()
         if self.eval_steps and not self.eval_data_path:
             raise ConfigError("config key 'eval_data_path' is required when eval_steps > 0",
                               keys=("eval_data_path", "eval_steps"))
