@@ -179,6 +179,7 @@ NUMERIC_BOUNDS: dict[str, Bounds] = {
     "reward_weights": Bounds(), "num_generations": at_least(2, "GRPO compares completions within a group"),
     "max_completion_length": at_least(1), "temperature": at_least(0), "top_p": Bounds(0, 1, low_open=True),
     "top_k": at_least(0), "beta": at_least(0), "epsilon": at_least(0), "epsilon_high": at_least(0),
+    "max_turns": at_least(1),
     "num_iterations": at_least(1), "ref_model_sync_steps": at_least(1), "ref_model_mixup_alpha": UNIT,
     "ref_ema_decay": Bounds(0, 1, low_open=True, high_open=True), "max_num_gen_batches": at_least(1),
     "overlong_buffer": at_least(0), "overlong_penalty_factor": at_least(0), "gradient_accumulation_steps": at_least(1),
@@ -286,8 +287,6 @@ class RolloutKeys:
                          "no tool runs; above 1 needs tools")
 
     def _check_tools(self) -> None:
-        if self.max_turns < 1:
-            raise ConfigError(f"config key 'max_turns': {self.max_turns} must be at least 1", keys=("max_turns",))
         if (self.max_turns > 1) != bool(self.tools):
             raise ConfigError(f"config keys 'tools' and 'max_turns': tools {self.tools} with max_turns "
                               f"{self.max_turns}; a model calls tools only with max_turns > 1, and needs tools to call",

@@ -48,7 +48,9 @@ def region_in_pixels(arguments: dict, context: ToolContext) -> tuple[Image.Image
         raise ToolError(f"'bbox_2d' must be [x1, y1, x2, y2] with x1 <= x2 and y1 <= y2, got "
                         f"{arguments.get('bbox_2d')!r}")
     width, height = context.image_sizes[index]
-    x1, y1, x2, y2 = box_to_original(box, context.coord_system, (width, height), context.input_sizes[index])
+    # to a millionth of a pixel first, so a box converted from whole pixels and back covers just those pixels
+    x1, y1, x2, y2 = (round(v, 6) for v in box_to_original(box, context.coord_system, (width, height),
+                                                           context.input_sizes[index]))
     left, top = max(0, math.floor(x1)), max(0, math.floor(y1))
     right, bottom = min(width, math.ceil(x2)), min(height, math.ceil(y2))
     if right <= left or bottom <= top:
