@@ -119,7 +119,7 @@ def _episodes(tiny, rec_samples, engine="auto", max_turns=2, recorder=None):
     model, processor = tiny
     prompt, contexts = _contexts(tiny, rec_samples[:2])
     return episodes_module.sample_episodes(
-        model, processor, prompt, contexts, 2, SamplingParams(max_new_tokens=80, temperature=0.0, engine=engine),
+        model, processor, prompt, contexts, 2, SamplingParams(max_new_tokens=96, temperature=0.0, engine=engine),
         eos_token_ids(processor.tokenizer), processor.tokenizer.pad_token_id, Toolbox(["crop", "zoom"]), max_turns,
         first_turns=FIRST_TURNS), prompt
 
@@ -156,18 +156,39 @@ def _one_pass_logits(model, prompt, rollout, row):
     length = int(rollout.episode_mask[row].sum())
     ids = paddle.concat([prompt_ids, rollout.completion_ids[row, :length]]).unsqueeze(0)
     pixels, grid = _row_images(rollout, row)
-    model.model.rope_deltas = None
+    if hasattr(model.model, "rope_deltas"):
+        model.model.rope_deltas = None
     logits = model(input_ids=ids, attention_mask=paddle.ones_like(ids), pixel_values=pixels,
                    image_grid_thw=grid).logits[0]
     return logits, prompt_ids.shape[0]
 
 
-@pytest.mark.parametrize("engine", ["layers", "one_token"])
-def test_episode_logprobs_and_the_carried_cache_equal_one_pass_over_the_episode(tiny, rec_samples, monkeypatch,
-                                                                               engine):
+@pytest.fixture(scope="module")
+def family_models(tiny, tmp_path_factory):
+    """(model, processor) of each family's tiny checkpoint, made on first use."""
+    from paddle_r1.models.loading import load_model, load_processor
+    from paddle_r1.testing.tiny import make_tiny_model
+
+    loaded = {"qwen2_5_vl": tiny}
+
+    def get(family):
+        if family not in loaded:
+            path = make_tiny_model(str(tmp_path_factory.mktemp(family) / family), family=family)
+            loaded[family] = load_model(path), load_processor(path)
+        return loaded[family]
+
+    return get
+
+
+@pytest.mark.parametrize("family, engine", [("qwen2_5_vl", "layers"), ("qwen2_5_vl", "one_token"),
+                                            ("qwen2_vl", "auto"), ("qwen3_vl", "auto"), ("paddleocr_vl", "auto")])
+def test_episode_logprobs_and_the_carried_cache_equal_one_pass_over_the_episode(family_models, rec_samples,
+                                                                               monkeypatch, family, engine):
     """Turn 2 is sampled on top of the cache turn 1 left (the tool message prefilled on it, left-padded rows, each
     row's positions its own): the logits it samples from, and the log-prob pass over the episode rows, equal the
-    model's own forward over each row's whole sequence with all its images."""
+    model's own forward over each row's whole sequence with all its images. (PaddleOCR-VL's template has no tool
+    role: its tool results come as user turns.)"""
+    tiny = family_models(family)
     model, _ = tiny
     turn_two = []  # the logits turn 2 samples from: the segment's prefill, then each decode step's
     prefill_segment, make_decoder = episodes_module.prefill_segment, episodes_module.make_decoder
@@ -206,10 +227,29 @@ def test_episode_logprobs_and_the_carried_cache_equal_one_pass_over_the_episode(
         np.testing.assert_allclose(logp[row, :tokens.shape[0]][mine], picked[mine], atol=2e-4)
         second_turn = np.flatnonzero(np.diff(own[row, :tokens.shape[0]]) == 1)[0] + 1  # first token of turn 2
         turn_length = int(own[row, second_turn:].sum())
+        assert turn_length > 0
         for k in range(turn_length):
             np.testing.assert_allclose(turn_two[k][j].numpy(),
                                        logits[prompt_len - 1 + second_turn + k].numpy(), atol=2e-4)
     assert len(turn_two) >= 4
+
+def test_dynamic_sampling_picks_and_joins_whole_episodes(tiny, rec_samples):
+    """Groups picked out of a multi-turn rollout and joined in another order (dynamic sampling) keep each episode's
+    tokens, masks and images: the same log-probs row for row."""
+    from paddle_r1.trainer.dynamic_sampling import concat_rollouts, select_groups
+
+    model, processor = tiny
+    rollout = _episodes(tiny, rec_samples)[0].rollout
+    joined = concat_rollouts([select_groups(rollout, [1], [1, 1]), select_groups(rollout, [0], [1, 1])],
+                             processor.tokenizer.pad_token_id)
+    assert joined.episode_images_per_row == [2, 1, 2, 1] and joined.completion_ids.shape == rollout.completion_ids.shape
+    with paddle.no_grad():
+        logp, joined_logp = completion_logprobs(model, rollout, 4096).numpy(), completion_logprobs(model, joined, 4096)
+    order = [2, 3, 0, 1]
+    own = rollout.completion_mask.numpy()[order] == 1
+    np.testing.assert_array_equal(joined.completion_mask.numpy(), rollout.completion_mask.numpy()[order])
+    np.testing.assert_allclose(joined_logp.numpy()[own], logp[order][own], atol=1e-5)
+
 
 def test_tool_tokens_get_no_gradient_from_the_loss(tiny, tiny_model_dir, rec_samples):
     """The loss's mask is the rollout's completion_mask: the model's own tokens. The gradient of the loss with

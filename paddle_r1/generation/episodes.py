@@ -64,10 +64,19 @@ MARK = "\u2063tool-turn\u2063"  # stands for an assistant turn's text while the 
 
 
 def tool_segment_text(processor, tool_messages: list[dict], end_of_turn: str) -> str:
-    """What the chat template writes after an assistant turn's ``end_of_turn`` token when ``tool_messages`` follow
-    it, through the opening of the next assistant turn (so each model keeps its own template's tool format)."""
+    """What the chat template writes after an assistant turn's ``end_of_turn`` token when ``tool_messages`` (role
+    "tool") follow it, through the opening of the next assistant turn (so each model keeps its own template's tool
+    format). A template that has no tool role (it writes nothing for them: PaddleOCR-VL's) gets them as user
+    messages."""
+    segment = _text_after_turn(processor, tool_messages, end_of_turn)
+    if segment == _text_after_turn(processor, [], end_of_turn):
+        segment = _text_after_turn(processor, [{**m, "role": "user"} for m in tool_messages], end_of_turn)
+    return segment
+
+
+def _text_after_turn(processor, messages: list[dict], end_of_turn: str) -> str:
     conversation = [{"role": "user", "content": [{"type": "text", "text": "?"}]},
-                    {"role": "assistant", "content": [{"type": "text", "text": MARK}]}, *tool_messages]
+                    {"role": "assistant", "content": [{"type": "text", "text": MARK}]}, *messages]
     text = processor.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
     after = text[text.index(MARK) + len(MARK):]
     if not after.startswith(end_of_turn):
