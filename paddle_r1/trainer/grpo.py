@@ -201,8 +201,9 @@ class GRPOTrainer(Trainer):
         them (the first turn the same numbers as a single-turn run)."""
         cfg = self.config
         refill = [gen_batch] if gen_batch else []
-        rows = [np.random.default_rng([cfg.seed, self.step, micro_batch, place, g] + refill)
-                .random(cfg.max_completion_length * cfg.max_turns) for place, gens in zip(draw.places, draw.generations) for g in gens]
+        numbers = cfg.max_completion_length * cfg.max_turns
+        rows = [np.random.default_rng([cfg.seed, self.step, micro_batch, place, g] + refill).random(numbers)
+                for place, gens in zip(draw.places, draw.generations) for g in gens]
         return paddle.to_tensor(np.stack(rows).astype("float32"))
 
     def _rollout(self, micro_batch: int, gen_batch: int = 0, generate: bool = True) -> tuple[_Candidates, GroupTable]:
