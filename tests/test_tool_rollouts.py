@@ -341,3 +341,23 @@ def test_a_multi_turn_run_resumed_mid_way_through_num_iterations_equals_the_unin
     resumed_rows = [json.loads(line) for line in open(split / "completions.jsonl")]
     straight_rows = [json.loads(line) for line in open(tmp_path / "straight" / "completions.jsonl")]
     assert [row["turns"] for row in resumed_rows] == [row["turns"] for row in straight_rows]
+
+
+def test_episodes_without_calls_are_the_single_turn_rollout(tiny, rec_samples):
+    """Turn 1 samples with the first max_new_tokens of each row's random numbers: a rollout whose rows make no call
+    gives the single-turn rollout's completions (the tiny model at random calls no tool)."""
+    from paddle_r1.generation.rollout import sample_completions
+
+    model, processor = tiny
+    prompt, contexts = _contexts(tiny, rec_samples[:3])
+    params = SamplingParams(max_new_tokens=12, temperature=1.0)
+    eos, pad = eos_token_ids(processor.tokenizer), processor.tokenizer.pad_token_id
+    uniforms = paddle.to_tensor(np.random.default_rng(5).random((6, 3 * 12)).astype("float32"))
+    single = sample_completions(model, prompt, 2, params, eos, pad, uniforms=uniforms[:, :12])
+    result = episodes_module.sample_episodes(model, processor, prompt, contexts, 2, params, eos, pad,
+                                             Toolbox(["crop"]), 3, uniforms=uniforms)
+    assert all(len(turns) == 1 for turns in result.turns)
+    width = single.completion_ids.shape[1]
+    np.testing.assert_array_equal(result.rollout.completion_ids.numpy()[:, :width], single.completion_ids.numpy())
+    np.testing.assert_array_equal(result.rollout.completion_mask.numpy()[:, :width], single.completion_mask.numpy())
+    assert result.rollout.truncated.numpy().tolist() == single.truncated.numpy().tolist()

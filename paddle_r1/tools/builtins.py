@@ -39,6 +39,8 @@ class ToolContext:
 def region_in_pixels(arguments: dict, context: ToolContext) -> tuple[Image.Image, tuple[int, int, int, int]]:
     """The image ``arguments["image"]`` picks and the box ``arguments["bbox_2d"]`` in its pixels (whole pixels
     covering the converted box, clipped to the image)."""
+    if not context.images:
+        raise ToolError("the sample has no image")
     index = arguments.get("image", 0)
     if not is_number(index) or index != int(index) or not 0 <= index < len(context.images):
         raise ToolError(f"'image' must be an index from 0 to {len(context.images) - 1}, got {index!r}")
