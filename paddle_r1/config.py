@@ -105,6 +105,7 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
         self._check_reference()
         self._check_policy_loss()
         self._check_filter_band()
+        self._check_tools()
         if self.eval_steps and not self.eval_data_path:
             raise ConfigError("config key 'eval_data_path' is required when eval_steps > 0",
                               keys=("eval_data_path", "eval_steps"))
@@ -200,6 +201,12 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
         if self.filter_key != "overall" and self.filter_key not in self.reward_funcs:
             raise ConfigError(f"config key 'filter_key': {self.filter_key!r} is neither overall (the weighted "
                               f"reward) nor one of reward_funcs {self.reward_funcs}", keys=("filter_key", "reward_funcs"))
+
+    def _check_tools(self) -> None:
+        if (self.max_turns > 1) != bool(self.tools):
+            raise ConfigError(f"config keys 'tools' and 'max_turns': tools {self.tools} with max_turns "
+                              f"{self.max_turns}; a model calls tools only with max_turns > 1, and needs tools to call",
+                              keys=("tools", "max_turns"))
 
     def _check_reference(self) -> None:
         if self.sync_ref_model and self.ref_model_update not in ("", "sync"):

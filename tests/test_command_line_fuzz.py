@@ -112,6 +112,8 @@ def configs(draw) -> dict:
         low, high = sorted(draw(st.lists(st.floats(-10, 10), min_size=2, max_size=2, unique=True)))
         values["filter_low"], values["filter_high"] = draw(st.sampled_from([(low, high), (low, None), (None, high)]))
     values["filter_key"] = draw(st.sampled_from(["overall", *funcs]))
+    # tools run in multi-turn rollouts only, which need tools
+    values["max_turns"] = draw(st.integers(2, 8)) if values["tools"] else 1
     # TRL's report_to: trackers, or none alone
     values["report_to"] = draw(st.just(["none"]) | st.lists(st.sampled_from(("visualdl", "swanlab", "wandb")),
                                                              min_size=1, max_size=3, unique=True))

@@ -15,6 +15,9 @@ from typing import Optional
 import paddle
 
 from ..data.images import load_image
+from ..tools.builtins import ToolContext
+from ..tools.toolbox import Toolbox
+from .episodes import sample_episodes
 from .rollout import PromptBatch, Rollout, SamplingParams, sample_completions
 
 
@@ -85,8 +88,10 @@ def eos_token_ids(tokenizer) -> list[int]:
 @dataclass
 class Generation:
     rollout: Rollout
-    texts: list  # [B * G] completion texts, special tokens removed
+    texts: list  # [B * G] completion texts, special tokens removed (multi-turn: the final assistant turn's)
     facts: PromptFacts  # per prompt: image sizes before and after the processor's resize
+    turns: Optional[list] = None  # multi-turn: each episode's turns (``episodes.Episodes``)
+    tool_calls: Optional[list] = None  # multi-turn: each episode's tool calls
 
 
 class Generator:
@@ -97,10 +102,21 @@ class Generator:
 
     def generate(self, samples: list[dict], num_generations: int, sampling: SamplingParams, question_template: str,
                  system_prompt: Optional[str] = None, images: Optional[list] = None,
-                 uniforms: Optional[paddle.Tensor] = None) -> Generation:
+                 uniforms: Optional[paddle.Tensor] = None, toolbox: Optional[Toolbox] = None,
+                 max_turns: int = 1) -> Generation:
         """``num_generations`` completions for each sample (rows grouped sample by sample). ``images``: each
-        sample's opened images (else opened here); ``uniforms``: the random numbers each row samples with."""
+        sample's opened images (else opened here); ``uniforms``: the random numbers each row samples with. With
+        ``max_turns`` > 1, episodes in which the model may call the tools of ``toolbox`` (``episodes.py``)."""
+        images = images if images is not None else [load_sample_images(s) for s in samples]
         prompt, facts = build_prompt_batch(samples, self.processor, question_template, system_prompt, images=images)
+        if max_turns > 1:
+            contexts = [ToolContext(opened, sizes, input_sizes, self.coord_system)
+                        for opened, sizes, input_sizes in zip(images, facts.image_sizes, facts.input_sizes)]
+            episodes = sample_episodes(self.model, self.processor, prompt, contexts, num_generations, sampling,
+                                       self.eos_token_ids, self.tokenizer.pad_token_id, toolbox, max_turns,
+                                       uniforms=uniforms)
+            return Generation(rollout=episodes.rollout, texts=episodes.texts, facts=facts, turns=episodes.turns,
+                              tool_calls=episodes.tool_calls)
         rollout = sample_completions(self.model, prompt, num_generations, sampling, self.eos_token_ids,
                                      self.tokenizer.pad_token_id, uniforms=uniforms)
         return Generation(rollout=rollout, texts=self.decode(rollout), facts=facts)

@@ -53,6 +53,11 @@ class StaticKVCache:
     def advance(self) -> None:
         self.length += 1
 
+    def filled(self) -> tuple[list, list]:
+        """Every layer's keys and values [rows, kv_heads, written slots, head_dim] (a multi-turn episode carries
+        them into its next turn)."""
+        return ([k[:, :, :self.length] for k in self.keys], [v[:, :, :self.length] for v in self.values])
+
 
 class TransposedKVCache:
     """Every layer's keys [rows, kv_heads, head_dim, capacity] (transposed: q @ K over keys stored this way is 1.6-1.7x
@@ -85,3 +90,9 @@ class TransposedKVCache:
 
     def advance(self) -> None:
         self.slot.add_(paddle.ones_like(self.slot))
+
+    def filled(self) -> tuple[list, list]:
+        """As ``StaticKVCache.filled`` (keys back in [rows, kv_heads, slots, head_dim]); reads the slot on the host."""
+        length = int(self.slot)
+        return ([k[:, :, :, :length].transpose([0, 1, 3, 2]) for k in self.keys],
+                [v[:, :, :length] for v in self.values])

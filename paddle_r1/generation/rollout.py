@@ -46,6 +46,16 @@ class Rollout:
     completion_ids: paddle.Tensor  # [B*G, T], pad after EOS; rows are grouped prompt by prompt
     completion_mask: paddle.Tensor  # [B*G, T] int32, 1 up to and including EOS
     truncated: paddle.Tensor  # [B*G] bool, no EOS within max_new_tokens
+    # Multi-turn episodes (``episodes.sample_episodes``), else None. completion_ids then hold every token after the
+    # prompt (the model's turns and the tools' messages) and completion_mask the model's own tokens only.
+    episode_mask: Optional[paddle.Tensor] = None  # [B*G, T] int32, 1 over every token of the episode, 0 on padding
+    episode_pixel_values: Optional[paddle.Tensor] = None  # row by row: its prompt's images, then its tools'
+    episode_image_grid_thw: Optional[paddle.Tensor] = None
+    episode_images_per_row: Optional[list] = None  # [B*G] images of each row (prompt's and tools')
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.episode_mask is not None
 
 
 def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Optional[paddle.Tensor] = None
@@ -108,26 +118,35 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
         decoder = make_decoder(model, RepeatedPrompt(cache, num_generations), prompt_mask, next_position,
                                params.max_new_tokens, params.engine)
         eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
-        finished = paddle.zeros([prompt_mask.shape[0]], dtype="bool")
-        tokens = []
-        for step in range(params.max_new_tokens):
-            uniform = None if uniforms is None else uniforms[:, step]
-            token = pick_next_token(logits, params, uniform).astype("int64")
-            token = paddle.where(finished, paddle.full_like(token, pad_token_id), token)
-            tokens.append(token)
-            finished = finished | paddle.isin(token, eos)
-            last = step == params.max_new_tokens - 1
-            if last or ((step + 1) % eos_check_every == 0 and bool(finished.all())):
-                break
-            logits = decoder.step(token)
+        completion_ids, finished = sample_tokens(decoder, logits, params, eos, pad_token_id, uniforms, eos_check_every)
     finally:
         model.train(was_training)
 
-    completion_ids = paddle.stack(tokens, axis=1)
     completion_mask = completion_mask_from_ids(completion_ids, eos)
     ended = int(completion_mask.sum(axis=1).max())  # the step at which the last row ended
     return Rollout(prompt=prompt, num_generations=num_generations, completion_ids=completion_ids[:, :ended],
                    completion_mask=completion_mask[:, :ended], truncated=~finished)
+
+
+def sample_tokens(decoder, logits: paddle.Tensor, params: SamplingParams, eos: paddle.Tensor, pad_token_id: int,
+                  uniforms: Optional[paddle.Tensor] = None, eos_check_every: int = 8
+                  ) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """Tokens [rows, steps] sampled from ``logits`` then through ``decoder`` one step at a time until every row
+    has ended (checked every ``eos_check_every`` steps) or ``params.max_new_tokens``; a row pads after its EOS.
+    Also which rows ended [rows]. The last column's tokens are not fed to the decoder."""
+    finished = paddle.zeros([logits.shape[0]], dtype="bool")
+    tokens = []
+    for step in range(params.max_new_tokens):
+        uniform = None if uniforms is None else uniforms[:, step]
+        token = pick_next_token(logits, params, uniform).astype("int64")
+        token = paddle.where(finished, paddle.full_like(token, pad_token_id), token)
+        tokens.append(token)
+        finished = finished | paddle.isin(token, eos)
+        last = step == params.max_new_tokens - 1
+        if last or ((step + 1) % eos_check_every == 0 and bool(finished.all())):
+            break
+        logits = decoder.step(token)
+    return paddle.stack(tokens, axis=1), finished
 
 
 def completion_mask_from_ids(completion_ids: paddle.Tensor, eos: paddle.Tensor) -> paddle.Tensor:

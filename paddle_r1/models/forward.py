@@ -79,6 +79,18 @@ def text_positions(next_position: paddle.Tensor, length: int) -> paddle.Tensor:
     return pos.unsqueeze(0).expand([3, -1, -1])
 
 
+def image_spans(grid: paddle.Tensor, images_per_row: list[int]) -> list[tuple[int, int]]:
+    """For each row, the [start, end) rows of ``pixel_values`` its images occupy (t * h * w patches each), given the
+    images' ``image_grid_thw`` in row order and how many images each row has."""
+    patches = (grid[:, 0] * grid[:, 1] * grid[:, 2]).tolist() if grid is not None else []
+    spans, image, start = [], 0, 0
+    for count in images_per_row:
+        size = int(sum(patches[image:image + count]))
+        spans.append((start, start + size))
+        image, start = image + count, start + size
+    return spans
+
+
 def repeat_rows(x: paddle.Tensor, repeats: int, axis: int = 0) -> paddle.Tensor:
     return x if repeats == 1 else paddle.repeat_interleave(x, repeats, axis=axis)
 

@@ -29,7 +29,7 @@ from .registry import BadSolution, CountedReward
 logger = logging.getLogger(__name__)
 
 # What a reward receives as columns, per completion; a reward's settings are its other keyword parameters.
-ROLLOUT_COLUMNS = ("image_sizes", "input_sizes", "coord_system")
+ROLLOUT_COLUMNS = ("image_sizes", "input_sizes", "coord_system", "turns", "tool_calls")
 SAMPLE_COLUMNS = ("images", "problem", "solution", "reward_method")
 
 
@@ -46,14 +46,20 @@ class Scores:
 
 
 def reward_columns(samples: list[dict], image_sizes: list, input_sizes: list, coord_system: str,
-                   repeat: int = 1) -> dict[str, list]:
+                   repeat: int = 1, turns: Optional[list] = None, tool_calls: Optional[list] = None
+                   ) -> dict[str, list]:
     """Per completion: every column of its sample (extra fields included) and the rollout's facts, each sample's
-    values repeated ``repeat`` times (its G completions are contiguous)."""
+    values repeated ``repeat`` times (its G completions are contiguous). A multi-turn rollout adds, per completion,
+    ``turns`` (the episode's turns: ``{"role": "assistant", "text"}`` and ``{"role": "tool", "name", "arguments",
+    "text", "images"}``, the images as PIL images) and ``tool_calls`` (``{"name", "arguments", "error"}`` of each call run; error None when
+    the tool answered)."""
     keys = {k for s in samples for k in s}
     columns = {key: [s.get(key) for s in samples for _ in range(repeat)] for key in keys}
     columns["image_sizes"] = [sizes for sizes in image_sizes for _ in range(repeat)]
     columns["input_sizes"] = [sizes for sizes in input_sizes for _ in range(repeat)]
     columns["coord_system"] = [coord_system] * (len(samples) * repeat)
+    if turns is not None:
+        columns.update(turns=turns, tool_calls=tool_calls)
     return columns
 
 

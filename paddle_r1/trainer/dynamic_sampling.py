@@ -15,6 +15,7 @@ import numpy as np
 import paddle
 
 from ..generation.rollout import PromptBatch, Rollout
+from ..models.forward import image_spans
 
 
 def kept_groups(table, filter_key: str = "overall", reward_names: Sequence[str] = (), filter_low: Optional[float] = None,
@@ -42,17 +43,6 @@ def kept_groups(table, filter_key: str = "overall", reward_names: Sequence[str] 
     return keep & inside
 
 
-def _image_rows(grid: paddle.Tensor, images_per_prompt: list[int]) -> list[tuple[int, int]]:
-    """For each prompt, the [start, end) rows of ``pixel_values`` its images occupy (t * h * w patches each)."""
-    patches = (grid[:, 0] * grid[:, 1] * grid[:, 2]).tolist()
-    spans, image, row = [], 0, 0
-    for count in images_per_prompt:
-        size = int(sum(patches[image:image + count]))
-        spans.append((row, row + size))
-        image, row = image + count, row + size
-    return spans
-
-
 def select_groups(rollout: Rollout, groups: list[int], images_per_prompt: list[int]) -> Rollout:
     """The rollout restricted to ``groups`` (prompt indices), with their completions and images."""
     g = rollout.num_generations
@@ -61,7 +51,7 @@ def select_groups(rollout: Rollout, groups: list[int], images_per_prompt: list[i
     completion_rows = paddle.to_tensor([i * g + k for i in groups for k in range(g)], dtype="int64")
     pixel_values = grid = None
     if prompt.image_grid_thw is not None:
-        spans = _image_rows(prompt.image_grid_thw, images_per_prompt)
+        spans = image_spans(prompt.image_grid_thw, images_per_prompt)
         first_image = np.cumsum([0] + images_per_prompt)
         pixel_values = paddle.concat([prompt.pixel_values[spans[i][0]:spans[i][1]] for i in groups])
         grid = paddle.concat([prompt.image_grid_thw[first_image[i]:first_image[i + 1]] for i in groups])
@@ -69,7 +59,26 @@ def select_groups(rollout: Rollout, groups: list[int], images_per_prompt: list[i
                            pixel_values=pixel_values, image_grid_thw=grid)
     return Rollout(prompt=selected, num_generations=g, completion_ids=rollout.completion_ids[completion_rows],
                    completion_mask=rollout.completion_mask[completion_rows],
-                   truncated=rollout.truncated[completion_rows])
+                   truncated=rollout.truncated[completion_rows],
+                   **_episode_rows(rollout, completion_rows.tolist()))
+
+
+def _episode_rows(rollout: Rollout, rows: list[int]) -> dict:
+    """A multi-turn rollout's episode fields of ``rows`` (nothing for a single-turn one)."""
+    if not rollout.multi_turn:
+        return {}
+    counts = rollout.episode_images_per_row
+    fields = dict(episode_mask=rollout.episode_mask[paddle.to_tensor(rows, dtype="int64")],
+                  episode_images_per_row=[counts[r] for r in rows], episode_pixel_values=None,
+                  episode_image_grid_thw=None)
+    if any(counts[r] for r in rows):
+        spans = image_spans(rollout.episode_image_grid_thw, counts)
+        first_image = np.cumsum([0] + counts)
+        fields["episode_pixel_values"] = paddle.concat(
+            [rollout.episode_pixel_values[spans[r][0]:spans[r][1]] for r in rows if counts[r]])
+        fields["episode_image_grid_thw"] = paddle.concat(
+            [rollout.episode_image_grid_thw[first_image[r]:first_image[r + 1]] for r in rows if counts[r]])
+    return fields
 
 
 def _pad(x: paddle.Tensor, width: int, value, left: bool) -> paddle.Tensor:
@@ -96,4 +105,16 @@ def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
         prompt=prompt, num_generations=rollouts[0].num_generations,
         completion_ids=paddle.concat([_pad(r.completion_ids, completion_width, pad_token_id, False) for r in rollouts]),
         completion_mask=paddle.concat([_pad(r.completion_mask, completion_width, 0, False) for r in rollouts]),
-        truncated=paddle.concat([r.truncated for r in rollouts]))
+        truncated=paddle.concat([r.truncated for r in rollouts]), **_joined_episodes(rollouts, completion_width))
+
+
+def _joined_episodes(rollouts: list[Rollout], width: int) -> dict:
+    """The episode fields of multi-turn ``rollouts`` joined in order (nothing for single-turn ones)."""
+    if not rollouts[0].multi_turn:
+        return {}
+    with_images = [r for r in rollouts if r.episode_image_grid_thw is not None]
+    return dict(
+        episode_mask=paddle.concat([_pad(r.episode_mask, width, 0, False) for r in rollouts]),
+        episode_pixel_values=paddle.concat([r.episode_pixel_values for r in with_images]) if with_images else None,
+        episode_image_grid_thw=paddle.concat([r.episode_image_grid_thw for r in with_images]) if with_images else None,
+        episode_images_per_row=[n for r in rollouts for n in r.episode_images_per_row])

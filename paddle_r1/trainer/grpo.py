@@ -23,7 +23,8 @@ from ..errors import ConfigError
 from ..generation.decoder import ONE_TOKEN_RUNS, supports as decoder_supports
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapter_state, adapter_values, adapters_disabled
-from ..rewards.manager import RewardManager, reward_columns
+from ..rewards.manager import RewardManager, config_folders, reward_columns
+from ..tools.toolbox import Toolbox
 from .base import Draw, Trainer
 from .distributed import gather_objects, phase, sum_across_ranks
 from .dynamic_sampling import concat_rollouts, kept_groups, select_groups
@@ -51,6 +52,7 @@ class Experience:
     generation_seconds: float
     image_sizes: Optional[list] = None  # per prompt, what the rewards saw: original and resized (w, h) of each image
     input_sizes: Optional[list] = None
+    turns: Optional[list] = None  # multi-turn: per completion, its episode's turns (``episodes.Episodes``)
 
     def state(self) -> dict:
         return dataclasses.asdict(self)
@@ -78,6 +80,7 @@ class _Candidates:
     seconds: float
     keys: list
     generations: list
+    turns: Optional[list] = None  # multi-turn: per completion, its episode's turns
 
     def group(self, i: int) -> "_Candidates":
         g = self.rollout.num_generations
@@ -85,7 +88,8 @@ class _Candidates:
         images_per_prompt = [len(sizes) for sizes in self.image_sizes]
         return _Candidates(select_groups(self.rollout, [i], images_per_prompt), self.texts[rows], [self.samples[i]],
                            [self.image_sizes[i]], [self.input_sizes[i]], self.scores[rows], self.rewards[rows],
-                           self.seconds, [self.keys[i]], [self.generations[i]])
+                           self.seconds, [self.keys[i]], [self.generations[i]],
+                           None if self.turns is None else self.turns[rows])
 
     @staticmethod
     def join(groups: list["_Candidates"], pad_token_id: int, seconds: float) -> "_Candidates":
@@ -95,7 +99,8 @@ class _Candidates:
         return _Candidates(concat_rollouts([c.rollout for c in groups], pad_token_id), joined("texts"),
                            joined("samples"), joined("image_sizes"), joined("input_sizes"),
                            np.concatenate([c.scores for c in groups]), np.concatenate([c.rewards for c in groups]),
-                           seconds, joined("keys"), joined("generations"))
+                           seconds, joined("keys"), joined("generations"),
+                           None if groups[0].turns is None else joined("turns"))
 
     def completion_keys(self) -> tuple[list, list[int]]:
         """Per completion, its group's key and its generation index."""
@@ -117,6 +122,7 @@ class GRPOTrainer(Trainer):
         self.buffer: list[Experience] = []
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
         self.loss_settings = LossSettings.of(config)
+        self.toolbox = _toolbox(config)
         super().__init__(config, samples, heldout)
         if config.rollout_engine == "one_token" and not decoder_supports(self.policy):
             raise ConfigError(f"config key 'rollout_engine': one_token {ONE_TOKEN_RUNS}; this run needs auto or "
@@ -191,11 +197,13 @@ class GRPOTrainer(Trainer):
     def _uniforms(self, micro_batch: int, draw: Draw, gen_batch: int = 0) -> paddle.Tensor:
         """The random numbers each completion samples with, from (seed, step, micro-batch, place in the global
         batch, generation[, refill batch of dynamic sampling]): the same completions on any number of ranks, whichever
-        rank makes them, and after a resume."""
+        rank makes them, and after a resume. A multi-turn episode's turn t takes the t-th max_completion_length of
+        them (the first turn the same numbers as a single-turn run)."""
         cfg = self.config
         refill = [gen_batch] if gen_batch else []
-        rows = [np.random.default_rng([cfg.seed, self.step, micro_batch, place, g] + refill)
-                .random(cfg.max_completion_length) for place, gens in zip(draw.places, draw.generations) for g in gens]
+        numbers = cfg.max_completion_length * cfg.max_turns
+        rows = [np.random.default_rng([cfg.seed, self.step, micro_batch, place, g] + refill).random(numbers)
+                for place, gens in zip(draw.places, draw.generations) for g in gens]
         return paddle.to_tensor(np.stack(rows).astype("float32"))
 
     def _rollout(self, micro_batch: int, gen_batch: int = 0, generate: bool = True) -> tuple[_Candidates, GroupTable]:
@@ -213,11 +221,14 @@ class GRPOTrainer(Trainer):
         generations = len(draw.generations[0])  # alike for every prompt of a rank (config: whole groups or a part)
         generation = self.generator.generate(draw.samples, generations, self.sampling, cfg.question_template,
                                              cfg.system_prompt, images=draw.images,
-                                             uniforms=self._uniforms(micro_batch, draw, gen_batch))
+                                             uniforms=self._uniforms(micro_batch, draw, gen_batch),
+                                             toolbox=self.toolbox, max_turns=cfg.max_turns)
         seconds = time.perf_counter() - start
         facts = generation.facts
         columns = reward_columns(draw.samples, facts.image_sizes, facts.input_sizes, self.coord_system,
-                                 repeat=generations)
+                                 repeat=generations, turns=generation.turns, tool_calls=generation.tool_calls)
+        if generation.turns is not None:
+            self._count_tool_calls(generation)
         phase("rewards")
         scores = self.rewards.score(generation.texts, columns)
         for key, value in scores.counters.items():
@@ -230,12 +241,20 @@ class GRPOTrainer(Trainer):
                                            dtype="float32")
         candidates = _Candidates(generation.rollout, generation.texts, draw.samples, facts.image_sizes,
                                  facts.input_sizes, scores.per_function, rewards, seconds,
-                                 [(gen_batch, place) for place in draw.places], draw.generations)
+                                 [(gen_batch, place) for place in draw.places], draw.generations, generation.turns)
         table = self._groups(candidates, rewards, lengths, "the rollout's rewards")
         # TRL's frac_reward_zero_std, over every group generated (with dynamic sampling, the dropped ones too)
         zero_std = table.local_groups(table.zero_std())
         self.record("frac_reward_zero_std", Mean(float(zero_std.sum()), float(zero_std.size)))
         return candidates, table
+
+    def _count_tool_calls(self, generation) -> None:
+        """tools/calls and tools/errors (calls the model could not make: bad JSON, unknown tool, bad arguments, a
+        tool that raised), summed over the step; turns: assistant turns per episode."""
+        calls = [call for episode in generation.tool_calls for call in episode]
+        self.count("tools/calls", len(calls))
+        self.count("tools/errors", sum(call["error"] is not None for call in calls))
+        self.record("turns", Mean.of([sum(t["role"] == "assistant" for t in turns) for turns in generation.turns]))
 
     def _groups(self, candidates: _Candidates, rewards: np.ndarray, lengths: np.ndarray, where: str) -> GroupTable:
         """The groups of ``candidates`` over all ranks (``groups.gather_groups``), with these ``rewards``."""
@@ -295,7 +314,8 @@ class GRPOTrainer(Trainer):
                           old_logp=old_logp if cfg.num_iterations > 1 else None, ref_logp=ref_logp,
                           scores=candidates.scores, rewards=rewards, texts=candidates.texts,
                           samples=candidates.samples, generation_seconds=candidates.seconds,
-                          image_sizes=candidates.image_sizes, input_sizes=candidates.input_sizes)
+                          image_sizes=candidates.image_sizes, input_sizes=candidates.input_sizes,
+                          turns=candidates.turns)
 
     def training_step(self) -> dict:
         cfg = self.config
@@ -390,6 +410,7 @@ class GRPOTrainer(Trainer):
         if not every or self.step % every:
             return None
         rows = []
+        first_row = self.rank * sum(len(exp.texts) for exp in self.buffer)  # the ranks hold as many rows
         for exp in self.buffer:
             g = exp.rollout.num_generations  # this rank's completions of each of its prompts
             advantages = exp.advantages.numpy()
@@ -403,8 +424,37 @@ class GRPOTrainer(Trainer):
                     row.update(image_sizes=exp.image_sizes[i // g], input_sizes=exp.input_sizes[i // g])
                 for j, name in enumerate(self.rewards.names):
                     row[f"reward/{name}"] = _json_number(exp.scores[i, j])
+                if exp.turns is not None:
+                    row["turns"] = self._logged_turns(exp.turns[i], f"r{first_row + len(rows)}")
                 rows.append(row)
         return rows
+
+    def _logged_turns(self, turns: list, row_name: str) -> list[dict]:
+        """An episode's turns as completions.jsonl keeps them: each tool image written as a PNG under
+        ``output_dir/tool_images/step-NNNNNN/`` (named after the row, turn and image) and named by its path
+        relative to output_dir."""
+        folder = os.path.join("tool_images", f"step-{self.step:06d}")
+        os.makedirs(os.path.join(self.config.output_dir, folder), exist_ok=True)
+        logged = []
+        for t, turn in enumerate(turns):
+            turn = dict(turn)
+            if "images" in turn:
+                paths = [os.path.join(folder, f"{row_name}-t{t}-{k}.png") for k in range(len(turn["images"]))]
+                for path, image in zip(paths, turn["images"]):
+                    image.save(os.path.join(self.config.output_dir, path))
+                turn["images"] = paths
+            logged.append(turn)
+        return logged
+
+
+def _toolbox(config: GRPOConfig) -> Optional[Toolbox]:
+    """The run's tools (config key ``tools``) for a multi-turn run, else None."""
+    if config.max_turns == 1:
+        return None
+    try:
+        return Toolbox(config.tools, config_folders(config))
+    except KeyError as e:
+        raise ConfigError(f"config key 'tools': {e.args[0]}", keys=("tools",)) from None
 
 
 def _json_number(value) -> Optional[float]:

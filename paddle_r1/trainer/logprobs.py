@@ -120,9 +120,12 @@ def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: f
     (``RepeatedPrompt``). Each row runs whole instead under gradient checkpointing (a recomputed layer's K/V are
     made without gradient, so a shared prompt would get none from the completions) and for Qwen3-VL (its DeepStack
     features enter through the full model's forward)."""
-    inputs = _completion_inputs(model, rollout)
-    shared = inputs[0].deepstack is None and not recomputes_layers(text_decoder(model).config)
-    hidden = (_shared_prompt_hidden if shared else _full_rows_hidden)(model, rollout, inputs)
+    if rollout.multi_turn:
+        hidden = _episode_rows_hidden(model, rollout)
+    else:
+        inputs = _completion_inputs(model, rollout)
+        shared = inputs[0].deepstack is None and not recomputes_layers(text_decoder(model).config)
+        hidden = (_shared_prompt_hidden if shared else _full_rows_hidden)(model, rollout, inputs)
     return chunked_token_logprobs(model.lm_head, hidden, rollout.completion_ids, chunk_size, temperature,
                                   with_entropy, entropy_gradient)
 
@@ -157,6 +160,34 @@ def _full_rows_hidden(model, rollout: Rollout, inputs) -> paddle.Tensor:
     prompt_embeds, positions, completion_embeds, completion_positions, mask = inputs
     embeds = prompt_embeds.repeat(g).append(completion_embeds)
     positions = paddle.concat([repeat_rows(positions, g, axis=1), completion_positions], axis=2)
+    return _hidden_after_prompt(model, rollout, embeds, positions, mask)
+
+
+def _episode_rows_hidden(model, rollout: Rollout) -> paddle.Tensor:
+    """Each row of a multi-turn rollout whole: its prompt, then its episode (the model's turns and the tools'
+    messages, right-padded), with the prompt's images then the tools' (``Rollout.episode_pixel_values``), M-RoPE
+    positions from the model's rope index over the whole row.
+
+    The model's own tokens are text whatever they are, as the rollout fed them: a sampled image or vision-start
+    token must not take an image's features or positions, so the embedding and the rope index see token 0 there
+    and the model's tokens get their plain embeddings."""
+    g = rollout.num_generations
+    prompt_mask = repeat_rows(rollout.prompt.attention_mask, g)
+    input_ids = paddle.concat([repeat_rows(rollout.prompt.input_ids, g), rollout.completion_ids], axis=1)
+    own = paddle.concat([paddle.zeros_like(prompt_mask), rollout.completion_mask.astype(prompt_mask.dtype)],
+                        axis=1).astype("bool")
+    not_model_ids = paddle.where(own, paddle.zeros_like(input_ids), input_ids)
+    mask = paddle.concat([prompt_mask, rollout.episode_mask.astype(prompt_mask.dtype)], axis=1)
+    embeds = embed_inputs(model, not_model_ids, rollout.episode_pixel_values, rollout.episode_image_grid_thw)
+    own_embeds = text_decoder(model).embed_tokens(input_ids).astype(embeds.embeds.dtype)
+    embeds.embeds = paddle.where(own.unsqueeze(-1), own_embeds, embeds.embeds)
+    positions, _ = rope_positions(model, not_model_ids, mask, rollout.episode_image_grid_thw)
+    return _hidden_after_prompt(model, rollout, embeds, positions, mask)
+
+
+def _hidden_after_prompt(model, rollout: Rollout, embeds, positions: paddle.Tensor, mask: paddle.Tensor
+                         ) -> paddle.Tensor:
+    """The decoder's states of whole rows (prompt + completion) at the places that predict the completion."""
     hidden = model.model(**embeds.model_inputs(), attention_mask=mask, position_ids=positions, use_cache=False,
                          return_dict=True).last_hidden_state
     prompt_len, completion_len = rollout.prompt.input_ids.shape[1], rollout.completion_ids.shape[1]

@@ -1,0 +1,83 @@
+"""The built-in tools: ``crop`` and ``zoom`` a region of one of the sample's images.
+
+A box is ``bbox_2d`` [x1, y1, x2, y2] in the model's coordinate system (``coord_system``), converted to the original
+image's pixels by ``models.coords.box_to_original``, the conversion the rewards use; ``image`` (default 0) picks which
+of the sample's images (the prompt's: a tool's own output images are not addressable). A box reaching past the image
+is clipped to it; a box with nothing left inside the image is an error.
+
+A tool is ``tool(arguments: dict, context: ToolContext)`` returning text, an image, or (text, [images]); it raises
+``ToolError`` (or anything else) when it cannot answer, and the toolbox hands the message to the model.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from PIL import Image
+
+from ..models.coords import as_box, box_to_original, is_number
+
+MAX_ASPECT_RATIO = 200  # the Qwen-VL processors refuse images more elongated than this
+MAX_ZOOM = 4.0
+
+
+class ToolError(ValueError):
+    """The arguments do not make a call the tool can answer; the message is for the model."""
+
+
+@dataclass
+class ToolContext:
+    """What a tool call may look at: the sample's images as opened (originals), their sizes before and after the
+    processor's resize, and the model's coordinate system."""
+
+    images: list
+    image_sizes: list  # [(w, h)] originals
+    input_sizes: list  # [(w, h)] as the processor resized them
+    coord_system: str
+
+
+def region_in_pixels(arguments: dict, context: ToolContext) -> tuple[Image.Image, tuple[int, int, int, int]]:
+    """The image ``arguments["image"]`` picks and the box ``arguments["bbox_2d"]`` in its pixels (whole pixels
+    covering the converted box, clipped to the image)."""
+    if not context.images:
+        raise ToolError("the sample has no image")
+    index = arguments.get("image", 0)
+    if not is_number(index) or index != int(index) or not 0 <= index < len(context.images):
+        raise ToolError(f"'image' must be an index from 0 to {len(context.images) - 1}, got {index!r}")
+    index = int(index)
+    box = as_box(arguments.get("bbox_2d"))
+    if box is None:
+        raise ToolError(f"'bbox_2d' must be [x1, y1, x2, y2] with x1 <= x2 and y1 <= y2, got "
+                        f"{arguments.get('bbox_2d')!r}")
+    width, height = context.image_sizes[index]
+    # to a millionth of a pixel first, so a box converted from whole pixels and back covers just those pixels
+    x1, y1, x2, y2 = (round(v, 6) for v in box_to_original(box, context.coord_system, (width, height),
+                                                           context.input_sizes[index]))
+    left, top = max(0, math.floor(x1)), max(0, math.floor(y1))
+    right, bottom = min(width, math.ceil(x2)), min(height, math.ceil(y2))
+    if right <= left or bottom <= top:
+        raise ToolError(f"'bbox_2d' {box} covers no pixel of the {width}x{height} image")
+    if max(right - left, bottom - top) / min(right - left, bottom - top) > MAX_ASPECT_RATIO:
+        raise ToolError(f"'bbox_2d' {box} is more elongated than {MAX_ASPECT_RATIO}:1")
+    return context.images[index], (left, top, right, bottom)
+
+
+def crop(arguments: dict, context: ToolContext):
+    """The region ``bbox_2d`` of the image, at its original resolution."""
+    image, pixels = region_in_pixels(arguments, context)
+    return f"The region {list(pixels)} of image {arguments.get('image', 0)} (original pixels).", [image.crop(pixels)]
+
+
+def zoom(arguments: dict, context: ToolContext):
+    """The region ``bbox_2d`` scaled up ``factor`` times (default 2, at most 4; bicubic)."""
+    factor = arguments.get("factor", 2)
+    if not is_number(factor) or not 1 <= factor <= MAX_ZOOM:
+        raise ToolError(f"'factor' must be a number from 1 to {MAX_ZOOM:g}, got {factor!r}")
+    image, pixels = region_in_pixels(arguments, context)
+    region = image.crop(pixels)
+    size = (max(1, round(region.width * factor)), max(1, round(region.height * factor)))
+    return (f"The region {list(pixels)} of image {arguments.get('image', 0)} zoomed {factor:g}x.",
+            [region.resize(size, Image.BICUBIC)])
+
+
+BUILTIN_TOOLS = {"crop": crop, "zoom": zoom}
