@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from ..models.resize import resizer_for
 from . import curves, facts as run_facts, geometry, page, records, thumbnails
 
 
@@ -66,7 +67,7 @@ def write_report(folder: str, steps: Optional[str] = None, output: Optional[str]
             raise FileNotFoundError(f"{folder} holds neither completions.jsonl (a training run) nor eval results json")
         sections = records.eval_sections(results)
     model_dir = model_dir or run_facts.find_model_dir(folder)
-    resizer = run_facts.resizer_for(model_dir) if model_dir else None
+    resizer = resizer_for(model_dir) if model_dir else None
 
     output = output or os.path.join(folder, "report", "index.html")
     images_dir = os.path.join(os.path.dirname(os.path.abspath(output)), "images")
