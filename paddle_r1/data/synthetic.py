@@ -3,6 +3,8 @@
 - ``rec``: "Locate the red square in the image." -> its box in original pixels (two shapes, one target).
 - ``counting``: "How many shapes are there?" -> an integer (1 to 4 shapes by default, each in its own grid cell).
 - ``ocr_lines``, ``ocr_tables``: rendered text lines and small tables for PaddleOCR-VL (``synthetic_ocr.py``).
+- ``zoom``: name the fine pattern of a small framed square on a large canvas, with a scripted crop episode for
+  SFT (``synthetic_zoom.py``; multi-turn tool use).
 
 The demo, the tests and ``benchmarks/learning.py`` share them. ``make_synthetic_splits`` writes a training set
 and a held-out set from different seeds into separate folders, for measuring what training generalises to.
@@ -16,6 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from .synthetic_ocr import make_synthetic_ocr_lines, make_synthetic_ocr_tables
+from .synthetic_zoom import make_synthetic_zoom
 
 COLORS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}
 SHAPES = ("square", "circle")
@@ -117,7 +120,8 @@ def make_synthetic_counting(out_dir: str, num_samples: int = 32, seed: int = 0, 
 
 
 SYNTHETIC_TASKS = {"rec": make_synthetic_rec, "counting": make_synthetic_counting,
-                   "ocr_lines": make_synthetic_ocr_lines, "ocr_tables": make_synthetic_ocr_tables}
+                   "ocr_lines": make_synthetic_ocr_lines, "ocr_tables": make_synthetic_ocr_tables,
+                   "zoom": make_synthetic_zoom}
 
 
 def make_synthetic_splits(out_dir: str, task: str, num_train: int, num_heldout: int, seed: int = 0,
