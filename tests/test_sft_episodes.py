@@ -1,0 +1,118 @@
+"""SFT on multi-turn episodes: the conversation's tokens, which of them are targets, the loss over exactly those,
+and a short SFT run after which the tiny model opens held-out prompts with a well-formed crop call."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+from paddle_r1.config import SFTConfig
+from paddle_r1.data.episodes import episode_messages, tool_result_message
+from paddle_r1.data.loader import load_samples
+from paddle_r1.data.synthetic import make_synthetic_splits
+from paddle_r1.generation.generator import build_messages, load_sample_images
+from paddle_r1.generation.rollout import SamplingParams
+from paddle_r1.trainer.logprobs import conversation_logprobs
+from paddle_r1.trainer.sft import SFTTrainer, build_episode_batch, sft_loss
+
+CONFIG = SFTConfig(model_name_or_path="unused", question_template="{Question}")
+
+
+@pytest.fixture(scope="module")
+def zoom(tmp_path_factory):
+    paths = make_synthetic_splits(str(tmp_path_factory.mktemp("zoom")), "zoom", num_train=8, num_heldout=6, seed=1)
+    return load_samples(paths["train"])[0], load_samples(paths["heldout"])[0]
+
+
+def _with_tool_text(sample, text):
+    episode = [dict(turn, text=text) if turn["role"] == "tool" else turn for turn in sample["episode"]]
+    return dict(sample, episode=episode)
+
+
+def test_tool_results_are_user_messages_with_images_then_tagged_text():
+    assert tool_result_message("the crop", 2) == {"role": "user", "content": [
+        {"type": "image"}, {"type": "image"}, {"type": "text", "text": "<tool_response>the crop</tool_response>"}]}
+    episode = [{"role": "assistant", "text": "call"}, {"role": "tool", "name": "crop", "arguments": {}, "text": "",
+                                                        "images": ["a.png"]}, {"role": "assistant", "text": "done"}]
+    prompt = [{"role": "user", "content": [{"type": "text", "text": "q"}]}]
+    assert [m["role"] for m in episode_messages(prompt, episode)] == ["user", "assistant", "user", "assistant"]
+
+
+def test_targets_are_exactly_the_assistant_turns(tiny, zoom):
+    """The tokens are the chat template's whole conversation (its image tokens expanded, every image given in
+    order); the targets decode to each assistant turn and its end-of-turn token, nothing of the tool result."""
+    _, processor = tiny
+    samples = zoom[0][:2]
+    batch = build_episode_batch(samples, processor, CONFIG, "abs_resized")
+    ids, attention, mask = batch.input_ids.numpy(), batch.attention_mask.numpy(), batch.loss_mask.numpy()
+    tokenizer = processor.tokenizer
+    for row, sample in enumerate(samples):
+        messages = episode_messages(build_messages(sample, "{Question}"), sample["episode"])
+        text = processor.apply_chat_template(messages, tokenize=False)
+        images = load_sample_images(sample) + load_sample_images({"images": sample["episode"][1]["images"]})
+        whole = processor(text=[text], images=images, return_tensors="pd")
+        mine = ids[row][attention[row] == 1]
+        assert mine.tolist() == whole["input_ids"][0].tolist()
+        targets = tokenizer.decode(ids[row, 1:][mask[row] == 1].tolist())
+        turns = [t["text"] for t in sample["episode"] if t["role"] == "assistant"]
+        assert targets == "".join(t + "<|im_end|>" for t in turns)
+        assert "<tool_response>" not in targets and "<|image_pad|>" not in targets
+    np.testing.assert_array_equal(batch.image_grid_thw.numpy(), [[1, 8, 8]] * 4)  # canvas, crop; canvas, crop
+
+
+def test_the_loss_covers_the_assistant_turns_only(tiny, zoom):
+    """A longer tool result adds context tokens, never targets; the loss is the mean NLL over the targets (the
+    positions the mask names), so the tool text's own log-probs do not enter it."""
+    model, processor = tiny
+    sample = zoom[0][0]
+    short = build_episode_batch([_with_tool_text(sample, "x")], processor, CONFIG, "abs_resized")
+    long = build_episode_batch([_with_tool_text(sample, "x " * 40)], processor, CONFIG, "abs_resized")
+    assert long.input_ids.shape[1] > short.input_ids.shape[1] + 30
+    assert int(long.loss_mask.sum()) == int(short.loss_mask.sum())
+    logp = conversation_logprobs(model, long, 64)
+    mask = long.loss_mask.numpy()
+    np.testing.assert_allclose(float(sft_loss(logp, long.loss_mask)), -(logp.numpy() * mask).sum() / mask.sum(),
+                               rtol=1e-6)
+    # the gradient through the log-probs is zero at every tool-result token: they are context, not targets
+    leaf = logp.detach()
+    leaf.stop_gradient = False
+    sft_loss(leaf, long.loss_mask).backward()
+    ids = long.input_ids.numpy()[0, 1:]
+    tool_text = [i for i, token in enumerate(ids) if processor.tokenizer.decode([int(token)]).strip() == "x"]
+    gradient = leaf.grad.numpy()[0]
+    assert len(tool_text) >= 40 and not gradient[tool_text].any() and gradient[mask[0] == 1].all()
+
+
+def test_a_batch_mixes_episodes_and_plain_answers(tiny, zoom, rec_samples):
+    _, processor = tiny
+    batch = build_episode_batch([zoom[0][0], rec_samples[0]], processor, CONFIG, "abs_resized")
+    ids, mask = batch.input_ids.numpy(), batch.loss_mask.numpy()
+    plain = processor.tokenizer.decode(ids[1, 1:][mask[1] == 1].tolist())
+    assert re.fullmatch(r"<think> </think><answer>\[\d+, \d+, \d+, \d+\]</answer><\|im_end\|>", plain), plain
+
+
+def test_sft_on_episodes_makes_the_tiny_model_call_the_crop_tool(tiny_model_dir, zoom, tmp_path):
+    """100 SFT steps on 8 scripted episodes (about 15-35 s here); then, greedy, every held-out prompt's first turn
+    is a crop call that parses: {"name": "crop", "arguments": {"box": [4 integers]}} inside <tool_call> tags."""
+    train, heldout = zoom
+    trainer = SFTTrainer(SFTConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), learning_rate=5e-3,
+                                   per_device_train_batch_size=4, max_steps=100, question_template="{Question}",
+                                   warmup_ratio=0.0, use_visualdl=False, disable_tqdm=True), samples=train)
+    before = trainer.generator.generate(heldout, 1, SamplingParams(max_new_tokens=80, temperature=0), "{Question}")
+    result = trainer.train()
+    assert result["history"][-1]["loss"] < 0.1 * result["history"][0]["loss"]
+    after = trainer.generator.generate(heldout, 1, SamplingParams(max_new_tokens=80, temperature=0), "{Question}")
+
+    def crop_call(text):
+        match = re.fullmatch(r"<tool_call>(.*)</tool_call>", text.strip(), re.DOTALL)
+        try:
+            call = json.loads(match.group(1)) if match else None
+        except ValueError:
+            return None
+        if not isinstance(call, dict) or call.get("name") != "crop" or not isinstance(call.get("arguments"), dict):
+            return None
+        box = call["arguments"].get("box")
+        return isinstance(box, list) and len(box) == 4 and all(isinstance(v, int) for v in box)
+
+    assert not any(crop_call(t) for t in before.texts)
+    assert all(crop_call(t) for t in after.texts), after.texts
