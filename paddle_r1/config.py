@@ -576,7 +576,8 @@ class AnswerKeys:
     """SFT target"""
 
     answer_template: str = key(DEFAULT_ANSWER_TEMPLATE, "the target text SFT teaches; {Answer} is the solution in "
-                               "the model's own terms (a box in its coordinate system, a count); must contain {Answer}")
+                               "the model's own terms (a box in its coordinate system, a count); must contain {Answer}; "
+                               "a sample with an 'episode' is taught its episode's turns as they are")
 
 
 @dataclass

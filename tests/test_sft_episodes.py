@@ -1,7 +1,9 @@
 """SFT on multi-turn episodes: the conversation's tokens, which of them are targets, the loss over exactly those,
 and a short SFT run after which the tiny model opens held-out prompts with a well-formed crop call."""
-import json
+import importlib.util
+import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -16,6 +18,20 @@ from paddle_r1.trainer.logprobs import conversation_logprobs
 from paddle_r1.trainer.sft import SFTTrainer, build_episode_batch, sft_loss
 
 CONFIG = SFTConfig(model_name_or_path="unused", question_template="{Question}")
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+
+def _benchmark():
+    """benchmarks/tool_learning.py (it imports its neighbour learning.py)."""
+    sys.path.insert(0, BENCHMARKS)
+    try:
+        spec = importlib.util.spec_from_file_location("tool_learning", os.path.join(BENCHMARKS, "tool_learning.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(BENCHMARKS)
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +74,28 @@ def test_targets_are_exactly_the_assistant_turns(tiny, zoom):
         assert targets == "".join(t + "<|im_end|>" for t in turns)
         assert "<tool_response>" not in targets and "<|image_pad|>" not in targets
     np.testing.assert_array_equal(batch.image_grid_thw.numpy(), [[1, 8, 8]] * 4)  # canvas, crop; canvas, crop
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "paddleocr_vl"])
+def test_other_families_templates(family, zoom, tmp_path):
+    """Qwen3-VL's processor (32-pixel patches) and PaddleOCR-VL's (ERNIE's template, its end-of-turn token): the
+    tokens before the first target are the prompt a rollout feeds the model, and the targets are the assistant
+    turns. (Tokenized whole, PaddleOCR-VL's conversation would merge the space its "Assistant: " header ends with
+    into the turn's first token; the model never sees that merge when it generates.)"""
+    from paddle_r1.generation.generator import build_prompt_batch
+    from paddle_r1.models.loading import load_processor
+    from paddle_r1.testing.tiny import make_tiny_model
+
+    processor = load_processor(make_tiny_model(str(tmp_path / family), family=family))
+    sample = zoom[0][0]
+    batch = build_episode_batch([sample], processor, CONFIG, "rel_1000")
+    ids, mask = batch.input_ids.numpy()[0], batch.loss_mask.numpy()[0]
+    prompt, _ = build_prompt_batch([sample], processor, "{Question}")
+    first_target = int(np.argmax(mask)) + 1
+    assert ids[:first_target].tolist() == prompt.input_ids.numpy()[0].tolist()
+    eos = processor.tokenizer.eos_token
+    targets = processor.tokenizer.decode(ids[1:][mask == 1].tolist())
+    assert targets == "".join(t["text"] + eos for t in sample["episode"] if t["role"] == "assistant")
 
 
 def test_the_loss_covers_the_assistant_turns_only(tiny, zoom):
@@ -103,16 +141,6 @@ def test_sft_on_episodes_makes_the_tiny_model_call_the_crop_tool(tiny_model_dir,
     assert result["history"][-1]["loss"] < 0.1 * result["history"][0]["loss"]
     after = trainer.generator.generate(heldout, 1, SamplingParams(max_new_tokens=80, temperature=0), "{Question}")
 
-    def crop_call(text):
-        match = re.fullmatch(r"<tool_call>(.*)</tool_call>", text.strip(), re.DOTALL)
-        try:
-            call = json.loads(match.group(1)) if match else None
-        except ValueError:
-            return None
-        if not isinstance(call, dict) or call.get("name") != "crop" or not isinstance(call.get("arguments"), dict):
-            return None
-        box = call["arguments"].get("box")
-        return isinstance(box, list) and len(box) == 4 and all(isinstance(v, int) for v in box)
-
-    assert not any(crop_call(t) for t in before.texts)
-    assert all(crop_call(t) for t in after.texts), after.texts
+    crop_call_box = _benchmark().crop_call_box  # the crop call, whole and well formed, or None
+    assert not any(crop_call_box(t) for t in before.texts)
+    assert all(crop_call_box(t) for t in after.texts), after.texts

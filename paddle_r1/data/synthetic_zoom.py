@@ -65,6 +65,12 @@ def crop_box_around(box, side: int, width: int, height: int) -> list[int]:
     return [x1, y1, x1 + side, y1 + side]
 
 
+def crop_in_model_units(image: Image.Image, box, coord_system: str, input_size) -> Image.Image:
+    """The part of ``image`` a crop call's ``box`` (model units over ``input_size``) names: the box mapped to
+    original pixels and rounded to whole pixels (the episodes' crops; ``benchmarks/tool_learning.py``'s too)."""
+    return image.crop([int(round(v)) for v in box_to_original(box, coord_system, image.size, input_size)])
+
+
 def make_synthetic_zoom(out_dir: str, num_samples: int = 32, seed: int = 0, size: tuple = (448, 448),
                         patch: int = 24, frame: int = 3, crop_side: int = 112, distractors: int = 3,
                         coord_system: Optional[str] = None, resizer: Resizer = TINY_RESIZER,
@@ -102,10 +108,9 @@ def make_synthetic_zoom(out_dir: str, num_samples: int = 32, seed: int = 0, size
         # the call names a box in the model's units; the tool crops what that box maps back to
         call_box = [int(round(v)) for v in box_from_original(crop_box_around(target, crop_side, width, height),
                                                              coord_system, size, input_size)]
-        cut = [int(round(v)) for v in box_to_original(call_box, coord_system, size, input_size)]
         name = f"zoom_{i:05d}.png"
         canvas.save(os.path.join(out_dir, "images", name))
-        canvas.crop(cut).save(os.path.join(out_dir, "crops", name))
+        crop_in_model_units(canvas, call_box, coord_system, input_size).save(os.path.join(out_dir, "crops", name))
         arguments = {"box": call_box}
         rows.append({
             "images": [f"images/{name}"],  # relative to this jsonl's folder
