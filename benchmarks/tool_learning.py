@@ -10,8 +10,8 @@ GRPO, every held-out prompt is run greedy as an episode of at most two turns (th
 first turn that is a well-formed crop call gets the crop of the box it names, mapped to original pixels as the
 episodes' crops are, and answers in its second turn; any other first turn is the answer):
 
-- tool-call rate: first turns that are a well-formed crop call;
-- crop hit: first turns whose box covers the framed square;
+- tool-call rate: first turns that are a well-formed crop call (a box of four numbers);
+- crop hit: first turns whose box is a box (x1 <= x2, y1 <= y2) covering the framed square;
 - accuracy: episodes whose final answer names the pattern (``all_match``);
 - accuracy given the ideal crop: the answer turn after the scripted call and crop (reading the pattern alone).
 
@@ -42,10 +42,11 @@ CALL = re.compile(r"\s*<tool_call>(.*)</tool_call>\s*", re.DOTALL)
 
 @dataclass
 class Preset:
-    num_sft: int = 128
+    num_sft: int = 512
     num_train: int = 256
     num_heldout: int = 64
-    sft: dict = field(default_factory=lambda: dict(max_steps=300, per_device_train_batch_size=8, learning_rate=3e-3,
+    options: dict = field(default_factory=dict)  # make_synthetic_zoom's (e.g. crop_side, distractors)
+    sft: dict = field(default_factory=lambda: dict(max_steps=600, per_device_train_batch_size=16, learning_rate=1e-3,
                                                    warmup_steps=10))
     grpo: dict = field(default_factory=lambda: dict(
         tools=["crop"], max_turns=3, reward_funcs=["all_match"], max_steps=40, per_device_train_batch_size=32,
@@ -54,8 +55,8 @@ class Preset:
 
 def crop_call_box(text: str):
     """The box of a well-formed ``<tool_call>{"name": "crop", "arguments": {"box": [4 numbers]}}</tool_call>``, the
-    whole turn; else None."""
-    from paddle_r1.models.coords import as_box
+    whole turn; else None. (Whether the box is a box, x1 <= x2 and y1 <= y2, is the crop's business.)"""
+    from paddle_r1.models.coords import as_floats
 
     match = CALL.fullmatch(text)
     try:
@@ -65,7 +66,7 @@ def crop_call_box(text: str):
     if not isinstance(call, dict) or call.get("name") != "crop" or not isinstance(call.get("arguments"), dict):
         return None
     box = call["arguments"].get("box")
-    return box if as_box(box) is not None else None
+    return box if as_floats(box) is not None and len(box) == 4 else None
 
 
 def covers(box, target) -> bool:
@@ -93,7 +94,7 @@ def evaluate(model_dir: str, samples: list[dict], batch: int = 16) -> dict:
     from paddle_r1.data.images import load_image
     from paddle_r1.data.synthetic_zoom import CROP_RESULT_TEXT, crop_in_model_units
     from paddle_r1.generation.generator import build_messages
-    from paddle_r1.models.coords import box_to_original
+    from paddle_r1.models.coords import as_box, box_to_original
     from paddle_r1.models.loading import load_model, load_processor
     from paddle_r1.rewards import get_reward
 
@@ -112,11 +113,11 @@ def evaluate(model_dir: str, samples: list[dict], batch: int = 16) -> dict:
             calls += box is not None
             if box is None:
                 continue
-            hits += covers(box_to_original(box, "abs_resized", canvas.size, input_sizes[i][0]), sample["target_box"])
-            crop = crop_in_model_units(canvas, box, "abs_resized", input_sizes[i][0])
-            if min(crop.size) < 4 or max(crop.size) / min(crop.size) > 50:
-                finals[i] = ""  # a crop the processor cannot take: the episode has no answer
+            crop = crop_in_model_units(canvas, box, "abs_resized", input_sizes[i][0]) if as_box(box) else None
+            if crop is None or min(crop.size) < 4 or max(crop.size) / min(crop.size) > 50:
+                finals[i] = ""  # no box, or a crop the processor cannot take: the episode has no answer
                 continue
+            hits += covers(box_to_original(box, "abs_resized", canvas.size, input_sizes[i][0]), sample["target_box"])
             messages = prompts[i] + [assistant_message(text),
                                      tool_result_message(CROP_RESULT_TEXT.format(box=box), 1)]
             follow.append((i, (messages, [canvas, crop])))
@@ -149,8 +150,9 @@ def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
 
     start = time.perf_counter()
     data = make_synthetic_splits(os.path.join(out_dir, "data"), "zoom", preset.num_train, preset.num_heldout,
-                                 seed=seed)
-    sft_data = make_synthetic_zoom(os.path.join(out_dir, "data", "sft"), preset.num_sft, seed=seed + SFT_SEED_OFFSET)
+                                 seed=seed, **preset.options)
+    sft_data = make_synthetic_zoom(os.path.join(out_dir, "data", "sft"), preset.num_sft, seed=seed + SFT_SEED_OFFSET,
+                                   **preset.options)
     heldout = load_samples(data["heldout"])[0]
     model = make_tiny_model(os.path.join(out_dir, "tiny-model"), seed=seed)
     common = dict(use_visualdl=False, disable_tqdm=True, seed=seed, question_template=QUESTION_TEMPLATE)

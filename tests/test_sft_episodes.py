@@ -73,7 +73,8 @@ def test_targets_are_exactly_the_assistant_turns(tiny, zoom):
         turns = [t["text"] for t in sample["episode"] if t["role"] == "assistant"]
         assert targets == "".join(t + "<|im_end|>" for t in turns)
         assert "<tool_response>" not in targets and "<|image_pad|>" not in targets
-    np.testing.assert_array_equal(batch.image_grid_thw.numpy(), [[1, 8, 8]] * 4)  # canvas, crop; canvas, crop
+    # canvas (448 pixels seen at 112), crop (56 pixels); the same for the second row
+    np.testing.assert_array_equal(batch.image_grid_thw.numpy(), [[1, 8, 8], [1, 4, 4]] * 2)
 
 
 @pytest.mark.parametrize("family", ["qwen3_vl", "paddleocr_vl"])

@@ -163,7 +163,7 @@ def load_from_config(config) -> tuple[list[dict], DataReport]:
         raise DataError(f"config key 'dataset_name': unknown dataset {config.dataset_name!r} "
                         f"(known: {', '.join(BUILTIN_DATASETS)})")
     if not config.data_path:
-        raise DataError("config key 'data_path' is required (or dataset_name: synthetic_rec)")
+        raise DataError(f"config key 'data_path' is required (or dataset_name: {' or '.join(BUILTIN_DATASETS)})")
     return load_samples(config.data_path, image_root=config.image_root, data_format=config.data_format,
                         strict=config.strict_data, seed=config.seed, image_columns=config.image_columns,
                         image_cache_dir=config.image_cache_dir, image_placement=config.image_placement)

@@ -72,7 +72,7 @@ def crop_in_model_units(image: Image.Image, box, coord_system: str, input_size) 
 
 
 def make_synthetic_zoom(out_dir: str, num_samples: int = 32, seed: int = 0, size: tuple = (448, 448),
-                        patch: int = 24, frame: int = 3, crop_side: int = 112, distractors: int = 3,
+                        patch: int = 24, frame: int = 3, crop_side: int = 56, distractors: int = 3,
                         coord_system: Optional[str] = None, resizer: Resizer = TINY_RESIZER,
                         answer_template: str = DEFAULT_ANSWER_TEXT) -> str:
     """Write ``num_samples`` canvases (``images/``), the crops of their ideal episodes (``crops/``) and
