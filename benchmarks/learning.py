@@ -117,6 +117,30 @@ def summary_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def with_settings(preset, items: list[str]):
+    """``preset`` (a dataclass of settings and dicts of them) with each ``PART.KEY=VALUE`` of ``--set`` applied,
+    values read as the command line reads them (benchmarks/tool_learning.py shares it)."""
+    from paddle_r1.config_reading.command_line import parse_overrides
+
+    for item in items:
+        key, raw = item.split("=", 1)
+        part, _, name = key.rpartition(".")
+        value = parse_overrides([f"--{name}", raw])[name]
+        preset = replace(preset, **({part: {**getattr(preset, part), name: value}} if part else {name: value}))
+    return preset
+
+
+def run_seeds(run_seed, preset, seeds: list[int], out: str, describe) -> list[dict]:
+    """The settings, then ``run_seed(seed, out/seedN, preset)`` for each seed with one line as it ends
+    (``describe(result)`` and its seconds); the results."""
+    print(f"settings: {json.dumps(preset.__dict__)}\nworking folder: {out}", flush=True)
+    results = []
+    for seed in seeds:
+        results.append(run_seed(seed, os.path.join(out, f"seed{seed}"), preset))
+        print(f"seed {seed}: {describe(results[-1])} ({results[-1]['seconds']:.0f} s)", flush=True)
+    return results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -132,7 +156,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the eval runner's progress bars
-    from paddle_r1.config_reading.command_line import parse_overrides
     from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 
@@ -142,19 +165,10 @@ def main(argv=None) -> int:
     preset = QUICK if args.quick else PRESETS[args.task]
     if args.dynamic_sampling:
         preset = replace(preset, grpo={**preset.grpo, "dynamic_sampling": True})
-    for item in args.set:
-        key, raw = item.split("=", 1)
-        part, _, name = key.rpartition(".")
-        value = parse_overrides([f"--{name}", raw])[name]
-        preset = replace(preset, **({part: {**getattr(preset, part), name: value}} if part else {name: value}))
-    out = args.out or tempfile.mkdtemp(prefix="paddle_r1_learning_")
-    print(f"settings: {json.dumps(preset.__dict__)}\nworking folder: {out}", flush=True)
+    preset = with_settings(preset, args.set)
     start = time.perf_counter()
-    results = []
-    for seed in args.seeds:
-        results.append(run_seed(seed, os.path.join(out, f"seed{seed}"), preset))
-        print(f"seed {seed}: {results[-1]['before']:.3f} -> {results[-1]['after']:.3f} "
-              f"({results[-1]['seconds']:.0f} s)", flush=True)
+    results = run_seeds(run_seed, preset, args.seeds, args.out or tempfile.mkdtemp(prefix="paddle_r1_learning_"),
+                        lambda r: f"{r['before']:.3f} -> {r['after']:.3f}")
     print(summary_table(results))
     print(f"total {time.perf_counter() - start:.0f} s")
     if args.plot:

@@ -91,7 +91,8 @@ class DataKeys:
 
     The keys both jobs take."""
 
-    dataset_name: Optional[str] = key(None, "synthetic_rec for the built-in set of shapes, else unset")
+    dataset_name: Optional[str] = key(None, "synthetic_rec (shapes to locate) or synthetic_zoom (a small pattern to crop "
+                                      "and name, with scripted crop episodes) for a built-in set, else unset")
     data_path: Optional[str] = key(None, "a json/jsonl/csv/parquet file, a datasets folder, or a mixture yaml")
     image_root: Optional[str] = key(None, "folder relative image paths are read from; default: the data file's")
     data_format: Optional[str] = key(None, "rec | conversation | r1v | r1v_eval | grounding | products | generic; "
@@ -347,4 +348,5 @@ class AnswerKeys:
     """SFT target"""
 
     answer_template: str = key(DEFAULT_ANSWER_TEMPLATE, "the target text SFT teaches; {Answer} is the solution in "
-                               "the model's own terms (a box in its coordinate system, a count); must contain {Answer}")
+                               "the model's own terms (a box in its coordinate system, a count); must contain {Answer}; "
+                               "a sample with an 'episode' is taught its episode's turns as they are")

@@ -13,7 +13,8 @@ from paddle_r1.config import GRPOConfig
 from paddle_r1.evaluation.runner import write_results
 from paddle_r1.rewards.families.boxes import answer_box
 from paddle_r1.trainer.grpo import GRPOTrainer
-from paddle_r1.view.facts import find_model_dir, resizer_for
+from paddle_r1.models.resize import resizer_for
+from paddle_r1.view.facts import find_model_dir
 from paddle_r1.view.report import parse_steps
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

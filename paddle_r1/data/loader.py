@@ -13,6 +13,7 @@ from typing import Optional
 
 from PIL import Image
 
+from .episodes import episode_images, read_episode
 from .formats import (FORMATS, IMAGE_PLACEMENTS, SampleError, SourceContext, detect_format, is_rec_file,
                       place_images)
 from .images import set_max_image_pixels
@@ -85,6 +86,9 @@ def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool)
     except DataError as e:
         raise SampleError(str(e).lstrip(": ")) from None
     check_images(sample["images"])
+    if "episode" in sample:  # a scripted multi-turn episode (SFT): its tool images resolve as the sample's do
+        sample["episode"] = read_episode(sample["episode"], ctx.image_path)
+        check_images(episode_images(sample["episode"]))
     return sample
 
 
@@ -145,16 +149,36 @@ def load_samples(data_path: str, *, image_root: Optional[str] = None, data_forma
 
 
 def load_from_config(config) -> tuple[list[dict], DataReport]:
-    """The samples a job config names: the built-in synthetic set, or ``data_path`` with its options."""
-    from .synthetic import make_synthetic_rec
+    """The samples a job config names: a built-in synthetic set, or ``data_path`` with its options."""
+    from ..config_reading.peer_keys import BUILTIN_DATASETS
+    from .synthetic import make_synthetic_rec, make_synthetic_zoom
 
     set_max_image_pixels(config.max_image_pixels)
     if config.dataset_name == "synthetic_rec":
         return load_samples(make_synthetic_rec(os.path.join(config.output_dir, "synthetic_rec"), seed=config.seed))
+    if config.dataset_name == "synthetic_zoom":  # its episodes' crop boxes are in this model's coordinates
+        return load_samples(make_synthetic_zoom(os.path.join(config.output_dir, "synthetic_zoom"), seed=config.seed,
+                                                coord_system=config.coord_system, resizer=model_resizer(config)))
     if config.dataset_name is not None:
-        raise DataError(f"config key 'dataset_name': unknown dataset {config.dataset_name!r} (known: synthetic_rec)")
+        raise DataError(f"config key 'dataset_name': unknown dataset {config.dataset_name!r} "
+                        f"(known: {', '.join(BUILTIN_DATASETS)})")
     if not config.data_path:
-        raise DataError("config key 'data_path' is required (or dataset_name: synthetic_rec)")
+        raise DataError(f"config key 'data_path' is required (or dataset_name: {' or '.join(BUILTIN_DATASETS)})")
     return load_samples(config.data_path, image_root=config.image_root, data_format=config.data_format,
                         strict=config.strict_data, seed=config.seed, image_columns=config.image_columns,
                         image_cache_dir=config.image_cache_dir, image_placement=config.image_placement)
+
+
+def model_resizer(config):
+    """The resize the config's model folder will apply (its preprocessor_config.json, the config's ``min_pixels``
+    and ``max_pixels`` over it)."""
+    from ..models.resize import resizer_for
+
+    if not os.path.isfile(os.path.join(config.model_name_or_path or "", "preprocessor_config.json")):
+        raise DataError(f"config key 'dataset_name': synthetic_zoom writes crop boxes in the model's coordinates and "
+                        f"needs a local model folder with a preprocessor_config.json; model_name_or_path is "
+                        f"{config.model_name_or_path!r}")
+    resizer = resizer_for(config.model_name_or_path)
+    resizer.min_pixels = config.min_pixels or resizer.min_pixels
+    resizer.max_pixels = config.max_pixels or resizer.max_pixels
+    return resizer

@@ -168,3 +168,12 @@ def _checked(where: str, value):
     if _UNDECODABLE.search(json.dumps(value, ensure_ascii=False, default=str)):
         return BadRecord(where, NOT_UTF8)
     return Record(where, value)
+
+
+def write_jsonl(out_dir: str, name: str, rows: list[dict]) -> str:
+    """``rows`` as ``out_dir/name``, one JSON object a line (UTF-8, characters as they are); returns the path."""
+    path = os.path.join(out_dir, name)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path

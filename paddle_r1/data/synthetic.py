@@ -3,19 +3,22 @@
 - ``rec``: "Locate the red square in the image." -> its box in original pixels (two shapes, one target).
 - ``counting``: "How many shapes are there?" -> an integer (1 to 4 shapes by default, each in its own grid cell).
 - ``ocr_lines``, ``ocr_tables``: rendered text lines and small tables for PaddleOCR-VL (``synthetic_ocr.py``).
+- ``zoom``: name the fine pattern of a small framed square on a large canvas, with a scripted crop episode for
+  SFT (``synthetic_zoom.py``; multi-turn tool use).
 
 The demo, the tests and ``benchmarks/learning.py`` share them. ``make_synthetic_splits`` writes a training set
 and a held-out set from different seeds into separate folders, for measuring what training generalises to.
 """
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 from PIL import Image, ImageDraw
 
+from .records import write_jsonl
 from .synthetic_ocr import make_synthetic_ocr_lines, make_synthetic_ocr_tables
+from .synthetic_zoom import make_synthetic_zoom
 
 COLORS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}
 SHAPES = ("square", "circle")
@@ -40,14 +43,6 @@ def _place(rng, width, height, taken):
         if all(box[2] <= t[0] or t[2] <= box[0] or box[3] <= t[1] or t[3] <= box[1] for t in taken):
             return box
     return box
-
-
-def _write_jsonl(out_dir: str, name: str, rows: list[dict]) -> str:
-    path = os.path.join(out_dir, name)
-    with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    return path
 
 
 def make_synthetic_rec(out_dir: str, num_samples: int = 32, seed: int = 0,
@@ -77,7 +72,7 @@ def make_synthetic_rec(out_dir: str, num_samples: int = 32, seed: int = 0,
             "solution": target_box,
             "normal_caption": f"a {target_color} {target_shape}",
         })
-    return _write_jsonl(out_dir, "rec.jsonl", lines)
+    return write_jsonl(out_dir, "rec.jsonl", lines)
 
 
 def make_synthetic_counting(out_dir: str, num_samples: int = 32, seed: int = 0, counts=(1, 2, 3, 4),
@@ -113,11 +108,12 @@ def make_synthetic_counting(out_dir: str, num_samples: int = 32, seed: int = 0, 
         img.save(os.path.join(image_dir, name))
         lines.append({"image": f"images/{name}", "problem": COUNTING_QUESTION, "solution": count,
                       "reward_method": "counting"})
-    return _write_jsonl(out_dir, "counting.jsonl", lines)
+    return write_jsonl(out_dir, "counting.jsonl", lines)
 
 
 SYNTHETIC_TASKS = {"rec": make_synthetic_rec, "counting": make_synthetic_counting,
-                   "ocr_lines": make_synthetic_ocr_lines, "ocr_tables": make_synthetic_ocr_tables}
+                   "ocr_lines": make_synthetic_ocr_lines, "ocr_tables": make_synthetic_ocr_tables,
+                   "zoom": make_synthetic_zoom}
 
 
 def make_synthetic_splits(out_dir: str, task: str, num_train: int, num_heldout: int, seed: int = 0,

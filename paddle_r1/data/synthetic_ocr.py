@@ -11,12 +11,13 @@ with a CJK ``alphabet``.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
+
+from .records import write_jsonl
 
 DIGITS = "0123456789"
 OCR_PROMPT, TABLE_PROMPT = "OCR:", "Table Recognition:"
@@ -39,14 +40,6 @@ def vl_sft_record(image: str, prompt: str, answer: str) -> dict:
 def _random_text(rng: np.random.Generator, alphabet: str, length: tuple[int, int]) -> str:
     return "".join(alphabet[int(i)] for i in rng.integers(len(alphabet), size=int(rng.integers(length[0],
                                                                                                  length[1] + 1))))
-
-
-def _write(out_dir: str, name: str, rows: list[dict]) -> str:
-    path = os.path.join(out_dir, name)
-    with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return path
 
 
 def make_synthetic_ocr_lines(out_dir: str, num_samples: int = 32, seed: int = 0, alphabet: str = DIGITS,
@@ -77,7 +70,7 @@ def make_synthetic_ocr_lines(out_dir: str, num_samples: int = 32, seed: int = 0,
         name = f"images/line_{i:05d}.png"
         image.save(os.path.join(out_dir, name))
         rows.append(vl_sft_record(name, OCR_PROMPT, text))
-    return _write(out_dir, "ocr_lines.jsonl", rows)
+    return write_jsonl(out_dir, "ocr_lines.jsonl", rows)
 
 
 def _draw_centred(draw: ImageDraw.ImageDraw, text: str, face, x: int, y: int, width: int, height: int) -> None:
@@ -111,4 +104,4 @@ def make_synthetic_ocr_tables(out_dir: str, num_samples: int = 32, seed: int = 0
         name = f"images/table_{i:05d}.png"
         image.save(os.path.join(out_dir, name))
         rows.append(vl_sft_record(name, TABLE_PROMPT, "".join(otsl)))
-    return _write(out_dir, "ocr_tables.jsonl", rows)
+    return write_jsonl(out_dir, "ocr_tables.jsonl", rows)

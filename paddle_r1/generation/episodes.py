@@ -3,7 +3,8 @@ and goes on, until it answers without a call or has had ``max_turns`` turns.
 
 Turn 1 is the single-turn rollout (the prompt prefilled once per prompt, its cache repeated for its G rows, one token
 per step). A row whose turn ended (EOS) with tool calls and has turns left continues: its calls run
-(``tools.toolbox``), their results are rendered as the chat template's tool messages (``tool_segment_text``) and
+(``tools.toolbox``), their results are rendered as the chat template's tool messages (``tool_segment_text``, the
+messages ``data.episodes`` makes, as SFT on scripted episodes renders them) and
 processed as any prompt (images through the processor), and only that new segment is prefilled, on top of the
 row's KV cache as the turn left it (``EpisodeCache``): the episode so far is never run through the model again. Rows
 that answered leave the batch; the others advance together:
@@ -27,6 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 import paddle
 
+from ..data.episodes import assistant_message, tool_result_message, tool_role
 from ..models.forward import RepeatedPrompt, embed_inputs, image_spans, repeat_rows, rope_positions
 from ..tools.builtins import ToolContext
 from ..tools.calls import parse_tool_calls
@@ -64,29 +66,17 @@ MARK = "\u2063tool-turn\u2063"  # stands for an assistant turn's text while the 
 
 
 def tool_segment_text(processor, tool_messages: list[dict], end_of_turn: str) -> str:
-    """What the chat template writes after an assistant turn's ``end_of_turn`` token when ``tool_messages`` (role
-    "tool") follow it, through the opening of the next assistant turn (so each model keeps its own template's tool
-    format). A template that has no tool role (it writes nothing for them: PaddleOCR-VL's) gets them as user
-    messages."""
-    segment = _text_after_turn(processor, tool_messages, end_of_turn)
-    if segment == _text_after_turn(processor, [], end_of_turn):
-        segment = _text_after_turn(processor, [{**m, "role": "user"} for m in tool_messages], end_of_turn)
-    return segment
-
-
-def _text_after_turn(processor, messages: list[dict], end_of_turn: str) -> str:
-    conversation = [{"role": "user", "content": [{"type": "text", "text": "?"}]},
-                    {"role": "assistant", "content": [{"type": "text", "text": MARK}]}, *messages]
+    """What the chat template writes after an assistant turn's ``end_of_turn`` token when ``tool_messages`` (the
+    results, ``data.episodes.tool_result_message``) follow it, through the opening of the next assistant turn: each
+    model keeps its own template's tool format, as SFT on scripted episodes renders it."""
+    conversation = [{"role": "user", "content": [{"type": "text", "text": "?"}]}, assistant_message(MARK),
+                    *tool_messages]
     text = processor.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
     after = text[text.index(MARK) + len(MARK):]
     if not after.startswith(end_of_turn):
         raise ValueError(f"the chat template does not end an assistant turn with {end_of_turn!r} (it writes "
                          f"{after[:40]!r}); multi-turn rollouts need a template that does")
     return after[len(end_of_turn):]
-
-
-def tool_message(text: str, images: list) -> dict:
-    return {"role": "tool", "content": [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]}
 
 
 @dataclass
@@ -168,6 +158,7 @@ class _Episodes:
         self.tokenizer = processor.tokenizer
         self.eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
         self.end_of_turn = self.tokenizer.convert_ids_to_tokens(self.tokenizer.eos_token_id)
+        self.tool_role = tool_role(processor)
         self.rows = [self._new_row(r // num_generations) for r in range(prompt.size * num_generations)]
 
     def _new_row(self, prompt_index: int) -> _Row:
@@ -253,7 +244,7 @@ class _Episodes:
                 row.calls.append({"name": call.name, "arguments": call.arguments, "error": result.error})
                 row.turns.append({"role": "tool", "name": call.name, "arguments": call.arguments,
                                   "text": result.text, "images": result.images})
-                messages.append(tool_message(result.text, result.images))
+                messages.append(tool_result_message(result.text, len(result.images), self.tool_role))
                 row_images += result.images
             texts.append(tool_segment_text(self.processor, messages, self.end_of_turn))
             images.append(row_images)

@@ -193,3 +193,14 @@ def _hidden_after_prompt(model, rollout: Rollout, embeds, positions: paddle.Tens
     prompt_len, completion_len = rollout.prompt.input_ids.shape[1], rollout.completion_ids.shape[1]
     # the state at position i predicts token i + 1
     return hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]
+
+
+def conversation_logprobs(model, batch, chunk_size: int, temperature: float = 1.0) -> paddle.Tensor:
+    """[B, L - 1] log-probs of each token after the first of whole conversations (``conversation.ConversationBatch``:
+    images anywhere in a row, left padded), the state at position i predicting token i + 1; the caller masks which
+    count. Each row runs whole: a conversation's images may follow the tokens trained on."""
+    embeds = embed_inputs(model, batch.input_ids, batch.pixel_values, batch.image_grid_thw)
+    positions, _ = rope_positions(model, batch.input_ids, batch.attention_mask, batch.image_grid_thw)
+    hidden = model.model(**embeds.model_inputs(), attention_mask=batch.attention_mask, position_ids=positions,
+                         use_cache=False, return_dict=True).last_hidden_state
+    return chunked_token_logprobs(model.lm_head, hidden[:, :-1], batch.input_ids[:, 1:], chunk_size, temperature)

@@ -6,6 +6,11 @@ loss is the mean negative log-likelihood of the target tokens only: the prompt i
 is masked. The targets take the place of sampled completions in a ``Rollout``, so the log-probs come from
 the same chunked forward pass GRPO uses (``completion_logprobs``).
 
+A sample with a scripted multi-turn ``episode`` (tool calls, the tools' results with their images, the answer) is
+taught as one whole conversation instead (``trainer/conversation.py``): the loss covers every assistant turn's
+tokens and nothing of the prompt or the tool results; a batch holding one such sample goes that way whole (the
+others as one-turn conversations of their target).
+
 The result is ``output_dir/checkpoint-N``, a model folder that a GRPO config names as its
 ``model_name_or_path``.
 """
@@ -19,11 +24,12 @@ import numpy as np
 import paddle
 
 from ..config import SFTConfig
-from ..generation.generator import PromptFacts, build_prompt_batch
+from ..generation.generator import PromptFacts, build_prompt_batch, load_sample_images
 from ..generation.rollout import Rollout
 from ..models.coords import as_box, box_from_original
 from ..rewards.families.multibox import read_groups
 from .base import Trainer
+from .conversation import ConversationBatch, build_conversation_batch
 from .step_metrics import Max, Mean, Same, Sum
 
 
@@ -73,6 +79,23 @@ def build_sft_batch(samples: list[dict], processor, config: SFTConfig, coord_sys
     return batch, texts
 
 
+def build_episode_batch(samples: list[dict], processor, config: SFTConfig, coord_system: str,
+                        images: Optional[list] = None) -> ConversationBatch:
+    """Each sample as one conversation (``trainer/conversation.py``): its scripted episode, or its target as the one
+    assistant turn; the targets are every assistant turn's tokens."""
+    images = images if images is not None else [load_sample_images(s) for s in samples]
+    answers = [None] * len(samples)
+    plain = [i for i, sample in enumerate(samples) if not sample.get("episode")]
+    if plain:  # their target text needs their images' input sizes (a box in the model's coordinates)
+        _, facts = build_prompt_batch([samples[i] for i in plain], processor, config.question_template,
+                                      config.system_prompt, images=[images[i] for i in plain])
+        for i, text in zip(plain, target_texts([samples[i] for i in plain], facts, config.answer_template,
+                                               coord_system)):
+            answers[i] = text
+    return build_conversation_batch(samples, answers, processor, config.question_template, config.system_prompt,
+                                    images=images)
+
+
 def sft_loss(logp: paddle.Tensor, completion_mask: paddle.Tensor) -> paddle.Tensor:
     """Mean negative log-likelihood over the target tokens of the whole batch (``logp``: the targets' log-probs)."""
     mask = completion_mask.astype(logp.dtype)
@@ -89,13 +112,17 @@ class SFTTrainer(Trainer):
         start = time.perf_counter()
         draw = self.next_samples()
         samples, images = draw.samples, draw.images
-        batch, _ = build_sft_batch(samples, self.processor, self.config, self.coord_system, images=images)
+        if any(sample.get("episode") for sample in samples):
+            batch = build_episode_batch(samples, self.processor, self.config, self.coord_system, images=images)
+            mask = batch.loss_mask
+        else:
+            batch, _ = build_sft_batch(samples, self.processor, self.config, self.coord_system, images=images)
+            mask = batch.completion_mask
         self.policy.train()
-        loss = sft_loss(self.forward(batch, self.config.logprob_chunk_size, 1.0), batch.completion_mask)
+        loss = sft_loss(self.forward(batch, self.config.logprob_chunk_size, 1.0), mask)
         self.backward(loss)
         update = self.apply_update([float(loss)])
-        return self.step_metrics({"loss": Mean.one(float(loss)), **update,
-                                  "target_tokens": Sum(int(batch.completion_mask.sum())),
+        return self.step_metrics({"loss": Mean.one(float(loss)), **update, "target_tokens": Sum(int(mask.sum())),
                                   "step_seconds": Max(time.perf_counter() - start), "epoch": Same(self.sampler.progress)})
 
     def trainer_state(self) -> dict:

@@ -38,7 +38,8 @@ import math
 import paddle
 
 from .distributed import GRADIENT_BUCKET_BYTES, GradientReducer, sum_across_ranks
-from .logprobs import completion_logprobs
+from .conversation import ConversationBatch
+from .logprobs import completion_logprobs, conversation_logprobs
 from .step_guard import StepSnapshot, finite_flags
 
 def fleet_strategy(world_size: int):
@@ -74,6 +75,9 @@ class PolicyLogprobs(paddle.nn.Layer):
 
     def forward(self, rollout, chunk_size: int, temperature: float, with_entropy: bool = False,
                 entropy_gradient: bool = False):
+        """A ``Rollout``'s completion log-probs, or a ``ConversationBatch``'s (SFT on episodes) next-token ones."""
+        if isinstance(rollout, ConversationBatch):
+            return conversation_logprobs(self.policy, rollout, chunk_size, temperature)
         return completion_logprobs(self.policy, rollout, chunk_size, temperature, with_entropy, entropy_gradient)
 
 

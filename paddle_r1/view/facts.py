@@ -8,50 +8,15 @@ family's default (``config.json``'s ``model_type``), all taken from the run's ne
 """
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass
 from typing import Optional
 
-from ..models.coords import FAMILY_COORD_SYSTEM
+from ..models.resize import Resizer
 
 MISSING_FACTS_NOTE = (
     "completions.jsonl rows carry no image_sizes / input_sizes / coord_system; boxes were converted with sizes "
     "recomputed here ({source}). The trainer should add to each row what the rewards saw: "
     '"image_sizes": [[w, h], ...], "input_sizes": [[w, h], ...], "coord_system": "...".')
-
-
-@dataclass
-class Resizer:
-    """The processor's resize, from a model folder's preprocessor_config.json."""
-
-    factor: int
-    min_pixels: int
-    max_pixels: int
-    coord_system: Optional[str]  # the family's default, from config.json's model_type
-
-    def input_size(self, size) -> tuple[int, int]:
-        # the very function the processor paddleformers loads (its fast image processor) resizes with
-        from paddleformers.transformers.qwen2_vl.image_processor_fast import smart_resize
-
-        width, height = size
-        h, w = smart_resize(height, width, factor=self.factor, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
-        return w, h
-
-
-def resizer_for(model_dir: str) -> Resizer:
-    with open(os.path.join(model_dir, "preprocessor_config.json"), encoding="utf-8") as f:
-        pre = json.load(f)
-    size = pre.get("size") or {}
-    coord_system = None
-    config_file = os.path.join(model_dir, "config.json")
-    if os.path.isfile(config_file):
-        with open(config_file, encoding="utf-8") as f:
-            coord_system = FAMILY_COORD_SYSTEM.get(json.load(f).get("model_type"))
-    return Resizer(factor=int(pre.get("patch_size", 14)) * int(pre.get("merge_size", 2)),
-                   min_pixels=int(pre.get("min_pixels") or size.get("shortest_edge") or 56 * 56),
-                   max_pixels=int(pre.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280),
-                   coord_system=coord_system)
 
 
 def find_model_dir(run_dir: str) -> Optional[str]:

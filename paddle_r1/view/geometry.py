@@ -4,6 +4,7 @@ The solution says what kind of answer the task wants (a box, labelled boxes, a G
 read and converted by the very helpers its reward uses (``paddle_r1.rewards``: ``predicted_box_in_pixels``,
 ``predicted_groups``, ``read_action`` + ``paddle_r1.models.coords``), so a box is drawn where the reward saw it.
 A solution of none of these kinds (a count, a math answer, a caption) draws nothing: its answer is shown as text.
+A multi-turn completion's tool calls that name a ``box`` (crop, zoom) are drawn dashed where they cut the image.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ..models.coords import box_to_original
+from ..models.coords import as_box, box_to_original
 from ..rewards import BadSolution
 from ..rewards.families.boxes import predicted_box_in_pixels, truth_box
 from ..rewards.families.gui import (POINT_TYPES, SWIPE_TYPES, as_four, coordinates, read_action, truth_action)
@@ -21,7 +22,7 @@ from ..rewards.parsing import answer_json
 
 @dataclass
 class Shape:
-    kind: str  # "box" | "point" | "swipe"
+    kind: str  # "box" | "point" | "swipe" | "tool_box" (a tool call's box argument)
     coords: list  # [x1, y1, x2, y2] original pixels (a point: x, y, x, y; a swipe: start, end)
     image: int  # index of the prompt's image it is drawn on
     label: str = ""
@@ -82,6 +83,23 @@ def predicted_shapes(kind: Optional[str], text: str, facts: dict) -> list[Shape]
         return []
     mapped = box_to_original(values, system, sizes[-1], inputs[-1] if inputs else None)
     return _action_shapes((action[0], mapped), len(sizes) - 1) if all(map(math.isfinite, mapped)) else []
+
+
+def tool_box_shapes(turns: list[dict], facts: dict) -> list[Shape]:
+    """Each tool call's ``box`` argument (in the model's coordinates, like an answer's box) in original pixels of
+    the prompt image it names (``arguments["image"]``, default the first)."""
+    system, sizes, inputs = facts["coord_system"], facts["image_sizes"], facts["input_sizes"]
+    shapes = []
+    for k, turn in enumerate(turns):
+        arguments = turn.get("arguments") if turn["role"] == "tool" else None
+        box = as_box(arguments.get("bbox_2d")) if isinstance(arguments, dict) else None
+        image = arguments.get("image", 0) if box is not None else None
+        if box is None or system is None or not isinstance(image, int) or not 0 <= image < len(sizes) or (
+                system == "abs_resized" and not inputs):
+            continue
+        mapped = box_to_original(box, system, sizes[image], inputs[image] if inputs else None)
+        shapes.append(Shape("tool_box", mapped, image, f"{turn['name']} (turn {k})"))
+    return shapes
 
 
 def eval_prediction_shapes(prediction) -> list[Shape]:

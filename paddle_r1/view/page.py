@@ -3,6 +3,8 @@
 A step (or results file) is chosen with a selector; each prompt is a card with its images, the true shapes in
 green and each completion's predicted shapes in that completion's colour, and a table of the completions (scores
 of each reward, total, advantage, the answer for text tasks, the text) that can be sorted and filtered by reward.
+A multi-turn completion shows its turns in order: the model's texts, and each tool's name, arguments, result text
+and images; a tool call's box is drawn dashed on the prompt's image.
 """
 from __future__ import annotations
 
@@ -31,6 +33,10 @@ table{border-collapse:collapse;margin-top:6px;width:100%}td,th{border:1px solid 
 vertical-align:top;font-size:13px}th{background:#f4f4f4}td.text{font-family:monospace;white-space:pre-wrap;
 max-width:700px;word-break:break-word}.swatch{display:inline-block;width:12px;height:12px;border-radius:2px}
 tr.hidden,g.hidden{display:none}tr.hover{background:#fffbe0}g.hover *{stroke-width:4}
+.turn{border-left:3px solid #ccc;padding:2px 6px;margin:2px 0}.turn.tool{border-color:#4363d8;background:#f3f6ff}
+.turn .role{font-family:system-ui,sans-serif;font-size:11px;font-weight:600;color:#555}
+.turn img.tool-image{width:160px;max-height:240px;object-fit:contain;image-rendering:pixelated;display:block;
+margin:3px 0;border:1px solid #ddd}
 """
 
 SCRIPT = """
@@ -90,7 +96,8 @@ def shape_svg(shape, stroke: str, css: str, radius: float) -> str:
     if shape.kind == "swipe":
         return (f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" {common}>{title}</line>'
                 f'<circle cx="{x2:.1f}" cy="{y2:.1f}" r="{radius / 2:.1f}" class="{css}" fill="{stroke}"/>')
-    return (f'<rect x="{x1:.1f}" y="{y1:.1f}" width="{x2 - x1:.1f}" height="{y2 - y1:.1f}" {common}>'
+    dashed = ' stroke-dasharray="6 4"' if shape.kind == "tool_box" else ""
+    return (f'<rect x="{x1:.1f}" y="{y1:.1f}" width="{x2 - x1:.1f}" height="{y2 - y1:.1f}" {common}{dashed}>'
             f'{title}</rect>')
 
 
@@ -112,7 +119,25 @@ def image_svg(href: Optional[str], size, index: int, truth: list, predictions: l
     return "".join(parts) + "</svg>"
 
 
-def completions_table(prompt, reward_names: list[str], predictions: list[list], text_task: bool) -> str:
+def turns_html(turns: list[dict], images: list[list]) -> str:
+    """A multi-turn completion, turn by turn; ``images``: per turn, its images as (thumbnail href or None, size)."""
+    parts = []
+    for turn, shown in zip(turns, images):
+        if turn["role"] != "tool":
+            parts.append(f'<div class="turn {escape(turn["role"])}"><span class="role">{escape(turn["role"])}</span>'
+                         f'<div>{escape(turn["text"])}</div></div>')
+            continue
+        pictures = "".join(f'<img class="tool-image" src="{escape(href)}" alt="{escape(turn["name"])} result">'
+                           if href else '<div class="tool-image">image not found</div>' for href, _ in shown)
+        arguments = json.dumps(turn["arguments"], ensure_ascii=False)
+        parts.append(f'<div class="turn tool"><span class="role">tool <span class="tool-name">{escape(turn["name"])}'
+                     f'</span></span> <span class="arguments">{escape(arguments)}</span>{pictures}'
+                     f'<div class="tool-text">{escape(turn["text"])}</div></div>')
+    return "".join(parts)
+
+
+def completions_table(prompt, reward_names: list[str], predictions: list[list], text_task: bool,
+                      turn_images: list[list]) -> str:
     head = ["#"] + reward_names + ["total", "advantage"] + (["answer"] if text_task else []) + ["completion"]
     rows = []
     for i, c in enumerate(prompt.completions):
@@ -123,7 +148,8 @@ def completions_table(prompt, reward_names: list[str], predictions: list[list], 
         cells.append(f'<td class="advantage">{number(c.advantage)}</td>')
         if text_task:
             cells.append(f'<td class="answer">{escape(answer_text(c.text).strip())}</td>')
-        cells.append(f'<td class="text">{escape(c.text)}</td>')
+        text = turns_html(c.turns, turn_images[i]) if c.turns else escape(c.text)
+        cells.append(f'<td class="text">{text}</td>')
         rows.append(f'<tr data-row="{i}" data-reward="{data_number(c.reward)}" '
                     f'data-advantage="{data_number(c.advantage)}">' + "".join(cells) + "</tr>")
     return ('<table class="completions"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head)
@@ -135,13 +161,14 @@ def solution_text(solution) -> str:
 
 
 def prompt_card(prompt, images: list, truth: list, predictions: list[list], reward_names: list[str],
-                text_task: bool) -> str:
-    """``images``: per image (href or None, original (w, h))."""
+                text_task: bool, turn_images: list[list]) -> str:
+    """``images``: per image (href or None, original (w, h)); ``turn_images``: per completion, per turn, the
+    same for its tool results' images."""
     svgs = "".join(image_svg(href, size, i, truth, predictions) for i, (href, size) in enumerate(images))
     return (f'<div class="prompt"><div class="images">{svgs}</div>'
             f'<div class="problem">{escape(prompt.problem)}</div>'
             f'<div>solution: <span class="solution">{escape(solution_text(prompt.solution))}</span></div>'
-            + completions_table(prompt, reward_names, predictions, text_task) + "</div>")
+            + completions_table(prompt, reward_names, predictions, text_task, turn_images) + "</div>")
 
 
 def page(title: str, curves: str, notes: list[str], sections: list[tuple[str, list[str]]], reward_names: list,

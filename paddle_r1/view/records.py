@@ -1,7 +1,8 @@
 """A run's completions as prompts, whichever tool wrote them.
 
 A training run's ``completions.jsonl`` (one row per completion: step, problem, images, solution, completion,
-reward, advantage, ``reward/<name>``) and eval results (``eval/test_rec.py``'s json files: one greedy answer per
+reward, advantage, ``reward/<name>``; a multi-turn run's rows add ``turns``: the model's turns and the tools'
+results, each tool result's images relative to the file's folder) and eval results (``eval/test_rec.py``'s json files: one greedy answer per
 question, its ``correct`` verdict) both become ``Section``s (a training step, or one results file) of ``Prompt``s,
 each holding its completions, so the report draws them the same way.
 """
@@ -23,6 +24,8 @@ class Completion:
     advantage: Optional[float]
     scores: dict  # reward name -> score (None: not applicable)
     prediction: object = None  # eval results only: the parsed prediction, boxes already in original pixels
+    turns: list = field(default_factory=list)  # multi-turn rows: {"role": "assistant", "text"} / {"role": "tool",
+    # "name", "arguments", "text", "images"}; empty for single-turn rows
 
 
 @dataclass
@@ -72,9 +75,29 @@ def training_sections(rows: list[dict], steps: list[int]) -> list[Section]:
                                       facts={k: row[k] for k in FACT_KEYS if k in row}))
             scores = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("reward/")}
             prompts[-1].completions.append(Completion(text=row.get("completion") or "", reward=row.get("reward"),
-                                                      advantage=row.get("advantage"), scores=scores))
+                                                      advantage=row.get("advantage"), scores=scores,
+                                                      turns=readable_turns(row.get("turns"))))
         sections.append(Section(key=f"step {step}", prompts=prompts))
     return sections
+
+
+def readable_turns(turns) -> list[dict]:
+    """A row's ``turns`` as the report draws them: each a dict with a role; a tool turn's name, arguments, text and
+    images (paths) defaulted when missing or of the wrong type, so a malformed row shows what it holds."""
+    if not isinstance(turns, list):
+        return []
+    readable = []
+    for turn in turns:
+        if not isinstance(turn, dict):
+            continue
+        text = turn.get("text") if isinstance(turn.get("text"), str) else ""
+        if turn.get("role") != "tool":
+            readable.append({"role": str(turn.get("role") or "assistant"), "text": text})
+            continue
+        images = turn.get("images") if isinstance(turn.get("images"), list) else []
+        readable.append({"role": "tool", "name": str(turn.get("name") or "?"), "arguments": turn.get("arguments"),
+                         "text": text, "images": [p for p in images if isinstance(p, str)]})
+    return readable
 
 
 def eval_sections(paths: list[str]) -> list[Section]:

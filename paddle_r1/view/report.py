@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from ..models.resize import resizer_for
 from . import curves, facts as run_facts, geometry, page, records, thumbnails
 
 
@@ -29,18 +30,28 @@ def _image_path(path: str, folder: str) -> str:
     return path if os.path.isabs(path) else os.path.join(folder, path)
 
 
+def _thumbnail_href(path: str, images_dir: str) -> tuple:
+    """(the thumbnail's address from the report, the image's original (w, h)); (None, (100, 100)) when unreadable."""
+    thumb = thumbnails.thumbnail(path, images_dir)
+    return (f"images/{thumb[0]}", thumb[1]) if thumb else (None, (100, 100))
+
+
 def render_prompt(prompt, folder: str, images_dir: str, reward_names: list[str], resizer, coord_system) -> tuple:
-    """(card html, whether converting its answers needed facts its rows did not carry)."""
-    thumbs = [thumbnails.thumbnail(_image_path(p, folder), images_dir) for p in prompt.images]
-    images = [(f"images/{t[0]}", t[1]) if t else (None, (100, 100)) for t in thumbs]
+    """(card html, whether converting its answers needed facts its rows did not carry). Images, the prompt's and
+    its tool results', are relative to ``folder`` (completions.jsonl's) unless absolute."""
+    images = [_thumbnail_href(_image_path(p, folder), images_dir) for p in prompt.images]
     kind = geometry.solution_kind(prompt.solution)
     truth = geometry.truth_shapes(kind, prompt.solution, len(images))
     facts = run_facts.prompt_facts(prompt.facts, [size for _, size in images], resizer, coord_system)
-    predictions = [geometry.eval_prediction_shapes(c.prediction) if c.prediction is not None
-                   else geometry.predicted_shapes(kind, c.text, facts) for c in prompt.completions]
-    recomputed = kind is not None and not all(k in prompt.facts for k in records.FACT_KEYS)
+    predictions = [(geometry.eval_prediction_shapes(c.prediction) if c.prediction is not None
+                    else geometry.predicted_shapes(kind, c.text, facts)) + geometry.tool_box_shapes(c.turns, facts)
+                   for c in prompt.completions]
+    turn_images = [[[_thumbnail_href(_image_path(p, folder), images_dir) for p in turn.get("images", [])]
+                    for turn in c.turns] for c in prompt.completions]
+    drawn = kind is not None or any(c.turns for c in prompt.completions)  # answers or tool boxes to convert
+    recomputed = drawn and not all(k in prompt.facts for k in records.FACT_KEYS)
     text_task = kind is None
-    return page.prompt_card(prompt, images, truth, predictions, reward_names, text_task), recomputed
+    return page.prompt_card(prompt, images, truth, predictions, reward_names, text_task, turn_images), recomputed
 
 
 def write_report(folder: str, steps: Optional[str] = None, output: Optional[str] = None,
@@ -66,7 +77,7 @@ def write_report(folder: str, steps: Optional[str] = None, output: Optional[str]
             raise FileNotFoundError(f"{folder} holds neither completions.jsonl (a training run) nor eval results json")
         sections = records.eval_sections(results)
     model_dir = model_dir or run_facts.find_model_dir(folder)
-    resizer = run_facts.resizer_for(model_dir) if model_dir else None
+    resizer = resizer_for(model_dir) if model_dir else None
 
     output = output or os.path.join(folder, "report", "index.html")
     images_dir = os.path.join(os.path.dirname(os.path.abspath(output)), "images")

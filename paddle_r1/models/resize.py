@@ -1,0 +1,46 @@
+"""A processor's resize of an image (``smart_resize`` with its folder's limits), known without loading the processor.
+
+The rewards, the report and the synthetic zoom task need an image's input size (what the model sees, the space
+``abs_resized`` boxes are in) from a model folder's ``preprocessor_config.json`` alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from .coords import FAMILY_COORD_SYSTEM
+
+
+@dataclass
+class Resizer:
+    """The processor's resize, from a model folder's preprocessor_config.json."""
+
+    factor: int
+    min_pixels: int
+    max_pixels: int
+    coord_system: Optional[str]  # the family's default, from config.json's model_type
+
+    def input_size(self, size) -> tuple[int, int]:
+        # the very function the processor paddleformers loads (its fast image processor) resizes with
+        from paddleformers.transformers.qwen2_vl.image_processor_fast import smart_resize
+
+        width, height = size
+        h, w = smart_resize(height, width, factor=self.factor, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        return w, h
+
+
+def resizer_for(model_dir: str) -> Resizer:
+    with open(os.path.join(model_dir, "preprocessor_config.json"), encoding="utf-8") as f:
+        pre = json.load(f)
+    size = pre.get("size") or {}
+    coord_system = None
+    config_file = os.path.join(model_dir, "config.json")
+    if os.path.isfile(config_file):
+        with open(config_file, encoding="utf-8") as f:
+            coord_system = FAMILY_COORD_SYSTEM.get(json.load(f).get("model_type"))
+    return Resizer(factor=int(pre.get("patch_size", 14)) * int(pre.get("merge_size", 2)),
+                   min_pixels=int(pre.get("min_pixels") or size.get("shortest_edge") or 56 * 56),
+                   max_pixels=int(pre.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280),
+                   coord_system=coord_system)

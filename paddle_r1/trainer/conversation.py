@@ -1,0 +1,120 @@
+"""Whole multi-turn conversations as one teacher-forced batch: SFT on scripted episodes.
+
+A sample with an ``episode`` (``paddle_r1.data.episodes``) is the prompt's messages, then each assistant turn and
+each tool result (a user message: the tool's images, then ``<tool_response>text</tool_response>``), rendered by
+the processor's chat template as one conversation. The text is cut where the template writes each assistant turn:
+the turn's text and its end-of-turn token are targets (what the model generates); everything else (the prompt,
+the tool results with their image tokens, the template's role headers) is context. Context pieces go through the
+processor with their own images (image tokens expanded), targets through the tokenizer alone, and the pieces' tokens
+are concatenated: the context before a turn is tokenized as the generation prompt a rollout feeds the model, and
+the turn as the model writes it (a template whose assistant header ends with a space, as PaddleOCR-VL's does, would
+merge that space into the turn's first token if the conversation were tokenized whole).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import paddle
+
+from ..data.episodes import episode_images, episode_messages, tool_role
+from ..data.images import load_image
+from ..generation.generator import build_messages, load_sample_images
+
+
+@dataclass
+class ConversationBatch:
+    """Conversations, left padded, with every image in the order its tokens appear, and which tokens are targets."""
+
+    input_ids: paddle.Tensor  # [B, L]
+    attention_mask: paddle.Tensor  # [B, L]
+    pixel_values: Optional[paddle.Tensor]
+    image_grid_thw: Optional[paddle.Tensor]
+    loss_mask: paddle.Tensor  # [B, L - 1] int32: 1 where token i + 1 is a target (aligned with conversation_logprobs)
+
+
+class TemplateError(ValueError):
+    """The chat template does not write a conversation as its turns one after another."""
+
+
+def conversation_pieces(processor, messages: list[dict]) -> list[tuple[str, bool]]:
+    """The chat-formatted conversation as (text, is_target) pieces: each assistant turn's text and end-of-turn
+    token as the template writes it is a target; the text between is context."""
+    def render(upto: int, generation_prompt: bool) -> str:
+        return processor.apply_chat_template(messages[:upto], tokenize=False,
+                                             add_generation_prompt=generation_prompt)
+
+    full = render(len(messages), False)
+    pieces, done = [], 0
+    for k, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        start = len(render(k, True))  # the conversation so far, then the template's assistant header
+        end = len(render(k + 1, False).rstrip())  # ... then the turn's text and its end-of-turn token
+        if not full.startswith(render(k + 1, False).rstrip()) or not start < end:
+            raise TemplateError(f"the chat template does not write message {k} (assistant) after the ones before it; "
+                                "SFT on episodes needs a template that renders a conversation turn by turn")
+        pieces += [(full[done:start], False), (full[start:end], True)]
+        done = end
+    pieces.append((full[done:], False))
+    return [(text, target) for text, target in pieces if text]
+
+
+def encode_conversation(processor, messages: list[dict], images: list) -> tuple[list[int], list[int], list, list]:
+    """(token ids, 1 on target tokens, pixel_values pieces, image_grid_thw pieces) of one conversation;
+    ``images``: the opened images in the order the messages show them."""
+    image_token = processor.image_token
+    ids, targets, pixels, grids = [], [], [], []
+    for text, is_target in conversation_pieces(processor, messages):
+        if is_target:
+            piece = processor.tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            n = text.count(image_token)
+            mine, images = images[:n], images[n:]
+            encoded = processor(text=[text], images=mine or None, return_tensors="pd")
+            piece = encoded["input_ids"][0].tolist()
+            if mine:
+                pixels.append(encoded["pixel_values"])
+                grids.append(encoded["image_grid_thw"])
+        ids += piece
+        targets += [int(is_target)] * len(piece)
+    if images:
+        raise TemplateError(f"{len(images)} image(s) left over: the chat template wrote fewer {image_token} than the "
+                            "conversation has images")
+    return ids, targets, pixels, grids
+
+
+def sample_episode(sample: dict, answer: str) -> list[dict]:
+    """The sample's scripted episode, or for a sample without one, its answer as the one assistant turn."""
+    return sample.get("episode") or [{"role": "assistant", "text": answer}]
+
+
+def build_conversation_batch(samples: list[dict], answers: list[str], processor, question_template: str,
+                             system_prompt: Optional[str] = None, images: Optional[list] = None) -> ConversationBatch:
+    """Each sample's prompt and episode (``answers``: the one-turn episode of samples without one) as one row;
+    ``images``: per sample, its prompt's opened images (else opened here)."""
+    images = images if images is not None else [load_sample_images(s) for s in samples]
+    rows, masks, pixels, grids = [], [], [], []
+    role = tool_role(processor)
+    for sample, answer, opened in zip(samples, answers, images):
+        episode = sample_episode(sample, answer)
+        messages = episode_messages(build_messages(sample, question_template, system_prompt), episode, role)
+        ids, targets, p, g = encode_conversation(processor, messages,
+                                                 list(opened) + [load_image(path) for path in episode_images(episode)])
+        rows.append(ids)
+        masks.append(targets)
+        pixels += p
+        grids += g
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), processor.tokenizer.pad_token_id, dtype="int64")
+    attention = np.zeros((len(rows), width), dtype="int64")
+    target = np.zeros((len(rows), width), dtype="int32")
+    for i, (row, mask) in enumerate(zip(rows, masks)):  # left padded, as prompts are
+        ids[i, width - len(row):] = row
+        attention[i, width - len(row):] = 1
+        target[i, width - len(row):] = mask
+    return ConversationBatch(input_ids=paddle.to_tensor(ids), attention_mask=paddle.to_tensor(attention),
+                             pixel_values=paddle.concat(pixels) if pixels else None,
+                             image_grid_thw=paddle.concat(grids) if grids else None,
+                             loss_mask=paddle.to_tensor(target[:, 1:]))
