@@ -2,7 +2,7 @@
 every step) and, with ``--hf PYTHON``, Hugging Face transformers' ``generate`` on the same checkpoint.
 
     python benchmarks/rollout.py [--hidden 256 --layers 4 --prompts 4 --generations 4 --new-tokens 32]
-    python benchmarks/rollout.py --hf /path/to/torch-venv/bin/python [--model FOLDER] [--runs 3] [--paddleformers]
+    python benchmarks/rollout.py --hf /path/to/torch-venv/bin/python [--model FOLDER] [--runs 3 --rounds 3] [--paddleformers]
 
 Without ``--hf`` the checkpoint is paddle_r1's tiny model (``--hidden``, ``--layers``) and the prompts synthetic
 grounding samples. With ``--hf`` the sizes default to the GRPO speed anchor's rollout (``grpo_step.py``): the
@@ -14,7 +14,8 @@ to ``trl_anchor/hf_generate_bench.py`` in an .npz file, so both sides decode fro
 
 Every engine decodes exactly ``--new-tokens`` greedy tokens per row (no EOS stop), G rows per prompt; seconds are
 the median of ``--runs`` runs after a warm-up, and include the prefill (vision tower and prompt); tokens/s is
-rows x new tokens / seconds. Paddle's CPU kernels run on one thread (``import paddle`` sets OMP_NUM_THREADS=1),
+rows x new tokens / seconds. The engines alternate ``--rounds`` times (a busy spell slows both); the table gives the
+median over rounds and the ratio is the median of the ratios within each round. Paddle's CPU kernels run on one thread (``import paddle`` sets OMP_NUM_THREADS=1),
 so torch gets one too unless ``--hf-threads``. Greedy paths may part after a while from float differences
 between frameworks, so agreement with paddle_r1's tokens is reported (identical tokens by position, identical
 rows), not asserted.
@@ -145,7 +146,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, help="default 2 with --hf (the anchor's), else 4")
     parser.add_argument("--generations", type=int, help="default 8 with --hf, else 4")
     parser.add_argument("--new-tokens", type=int, help="default 64 with --hf, else 32")
-    parser.add_argument("--runs", type=int, default=3, help="timed runs per engine, after one warm-up")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per engine and round, after one warm-up")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, alternating the engines (default 3)")
     parser.add_argument("--paddleformers", action=argparse.BooleanOptionalAction,
                         help="time paddleformers' generate too (default: without --hf only; ~30 s a run at --hf sizes)")
     args = parser.parse_args()
@@ -172,32 +174,41 @@ def main() -> None:
     params = SamplingParams(max_new_tokens=n, temperature=0.0)
     no_eos = [-1]  # every row generates all n tokens
 
-    engines = []  # (name, seconds, completion ids [rows, n])
-    seconds, rollout = _median_seconds(
-        lambda: sample_completions(model, prompt, g, params, no_eos, processor.tokenizer.pad_token_id), args.runs)
-    reference = rollout.completion_ids.numpy()
-    engines.append(("paddle_r1 `sample_completions` (KV cache)", seconds, reference))
-    if args.hf:
-        hf = _hf_generate(args, model_dir, prompt, work)
-        fixed = ", image positions fixed: transformers#45325" if hf["patched_image_positions"] else ""
-        engines.append((f"transformers {hf['transformers']} `generate` (torch {hf['torch']}, KV cache, "
-                        f"{hf['threads']} thread(s){fixed})", hf["median_s"], np.asarray(hf["completion_ids"])))
-    if args.paddleformers if args.paddleformers is not None else not args.hf:
-        import paddleformers
+    def paddle_r1():
+        return sample_completions(model, prompt, g, params, no_eos, processor.tokenizer.pad_token_id)
 
-        seconds, ids = _paddleformers_generate(model, prompt, g, n, args.runs)
-        engines.append((f"paddleformers {paddleformers.__version__} `generate` (re-runs the prefix)", seconds, ids))
+    # rounds alternate the sides, so a machine busy for a while slows both; each side's seconds per round are the
+    # median of --runs runs after a warm-up, and the ratios are taken within a round
+    rounds = []  # per round: [(name, seconds, completion ids [rows, n]), ...], paddle_r1 first
+    for _ in range(args.rounds):
+        seconds, rollout = _median_seconds(paddle_r1, args.runs)
+        engines = [("paddle_r1 `sample_completions` (KV cache)", seconds, rollout.completion_ids.numpy())]
+        if args.hf:
+            hf = _hf_generate(args, model_dir, prompt, work)
+            fixed = ", image positions fixed: transformers#45325" if hf["patched_image_positions"] else ""
+            engines.append((f"transformers {hf['transformers']} `generate` (torch {hf['torch']}, KV cache, "
+                            f"{hf['threads']} thread(s){fixed})", hf["median_s"], np.asarray(hf["completion_ids"])))
+        if args.paddleformers if args.paddleformers is not None else not args.hf:
+            import paddleformers
+
+            seconds, ids = _paddleformers_generate(model, prompt, g, n, args.runs)
+            engines.append((f"paddleformers {paddleformers.__version__} `generate` (re-runs the prefix)", seconds, ids))
+        rounds.append(engines)
 
     print(f"{_describe(model_dir)}: {prompt.size} prompts x {g} completions x {n} new tokens "
-          f"(greedy, {rows} rows); median of {args.runs} runs after a warm-up")
-    print("| engine | seconds | decode tokens/s |\n|---|---|---|")
-    for name, seconds, _ in engines:
-        print(f"| {name} | {seconds:.2f} | {rows * n / seconds:.0f} |")
-    paddle_s = engines[0][1]
-    for name, seconds, ids in engines[1:]:
-        print(f"{name.split(' `')[0]}: paddle_r1 is {seconds / paddle_s:.2f}x its tokens/s; "
-              f"greedy tokens equal to paddle_r1's: {_agreement(ids, reference)}")
-
+          f"(greedy, {rows} rows); per round the median of {args.runs} runs after a warm-up, {args.rounds} "
+          f"round(s) alternating the engines; the table holds the median over rounds")
+    print("| engine | seconds | decode tokens/s | seconds per round |\n|---|---|---|---|")
+    for index, (name, _, _) in enumerate(rounds[0]):
+        per_round = [engines[index][1] for engines in rounds]
+        seconds = statistics.median(per_round)
+        print(f"| {name} | {seconds:.3f} | {rows * n / seconds:.0f} | {', '.join(f'{s:.3f}' for s in per_round)} |")
+    reference = rounds[-1][0][2]
+    for index, (name, _, ids) in enumerate(rounds[-1][1:], start=1):
+        ratios = [engines[index][1] / engines[0][1] for engines in rounds]
+        print(f"{name.split(' `')[0]}: paddle_r1 is {statistics.median(ratios):.2f}x its tokens/s (median of the "
+              f"rounds' ratios: {', '.join(f'{r:.2f}' for r in ratios)}); greedy tokens equal to paddle_r1's: "
+              f"{_agreement(ids, reference)}")
 
 if __name__ == "__main__":
     main()

@@ -15,6 +15,11 @@ put three avoidable costs on top of that (``benchmarks/rollout.py``; the product
 - q @ K^T over the cache as a batched ``transpose_y`` product is 1.6-1.7x slower than over keys stored transposed
   (``kv_cache.TransposedKVCache``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
+- Half of the step's 216 kernels were small elementwise ones (``benchmarks/decode_floor.py`` counts them); now 106: each
+  RMSNorm and the residual add before it are one ``fused_rms_norm`` (Paddle registers its kernel on CPU), the query,
+  key and value of a layer are rotated in one pass over its qkv product (the value with cos 1 and sin 0, the
+  query's tables carrying the attention's scaling), gate and up go through one ``swiglu``, the qkv bias is added by
+  the product's kernel (``linear``), and the rotary rows and the mask are laid out once per step, not per layer.
 
 Its step reads nothing from the host: the slot it writes and the rotary row it takes are tensors on the device, so
 the step can later be captured (CUDA graphs) as it is.
@@ -29,11 +34,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 import paddle
+from paddle.incubate.nn.functional import fused_rms_norm
 from paddleformers.peft.lora.lora_layers import LoRALinear
 
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
-from ..models.rms_norm import FastRMSNorm, rms_norm
-from ..models.text_attention import FastTextAttention, rotate
+from ..models.rms_norm import FastRMSNorm
+from ..models.text_attention import FastTextAttention, half_rotation
 from .kv_cache import StaticKVCache, TransposedKVCache
 
 
@@ -84,18 +90,22 @@ class Projection:
     lora: Optional[tuple] = None  # (A [in, r], B [r, out], scaling)
 
     @classmethod
-    def of(cls, linear: paddle.nn.Linear) -> "Projection":
+    def of(cls, linear: paddle.nn.Linear, transpose_wide: bool = True) -> "Projection":
+        """``transpose_wide``: copy the weight transposed on CPU when its output is at least as wide as its input."""
         in_features, out_features = linear.weight.shape
-        transpose = linear.weight.place.is_cpu_place() and out_features >= in_features
+        transpose = transpose_wide and linear.weight.place.is_cpu_place() and out_features >= in_features
         weight = linear.weight.T.contiguous() if transpose else linear.weight
         adapters = type(linear) is LoRALinear and not (linear.disable_lora or linear.merged)
         return cls(weight, linear.bias, transpose,
                    (linear.lora_A, linear.lora_B, linear.scaling) if adapters else None)
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
-        out = paddle.matmul(x, self.weight, transpose_y=self.transposed)
-        if self.bias is not None:
-            out = out + self.bias
+        if self.transposed:
+            out = paddle.matmul(x, self.weight, transpose_y=True)
+            if self.bias is not None:
+                out = out + self.bias
+        else:  # one kernel for the product and the bias
+            out = paddle.nn.functional.linear(x, self.weight, self.bias)
         if self.lora is not None:
             lora_a, lora_b, scaling = self.lora
             out = out + (x @ lora_a @ lora_b) * scaling
@@ -146,9 +156,8 @@ class OneTokenDecoder:
         self.heads, self.kv_heads, self.head_dim = attention.num_heads, attention.num_key_value_heads, attention.head_dim
         self.scaling = attention.scaling
         self.epsilon = text.norm.variance_epsilon
-        self.act_fn = text.layers[0].mlp.act_fn
         self.layers = [LayerWeights(
-            input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj),
+            input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj, transpose_wide=False),
             out=Projection.of(layer.self_attn.o_proj), post_norm=layer.post_attention_layernorm.weight,
             up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name)), down=Projection.of(layer.mlp.down_proj),
         ) for layer in text.layers]
@@ -159,28 +168,52 @@ class OneTokenDecoder:
         # slots unused), in one call; a step takes the row of its slot
         probe = paddle.zeros([1], dtype=model.lm_head.weight.dtype)
         self.cos, self.sin = text.rotary_emb(probe, text_positions(next_position - prompt_len, capacity))
+        rows = prompt_mask.shape[0]
+        self.value_cos = paddle.ones([rows, 1, 1, self.head_dim], dtype=probe.dtype)
+        self.value_sin = paddle.zeros([rows, 1, 1, self.head_dim], dtype=probe.dtype)
+
+    def _rotation(self, table: paddle.Tensor, value_part: paddle.Tensor) -> paddle.Tensor:
+        """This step's cos or sin over a layer's whole qkv product [rows, kv_heads, groups + 2, head_dim]: the query
+        heads' times the attention's scaling (folded into the query: q k * s == (q s) k up to rounding), the key's,
+        and ``value_part`` (1 or 0: the value passes unrotated)."""
+        rows, groups = value_part.shape[0], self.heads // self.kv_heads
+        row = paddle.index_select(table, self.cache.slot, axis=2)  # [rows, 1, 1, head_dim]
+        query_part = (row * self.scaling).expand([rows, 1, groups, self.head_dim])
+        merged = paddle.concat([query_part, row, value_part], axis=2)
+        return merged.expand([rows, self.kv_heads, groups + 2, self.head_dim])
 
     def step(self, token: paddle.Tensor) -> paddle.Tensor:
-        """Next-token logits [rows, vocab] after ``token`` [rows], the next completion token of each row."""
+        """Next-token logits [rows, vocab] after ``token`` [rows], the next completion token of each row.
+
+        Per layer: the norms are fused with the residual adds before them (``fused_rms_norm``, which has a CPU
+        kernel), the query, key and value are rotated together in one pass (the value with cos 1, sin 0), gate and
+        up go through one ``swiglu``; the rotary tables and the mask are laid out once per step, not per layer."""
         rows, groups, cache = token.shape[0], self.heads // self.kv_heads, self.cache
         cache.open_next()
-        cos = paddle.index_select(self.cos, cache.slot, axis=2)
-        sin = paddle.index_select(self.sin, cache.slot, axis=2)
+        cos, sin = self._rotation(self.cos, self.value_cos), self._rotation(self.sin, self.value_sin)
+        rotation = half_rotation(self.head_dim, cos.dtype)
         mask = cache.mask.expand([rows, self.kv_heads, groups, cache.mask.shape[-1]])
-        hidden = self.text.embed_tokens(token).unsqueeze(1)  # [rows, 1, hidden]
+        residual = self.text.embed_tokens(token)  # [rows, hidden]
+        hidden = fused_rms_norm(residual, self.layers[0].input_norm, None, self.epsilon, 1)[0]
         for index, layer in enumerate(self.layers):
-            mixed = layer.qkv(rms_norm(hidden, layer.input_norm, self.epsilon))
-            mixed = mixed.reshape([rows, 1, self.kv_heads, (groups + 2) * self.head_dim])
-            query, key, value = paddle.split(mixed, [groups * self.head_dim, self.head_dim, self.head_dim], axis=-1)
-            query = rotate(query.reshape([rows, self.heads, 1, self.head_dim]), cos, sin)
-            key = rotate(key.reshape([rows, self.kv_heads, 1, self.head_dim]), cos, sin)
-            keys, values = cache.write(index, key, value.reshape([rows, self.kv_heads, 1, self.head_dim]))
-            grouped = query.reshape([rows, self.kv_heads, groups, self.head_dim])
-            scores = paddle.matmul(grouped, keys) * self.scaling + mask
-            probs = paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(query.dtype)
-            attended = paddle.matmul(probs, values).reshape([rows, 1, self.heads * self.head_dim])
-            hidden = hidden + layer.out(attended)
-            gate, up = layer.up_gate(rms_norm(hidden, layer.post_norm, self.epsilon)).chunk(2, axis=-1)
-            hidden = hidden + layer.down(self.act_fn(gate) * up)
+            mixed = layer.qkv(hidden).reshape([rows, self.kv_heads, groups + 2, self.head_dim])
+            mixed = mixed * cos + paddle.matmul(mixed, rotation) * sin
+            query, key, value = paddle.split(mixed, [groups, 1, 1], axis=2)
+            keys, values = cache.write(index, key, value)
+            scores = paddle.matmul(query, keys) + mask
+            probs = _softmax_float32(scores)
+            attended = paddle.matmul(probs, values).reshape([rows, self.heads * self.head_dim])
+            hidden, residual = fused_rms_norm(layer.out(attended), layer.post_norm, None, self.epsilon, 1,
+                                              residual=residual)[:2]
+            down = layer.down(paddle.nn.functional.swiglu(layer.up_gate(hidden)))
+            next_norm = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.text.norm.weight
+            hidden, residual = fused_rms_norm(down, next_norm, None, self.epsilon, 1, residual=residual)[:2]
         cache.advance()
-        return self.model.lm_head(rms_norm(hidden, self.text.norm.weight, self.epsilon))[:, -1]
+        return self.model.lm_head(hidden)
+
+
+def _softmax_float32(scores: paddle.Tensor) -> paddle.Tensor:
+    """softmax over the last axis computed in float32, in the scores' dtype (no casts for float32 scores)."""
+    if scores.dtype == paddle.float32:
+        return paddle.nn.functional.softmax(scores, axis=-1)
+    return paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(scores.dtype)

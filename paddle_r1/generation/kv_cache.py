@@ -78,18 +78,20 @@ class TransposedKVCache:
             self.values.append(value_buffer)
         self.mask = _additive_mask(prompt_mask, capacity, prompt.keys[0].dtype)
         self.slot = paddle.full([1], length, dtype="int64")
+        self._one = paddle.ones_like(self.slot)
 
     def open_next(self) -> None:
         self.mask[:, :, :, self.slot] = 0.0
 
     def write(self, layer: int, key: paddle.Tensor, value: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
         """This token's key and value [rows, kv_heads, 1, head_dim] into their slot; the layer's whole buffers."""
-        self.keys[layer][:, :, :, self.slot] = key.transpose([0, 1, 3, 2])
+        rows, kv_heads, _, head_dim = key.shape
+        self.keys[layer][:, :, :, self.slot] = key.reshape([rows, kv_heads, head_dim, 1])  # its transpose: one slot
         self.values[layer][:, :, self.slot] = value
         return self.keys[layer], self.values[layer]
 
     def advance(self) -> None:
-        self.slot.add_(paddle.ones_like(self.slot))
+        self.slot.add_(self._one)
 
     def filled(self) -> tuple[list, list]:
         """As ``StaticKVCache.filled`` (keys back in [rows, kv_heads, slots, head_dim]); reads the slot on the host."""
