@@ -69,7 +69,8 @@ def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Opti
     logits = logits.astype("float32")
     if params.temperature == 0:
         return logits.argmax(axis=-1)
-    logits = logits / params.temperature
+    if params.temperature != 1.0:
+        logits = logits / params.temperature
     if params.top_k > 0:
         kth = paddle.topk(logits, min(params.top_k, logits.shape[-1]), axis=-1)[0][:, -1:]
         logits = paddle.where(logits < kth, paddle.full_like(logits, float("-inf")), logits)
@@ -84,8 +85,9 @@ def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Opti
     probs = paddle.nn.functional.softmax(logits, axis=-1)
     if uniform is None:
         return paddle.multinomial(probs, num_samples=1).squeeze(-1)
-    cdf = paddle.cumsum(probs, axis=-1)
-    below = (cdf < (uniform.astype(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)).astype("int64").sum(axis=-1)
+    cdf = paddle.cumsum(probs, axis=-1)  # non-decreasing: the tokens whose cdf is below the draw are a prefix
+    draw = uniform.astype(cdf.dtype).unsqueeze(-1) * cdf[:, -1:]
+    below = paddle.searchsorted(cdf, draw).squeeze(-1)  # how many cdf values are < the draw
     return paddle.clip(below, max=logits.shape[-1] - 1)
 
 
@@ -135,11 +137,12 @@ def sample_tokens(decoder, logits: paddle.Tensor, params: SamplingParams, eos: p
     has ended (checked every ``eos_check_every`` steps) or ``params.max_new_tokens``; a row pads after its EOS.
     Also which rows ended [rows]. The last column's tokens are not fed to the decoder."""
     finished = paddle.zeros([logits.shape[0]], dtype="bool")
+    pad = paddle.full_like(finished, pad_token_id, dtype="int64")
     tokens = []
     for step in range(params.max_new_tokens):
         uniform = None if uniforms is None else uniforms[:, step]
         token = pick_next_token(logits, params, uniform).astype("int64")
-        token = paddle.where(finished, paddle.full_like(token, pad_token_id), token)
+        token = paddle.where(finished, pad, token)
         tokens.append(token)
         finished = finished | paddle.isin(token, eos)
         last = step == params.max_new_tokens - 1
