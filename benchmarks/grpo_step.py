@@ -1,6 +1,8 @@
 """One GRPO step, paddle_r1 against TRL 1.16, on the same machine in the same run.
 
     python benchmarks/grpo_step.py [--steps 5 --rounds 2] [--trl /work/torchvenv/bin/python] [--profile step.prof]
+    python benchmarks/grpo_step.py --trl PYTHON [--new-tokens 256] [--generations 16] [--image 448]
+    python benchmarks/grpo_step.py --trl PYTHON --scaling [--cells 64:8:112,256:8:112] [--steps 3]
 
 The step is the speed anchor's (``trl_anchor/``): a 6.9M-parameter Qwen2.5-VL (hidden 256, 4 layers, vocab 4096,
 vision depth 2), 2 prompts x 8 completions x 64 tokens, one 112x112 image per prompt, beta 0.04, AdamW lr 1e-5,
@@ -10,6 +12,14 @@ With ``--trl PYTHON`` the checkpoint is the one the anchor's ``make_hf_tiny.py``
 sides load the same weights) and the anchor's TRL script runs in that interpreter; the two sides alternate
 ``--rounds`` times, so a busy machine slows both. Without it the checkpoint is paddle_r1's tiny model at the same
 sizes. Seconds per step are medians over the steps after each round's first (warm-up).
+``--new-tokens``, ``--generations`` and ``--image`` (the side of the square image) change the anchor's work on both
+sides.
+
+``--scaling`` runs a grid of such cells (``--cells`` LENGTH:G:IMAGE,...; by default completion length 64 / 256 /
+1024 at G 8, G 4 / 8 / 16 at length 64, and the 448x448 image at G 8 and length 64), each side in a process of its
+own (this script with ``--json``, and TRL's), alternating ``--rounds`` times per cell, and prints seconds per
+step, completion tokens/s and each process's peak resident memory (``ru_maxrss``: model, optimizer, activations
+and the interpreter with its libraries).
 
 Both sides run their CPU kernels on ``--threads`` threads (default 1): ``import paddle`` sets OMP_NUM_THREADS=1,
 which the TRL process would otherwise inherit without saying so; Paddle's own count is set with
@@ -22,6 +32,7 @@ import cProfile
 import functools
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,16 +51,17 @@ def length_reward(completions, **columns):
     return [float(len(text) % 7) / 7 for text in completions]
 
 
-def _write_samples(folder: str, count: int) -> list[dict]:
-    """The anchor's prompts: a red square on white, 112x112, at a place that moves with the index."""
+def _write_samples(folder: str, count: int, side: int = 112) -> list[dict]:
+    """The anchor's prompts: a red square on white, 112x112, at a place that moves with the index; ``side``
+    scales the drawing (the TRL script draws the same)."""
     from PIL import Image, ImageDraw
 
     os.makedirs(folder, exist_ok=True)
-    samples = []
+    samples, k = [], side / 112
     for i in range(count):
-        image = Image.new("RGB", (112, 112), (255, 255, 255))
+        image = Image.new("RGB", (side, side), (255, 255, 255))
         x, y = (i * 17) % 70, (i * 29) % 70
-        ImageDraw.Draw(image).rectangle([x, y, x + 30, y + 30], fill=(255, 0, 0))
+        ImageDraw.Draw(image).rectangle([x * k, y * k, (x + 30) * k, (y + 30) * k], fill=(255, 0, 0))
         path = os.path.join(folder, f"{i}.png")
         image.save(path)
         samples.append({"images": [path], "problem": "locate the red square, output its bbox",
@@ -99,21 +111,21 @@ class PhaseClock:
         return seconds
 
 
-def _paddle_trainer(model_dir: str, work: str, total_steps: int):
+def _paddle_trainer(model_dir: str, work: str, total_steps: int, generations: int, new_tokens: int, side: int):
     from paddle_r1.config import GRPOConfig
     from paddle_r1.trainer.grpo import GRPOTrainer
 
     sys.path.insert(0, HERE)  # the reward below is found as grpo_step:length_reward
     config = GRPOConfig(model_name_or_path=model_dir, output_dir=os.path.join(work, "out"),
-                        reward_funcs=["grpo_step:length_reward"], num_generations=GENERATIONS,
-                        per_device_train_batch_size=PROMPTS * GENERATIONS, max_completion_length=NEW_TOKENS, beta=0.04,
+                        reward_funcs=["grpo_step:length_reward"], num_generations=generations,
+                        per_device_train_batch_size=PROMPTS * generations, max_completion_length=new_tokens, beta=0.04,
                         learning_rate=1e-5, temperature=1.0, question_template="{Question}", max_steps=total_steps,
                         save_steps=10**9, use_visualdl=False, disable_tqdm=True, log_completions_steps=0, seed=0)
-    samples = _write_samples(os.path.join(work, "images"), PROMPTS * (total_steps + 2))
+    samples = _write_samples(os.path.join(work, "images"), PROMPTS * (total_steps + 2), side)
     return GRPOTrainer(config, samples=samples)
 
 
-def _paddle_round(trainer, clock: PhaseClock, steps: int, profile: str | None) -> list[dict]:
+def _paddle_round(trainer, clock: PhaseClock, steps: int, completions: int, profile: str | None) -> list[dict]:
     """``steps`` steps; each row: seconds, per-phase seconds, completion tokens. The last is profiled if asked."""
     rows = []
     for i in range(steps):
@@ -126,17 +138,52 @@ def _paddle_round(trainer, clock: PhaseClock, steps: int, profile: str | None) -
             profiler.disable()
             profiler.dump_stats(profile)
         rows.append({"seconds": time.perf_counter() - start, **clock.take(),
-                     "tokens": metrics["completion_length"] * PROMPTS * GENERATIONS})
+                     "tokens": metrics["completion_length"] * completions})
     return rows
 
 
-def _trl_round(python: str, model_dir: str, steps: int, threads: int) -> dict:
+def _trl_round(python: str, model_dir: str, steps: int, threads: int, generations: int, new_tokens: int,
+               side: int) -> dict:
     """The anchor's TRL script; its last line is a json summary (median step after the first)."""
     script = os.path.join(HERE, "trl_anchor", "trl_grpo_bench.py")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    result = subprocess.run([python, script, model_dir, str(steps), str(GENERATIONS), str(PROMPTS), str(NEW_TOKENS)],
-                            check=True, capture_output=True, text=True, env=env)
+    result = subprocess.run([python, script, model_dir, str(steps), str(generations), str(PROMPTS), str(new_tokens),
+                             str(side)], check=True, capture_output=True, text=True, env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _paddle_process(model_dir: str, steps: int, threads: int, generations: int, new_tokens: int, side: int) -> dict:
+    """This script in a process of its own (``--json``), for its own peak memory."""
+    result = subprocess.run([sys.executable, os.path.abspath(__file__), "--model", model_dir, "--steps", str(steps),
+                             "--threads", str(threads), "--generations", str(generations), "--new-tokens",
+                             str(new_tokens), "--image", str(side), "--json"],
+                            check=True, capture_output=True, text=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+DEFAULT_CELLS = "64:8:112,256:8:112,1024:8:112,64:4:112,64:16:112,64:8:448"
+
+
+def scaling(args, model_dir: str) -> None:
+    """The grid of ``--cells``, both sides per cell alternating ``--rounds`` times; one table."""
+    cells = [tuple(int(v) for v in cell.split(":")) for cell in args.cells.split(",")]
+    print(f"{PROMPTS} prompts per step, beta 0.04; per cell and side: the median step after a warm-up over "
+          f"{args.steps - 1} step(s) x {args.rounds} round(s); {args.threads} thread(s) each side", flush=True)
+    print("| completion length | G | image | paddle_r1 s/step | TRL s/step | paddle_r1 tokens/s | TRL tokens/s | "
+          "ratio (tokens/s) | paddle_r1 peak RSS MiB | TRL peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|",
+          flush=True)
+    for new_tokens, generations, side in cells:
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+            theirs.append(_trl_round(args.trl, model_dir, args.steps, args.threads, generations, new_tokens, side))
+            ours.append(_paddle_process(model_dir, args.steps, args.threads, generations, new_tokens, side))
+        ratios = [o["tokens_per_s"] / t["completion_tok_per_s"] for o, t in zip(ours, theirs)]
+        med = statistics.median
+        print(f"| {new_tokens} | {generations} | {side}x{side} | {med(o['step_s'] for o in ours):.2f} | "
+              f"{med(t['step_s_median'] for t in theirs):.2f} | {med(o['tokens_per_s'] for o in ours):.0f} | "
+              f"{med(t['completion_tok_per_s'] for t in theirs):.0f} | {med(ratios):.2f}x | "
+              f"{max(o['peak_rss_mib'] for o in ours):.0f} | {max(t['peak_rss_mib'] for t in theirs):.0f} |",
+              flush=True)
 
 
 def _median(rows: list[dict], key: str) -> float:
@@ -151,7 +198,15 @@ def main() -> None:
     parser.add_argument("--model", help="an existing checkpoint folder (default: built here)")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the last paddle_r1 step into FILE")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each side (default 1)")
+    parser.add_argument("--generations", type=int, default=GENERATIONS, help="G, completions per prompt (default 8)")
+    parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS, help="max completion length (default 64)")
+    parser.add_argument("--image", type=int, default=112, help="side of each prompt's square image (default 112)")
+    parser.add_argument("--scaling", action="store_true", help="the grid of --cells against TRL (needs --trl)")
+    parser.add_argument("--cells", default=DEFAULT_CELLS, help=f"LENGTH:G:IMAGE,... (default {DEFAULT_CELLS})")
+    parser.add_argument("--json", action="store_true", help="paddle_r1 only; print one json line (for --scaling)")
     args = parser.parse_args()
+    if args.scaling and not args.trl:
+        parser.error("--scaling compares with TRL: give --trl PYTHON")
 
     from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
@@ -163,17 +218,25 @@ def main() -> None:
     core.set_num_threads(args.threads)
     work = tempfile.mkdtemp()
     model_dir = args.model or _make_checkpoint(os.path.join(work, "model"), args.trl)
-    trainer = _paddle_trainer(model_dir, work, args.steps * args.rounds)
+    if args.scaling:
+        return scaling(args, model_dir)
+    trainer = _paddle_trainer(model_dir, work, args.steps * args.rounds, args.generations, args.new_tokens, args.image)
     clock = PhaseClock(trainer)
     paddle_rows, trl_rows = [], []
     for round_ in range(args.rounds):
         if args.trl:
-            trl_rows.append(_trl_round(args.trl, model_dir, args.steps, args.threads))
-        paddle_rows += _paddle_round(trainer, clock, args.steps, args.profile)[1:]
+            trl_rows.append(_trl_round(args.trl, model_dir, args.steps, args.threads, args.generations,
+                                       args.new_tokens, args.image))
+        paddle_rows += _paddle_round(trainer, clock, args.steps, PROMPTS * args.generations, args.profile)[1:]
 
     step_s = _median(paddle_rows, "seconds")
     tokens_per_s = _median(paddle_rows, "tokens") / step_s
-    print(f"{PROMPTS} prompts x {GENERATIONS} completions x {NEW_TOKENS} tokens; medians of "
+    if args.json:
+        print(json.dumps({"step_s": step_s, "tokens_per_s": tokens_per_s,
+                          "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+        return
+    print(f"{PROMPTS} prompts x {args.generations} completions x {args.new_tokens} tokens, {args.image}x{args.image} "
+          f"image; medians of "
           f"{len(paddle_rows)} steps ({args.rounds} round(s), warm-up step dropped); {args.threads} thread(s)")
     print("| | seconds |\n|---|---|")
     for phase in PHASES:
