@@ -172,6 +172,7 @@ def scaling(args, model_dir: str) -> None:
     print("| completion length | G | image | paddle_r1 s/step | TRL s/step | paddle_r1 tokens/s | TRL tokens/s | "
           "ratio (tokens/s) | paddle_r1 peak RSS MiB | TRL peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|",
           flush=True)
+    phase_rows = []
     for new_tokens, generations, side in cells:
         ours, theirs = [], []
         for _ in range(args.rounds):
@@ -184,6 +185,11 @@ def scaling(args, model_dir: str) -> None:
               f"{med(t['completion_tok_per_s'] for t in theirs):.0f} | {med(ratios):.2f}x | "
               f"{max(o['peak_rss_mib'] for o in ours):.0f} | {max(t['peak_rss_mib'] for t in theirs):.0f} |",
               flush=True)
+        phase_rows.append(f"| {new_tokens} | {generations} | {side}x{side} | " + " | ".join(
+            f"{med(o['phases'][phase] for o in ours):.2f}" for phase in PHASES) + " |")
+    print("\npaddle_r1's phases, seconds per step (medians over the rounds)")
+    print("| completion length | G | image | " + " | ".join(PHASES) + " |\n" + "|---" * (3 + len(PHASES)) + "|")
+    print("\n".join(phase_rows))
 
 
 def _median(rows: list[dict], key: str) -> float:
@@ -233,6 +239,7 @@ def main() -> None:
     tokens_per_s = _median(paddle_rows, "tokens") / step_s
     if args.json:
         print(json.dumps({"step_s": step_s, "tokens_per_s": tokens_per_s,
+                          "phases": {phase: _median(paddle_rows, phase) for phase in PHASES},
                           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
         return
     print(f"{PROMPTS} prompts x {args.generations} completions x {args.new_tokens} tokens, {args.image}x{args.image} "

@@ -45,3 +45,36 @@ def test_half_rotation_is_rotate_half_exactly():
 
     x = paddle.randn([2, 3, 5, 8]) * 100
     np.testing.assert_array_equal(paddle.matmul(x, half_rotation(8, x.dtype)).numpy(), rotate_half(x).numpy())
+
+
+def _causal_mask(rows: int, length: int, keys: int, padding: list[int]) -> paddle.Tensor:
+    """[rows, 1, length, keys] additive: query i sees keys up to keys - length + i, minus each row's left padding."""
+    allowed = np.tril(np.ones([length, keys], bool), keys - length)[None].repeat(rows, 0)
+    for row, pad in enumerate(padding):
+        allowed[row, :, :pad] = False
+    return paddle.to_tensor(np.where(allowed, 0.0, -np.inf).astype("float32")[:, None])
+
+
+def test_query_blocks_give_the_whole_squares_attention_and_gradients():
+    """Past QUERY_BLOCK queries, ``grouped_eager_attention`` attends block by block over the keys up to each block's
+    last position: under a causal mask (left padding, a cached prefix of 7 keys) its output and gradients equal the
+    whole square's; under a mask that lets queries see later keys they differ, so the blocks really skip those keys."""
+    from paddle_r1.models.text_attention import QUERY_BLOCK, _grouped_attention, grouped_eager_attention
+
+    rng = np.random.default_rng(0)
+    length, prefix = QUERY_BLOCK * 2 + 5, 7
+    keys = prefix + length
+
+    def run(attention, mask):
+        q, k, v = (paddle.to_tensor(rng_values, stop_gradient=False) for rng_values in values)
+        out = attention(q, k, v, mask, 0.125)
+        (out * weights).sum().backward()
+        return out.numpy(), q.grad.numpy(), k.grad.numpy(), v.grad.numpy()
+
+    values = [rng.normal(size=shape).astype("float32") for shape in ([2, 4, length, 8], [2, 2, keys, 8], [2, 2, keys, 8])]
+    weights = paddle.to_tensor(rng.normal(size=[2, length, 32]).astype("float32"))
+    causal = _causal_mask(2, length, keys, padding=[0, 3])
+    for blocked, whole in zip(run(grouped_eager_attention, causal), run(_grouped_attention, causal)):
+        np.testing.assert_allclose(blocked, whole, rtol=1e-5, atol=1e-6)
+    sees_later = paddle.zeros([2, 1, length, keys])
+    assert not np.allclose(run(grouped_eager_attention, sees_later)[0], run(_grouped_attention, sees_later)[0])

@@ -59,9 +59,32 @@ def rotate(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.T
     return x * cos + paddle.matmul(x, half_rotation(x.shape[-1], x.dtype)) * sin
 
 
+QUERY_BLOCK = 128
+
+
 def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
     """softmax(q k^T * scaling + mask) v for query [B, H, L, D] and key/value [B, kv_heads, S, D], without
-    repeating K and V over each group's heads; returns [B, L, H * D]."""
+    repeating K and V over each group's heads; returns [B, L, H * D].
+
+    With a mask per query (the decoder's, causal: query i sits at key position S - L + i and sees no later key), queries go in
+    blocks of ``QUERY_BLOCK``, each over the keys up to its last query's position: the later keys are -inf for the
+    whole block, so each row's softmax and product are the same, but the masked triangle is neither computed nor kept
+    for the backward. Eager attention over the whole [L, S] square grew faster than the rest with the completion
+    length (``benchmarks/grpo_step.py --scaling``); at 1024 tokens the blocks halve the attention's forward and
+    backward (``docs/reference.md``, Speed)."""
+    length = query.shape[2]
+    if attention_mask is None or length <= QUERY_BLOCK or attention_mask.shape[2] != length:
+        return _grouped_attention(query, key, value, attention_mask, scaling)
+    keys, blocks = key.shape[2], []
+    for start in range(0, length, QUERY_BLOCK):
+        end = min(length, start + QUERY_BLOCK)
+        visible = keys - length + end
+        blocks.append(_grouped_attention(query[:, :, start:end], key[:, :, :visible], value[:, :, :visible],
+                                         attention_mask[:, :, start:end, :visible], scaling))
+    return paddle.concat(blocks, axis=1)
+
+
+def _grouped_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
     batch, heads, length, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     grouped = query.reshape([batch, kv_heads, heads // kv_heads * length, dim])
