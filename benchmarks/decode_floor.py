@@ -165,7 +165,7 @@ def main() -> None:
         token = repeat_rows(logits, g).argmax(-1)
         rows = token.shape[0]
 
-        start_slot = decoder.cache.slot.clone()
+        start_slot, start_length = decoder.cache.slot.clone(), decoder.cache.length
 
         def steps(count: int) -> list[float]:
             """Seconds of ``count`` steps, each timed alone; the cache is rewound every ``--new-tokens`` steps (the
@@ -177,6 +177,7 @@ def main() -> None:
                     decoder.step(token)
                     seconds.append(time.perf_counter() - start)
                 decoder.cache.slot.set_value(start_slot)
+                decoder.cache.length = start_length
             return seconds
 
         steps(10)  # warm-up

@@ -135,12 +135,15 @@ def test_inverse_cdf_draw_matches_the_distribution():
     np.testing.assert_allclose(np.bincount(picks, minlength=4) / n, [0.5, 0.3, 0.15, 0.05], atol=0.03)
 
 
-@pytest.mark.parametrize("engine", ["layers", "one_token"])
-def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samples, engine):
+@pytest.mark.parametrize("engine", ["layers", "one_token", "one_token_growing"])
+def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samples, engine, monkeypatch):
     """Both decode steps over their preallocated caches (prefilled once per prompt, rows repeated) give the logits
     of paddleformers' forward with its growing DynamicCache over the repeated prompt: the model's own layers
     (``LayerDecoder``) and the plain-tensor step over transposed weights and keys (``OneTokenDecoder``, whose
-    write slot and rotary row live on the device: the same call, step after step, moves through the cache)."""
+    write slot and rotary row live on the device: the same call, step after step, moves through the cache). In
+    ``one_token_growing`` its cache holds room for 2 tokens and grows by 2 at the third step: the fourth slot is
+    still closed then."""
+    from paddle_r1.generation import kv_cache
     from paddle_r1.generation.decoder import LayerDecoder, OneTokenDecoder, supports
     from paddle_r1.generation.rollout import prefill
     from paddle_r1.models.forward import RepeatedPrompt, embed_inputs, repeat_rows, rope_positions, text_positions
@@ -155,8 +158,11 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         next_position = repeat_rows(next_position, g)
         mask = repeat_rows(prompt.attention_mask, g)
         rows = mask.shape[0]
-        decoder = {"layers": LayerDecoder, "one_token": OneTokenDecoder}[engine](
-            model, RepeatedPrompt(cache, g), mask, next_position, steps)
+        if engine == "one_token_growing":
+            monkeypatch.setattr(kv_cache, "GROWTH", 2)
+        decoder = {"layers": LayerDecoder, "one_token": OneTokenDecoder, "one_token_growing": OneTokenDecoder}[engine](
+            model, RepeatedPrompt(cache, g), mask, next_position, steps + 1)
+        grows = [decoder.cache.mask.shape[-1]]
 
         embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw).repeat(g)
         positions, _ = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
@@ -169,6 +175,10 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
                         position_ids=text_positions(next_position + step, 1), use_cache=True)
             dynamic = out.past_key_values
             np.testing.assert_allclose(got.numpy(), out.logits[:, -1].numpy(), atol=2e-5)
+            grows.append(decoder.cache.mask.shape[-1])
+    if engine == "one_token_growing":
+        prompt_len = prompt.input_ids.shape[1]
+        assert grows == [prompt_len + 2] * 3 + [prompt_len + 4] * 2  # slots allocated before each step, after the last
 
 
 def test_both_engines_sample_the_same_completions(tiny, rec_samples):

@@ -1,9 +1,10 @@
-"""The rollout's KV caches: every layer's keys and values in buffers allocated once for the prompt and all the
-completion tokens, with the additive attention mask over the same slots.
+"""The rollout's KV caches: every layer's keys and values in preallocated buffers, with the additive attention mask
+over the same slots: ``StaticKVCache`` allocates room for the prompt and all the completion tokens once,
+``TransposedKVCache`` for the prompt and the next ``GROWTH`` tokens, growing by ``GROWTH`` slots when full.
 
-A decode step writes its token's slot in place, so no tensor grows (or is copied) token by token and every step has
-the same shapes. The prompt's padding and the slots not yet written are -inf in the mask; a step opens its own slot
-before attending.
+A decode step writes its token's slot in place, so no tensor grows (or is copied) token by token and the steps
+between two growths have the same shapes. The prompt's padding and the slots not yet written are -inf in the mask; a
+step opens its own slot before attending.
 """
 from __future__ import annotations
 
@@ -59,29 +60,53 @@ class StaticKVCache:
         return ([k[:, :, :self.length] for k in self.keys], [v[:, :, :self.length] for v in self.values])
 
 
+GROWTH = 128  # slots a TransposedKVCache's buffers grow by when full
+
+
 class TransposedKVCache:
-    """Every layer's keys [rows, kv_heads, head_dim, capacity] (transposed: q @ K over keys stored this way is 1.6-1.7x
-    faster on CPU than a ``transpose_y`` product; ``benchmarks/decode_products.py``) and values [rows, kv_heads, capacity, head_dim]: the cache of
-    ``decoder.OneTokenDecoder``. The next slot is a tensor on the device (``slot``, [1] int64), written and advanced
-    there, so a decode step reads nothing from the host: the form a captured step (CUDA graphs) needs."""
+    """Every layer's keys [rows, kv_heads, head_dim, slots] (transposed: q @ K over keys stored this way is 1.6-1.7x
+    faster on CPU than a ``transpose_y`` product; ``benchmarks/decode_products.py``) and values [rows, kv_heads, slots,
+    head_dim]: the cache of ``decoder.OneTokenDecoder``. The slot a step writes is a tensor on the device (``slot``,
+    [1] int64), written and advanced there, so a decode step reads nothing from the host.
+
+    The buffers hold the prompt and the next ``GROWTH`` slots, and grow by ``GROWTH`` slots (one copy) when full, up to
+    ``capacity``: a step attends over the slots allocated so far, not over the whole capacity. Long completions made
+    the decode step stream the cache (every layer's keys and values of every slot, masked or not) from memory at
+    each token: at 1024 tokens 9 ms a token against 3 ms at 64 (``benchmarks/grpo_step.py --scaling``). Within a
+    block of ``GROWTH`` steps every step has the same shapes (what a captured CUDA-graph step needs, one per block)."""
 
     def __init__(self, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, capacity: int):
-        length = prompt.get_seq_length()
+        self.length = prompt.get_seq_length()  # slots written, counted on the host (never read from the device)
+        self.capacity = capacity
+        allocated = min(capacity, self.length + GROWTH)
         self.keys, self.values = [], []
         for keys, values in zip(prompt.keys, prompt.values):
             rows, kv_heads, _, head_dim = keys.shape
-            key_buffer = paddle.zeros([rows, kv_heads, head_dim, capacity], dtype=keys.dtype)
-            key_buffer[:, :, :, :length] = keys.transpose([0, 1, 3, 2])
-            value_buffer = paddle.zeros([rows, kv_heads, capacity, head_dim], dtype=values.dtype)
-            value_buffer[:, :, :length] = values
+            key_buffer = paddle.zeros([rows, kv_heads, head_dim, allocated], dtype=keys.dtype)
+            key_buffer[:, :, :, :self.length] = keys.transpose([0, 1, 3, 2])
+            value_buffer = paddle.zeros([rows, kv_heads, allocated, head_dim], dtype=values.dtype)
+            value_buffer[:, :, :self.length] = values
             self.keys.append(key_buffer)
             self.values.append(value_buffer)
-        self.mask = _additive_mask(prompt_mask, capacity, prompt.keys[0].dtype)
-        self.slot = paddle.full([1], length, dtype="int64")
+        self.mask = _additive_mask(prompt_mask, allocated, prompt.keys[0].dtype)
+        self.slot = paddle.full([1], self.length, dtype="int64")
         self._one = paddle.ones_like(self.slot)
 
     def open_next(self) -> None:
+        """Let every row attend to the next slot (growing the buffers first when they are full)."""
+        if self.length == self.mask.shape[-1]:
+            self._grow()
         self.mask[:, :, :, self.slot] = 0.0
+
+    def _grow(self) -> None:
+        added = min(GROWTH, self.capacity - self.length)
+        if added <= 0:
+            raise ValueError(f"the KV cache is full: all {self.capacity} slots are written")
+        self.keys = [paddle.concat([k, paddle.zeros(k.shape[:3] + [added], dtype=k.dtype)], axis=3) for k in self.keys]
+        self.values = [paddle.concat([v, paddle.zeros([v.shape[0], v.shape[1], added, v.shape[3]], dtype=v.dtype)],
+                                     axis=2) for v in self.values]
+        closed = paddle.full(self.mask.shape[:3] + [added], float("-inf"), dtype=self.mask.dtype)
+        self.mask = paddle.concat([self.mask, closed], axis=3)
 
     def write(self, layer: int, key: paddle.Tensor, value: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
         """This token's key and value [rows, kv_heads, 1, head_dim] into their slot; the layer's whole buffers."""
@@ -92,9 +117,9 @@ class TransposedKVCache:
 
     def advance(self) -> None:
         self.slot.add_(self._one)
+        self.length += 1
 
     def filled(self) -> tuple[list, list]:
-        """As ``StaticKVCache.filled`` (keys back in [rows, kv_heads, slots, head_dim]); reads the slot on the host."""
-        length = int(self.slot)
-        return ([k[:, :, :, :length].transpose([0, 1, 3, 2]) for k in self.keys],
-                [v[:, :, :length] for v in self.values])
+        """As ``StaticKVCache.filled`` (keys back in [rows, kv_heads, slots, head_dim]), from the host's count."""
+        return ([k[:, :, :, :self.length].transpose([0, 1, 3, 2]) for k in self.keys],
+                [v[:, :, :self.length] for v in self.values])
