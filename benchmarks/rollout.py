@@ -2,7 +2,8 @@
 every step) and, with ``--hf PYTHON``, Hugging Face transformers' ``generate`` on the same checkpoint.
 
     python benchmarks/rollout.py [--hidden 256 --layers 4 --prompts 4 --generations 4 --new-tokens 32]
-    python benchmarks/rollout.py --hf /path/to/torch-venv/bin/python [--model FOLDER] [--runs 3 --rounds 3] [--paddleformers]
+    python benchmarks/rollout.py --hf /path/to/torch-venv/bin/python [--model FOLDER] [--runs 3 --rounds 3]
+                                 [--paddleformers]
 
 Without ``--hf`` the checkpoint is paddle_r1's tiny model (``--hidden``, ``--layers``) and the prompts synthetic
 grounding samples. With ``--hf`` the sizes default to the GRPO speed anchor's rollout (``grpo_step.py``): the
@@ -15,10 +16,10 @@ to ``trl_anchor/hf_generate_bench.py`` in an .npz file, so both sides decode fro
 Every engine decodes exactly ``--new-tokens`` greedy tokens per row (no EOS stop), G rows per prompt; seconds are
 the median of ``--runs`` runs after a warm-up, and include the prefill (vision tower and prompt); tokens/s is
 rows x new tokens / seconds. The engines alternate ``--rounds`` times (a busy spell slows both); the table gives the
-median over rounds and the ratio is the median of the ratios within each round. Paddle's CPU kernels run on one thread (``import paddle`` sets OMP_NUM_THREADS=1),
-so torch gets one too unless ``--hf-threads``. Greedy paths may part after a while from float differences
-between frameworks, so agreement with paddle_r1's tokens is reported (identical tokens by position, identical
-rows), not asserted.
+median over rounds and the ratio is the median of the ratios within each round. Paddle's CPU kernels run on one
+thread (``import paddle`` sets OMP_NUM_THREADS=1), so torch gets one too unless ``--hf-threads``. Greedy paths may
+part after a while from float differences between frameworks, so agreement with paddle_r1's tokens is reported
+(identical tokens by position, identical rows), not asserted.
 """
 from __future__ import annotations
 

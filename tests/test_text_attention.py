@@ -65,14 +65,16 @@ def test_query_blocks_give_the_whole_squares_attention_and_gradients():
     length, prefix = QUERY_BLOCK * 2 + 5, 7
     keys = prefix + length
 
+    shapes = ([2, 4, length, 8], [2, 2, keys, 8], [2, 2, keys, 8])  # query, key, value: 4 heads over 2 KV heads
+    values = [rng.normal(size=shape).astype("float32") for shape in shapes]
+    weights = paddle.to_tensor(rng.normal(size=[2, length, 32]).astype("float32"))
+
     def run(attention, mask):
-        q, k, v = (paddle.to_tensor(rng_values, stop_gradient=False) for rng_values in values)
+        q, k, v = (paddle.to_tensor(array, stop_gradient=False) for array in values)
         out = attention(q, k, v, mask, 0.125)
         (out * weights).sum().backward()
         return out.numpy(), q.grad.numpy(), k.grad.numpy(), v.grad.numpy()
 
-    values = [rng.normal(size=shape).astype("float32") for shape in ([2, 4, length, 8], [2, 2, keys, 8], [2, 2, keys, 8])]
-    weights = paddle.to_tensor(rng.normal(size=[2, length, 32]).astype("float32"))
     causal = _causal_mask(2, length, keys, padding=[0, 3])
     for blocked, whole in zip(run(grouped_eager_attention, causal), run(_grouped_attention, causal)):
         np.testing.assert_allclose(blocked, whole, rtol=1e-5, atol=1e-6)

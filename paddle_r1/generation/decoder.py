@@ -15,7 +15,7 @@ put three avoidable costs on top of that (``benchmarks/rollout.py``; the product
 - q @ K^T over the cache as a batched ``transpose_y`` product is 1.6-1.7x slower than over keys stored transposed
   (``kv_cache.TransposedKVCache``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
-- Half of the step's 216 kernels were small elementwise ones (``benchmarks/decode_floor.py`` counts them); now 106: each
+- Half of the step's 216 kernels were small elementwise ones (``benchmarks/decode_floor.py`` counts them); now 104: each
   RMSNorm and the residual add before it are one ``fused_rms_norm`` (Paddle registers its kernel on CPU), the query,
   key and value of a layer are rotated in one pass over its qkv product (the value with cos 1 and sin 0, the
   query's tables carrying the attention's scaling), gate and up go through one ``swiglu``, the qkv bias is added by
