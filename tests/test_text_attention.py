@@ -56,9 +56,10 @@ def _causal_mask(rows: int, length: int, keys: int, padding: list[int]) -> paddl
 
 
 def test_query_blocks_give_the_whole_squares_attention_and_gradients():
-    """Past QUERY_BLOCK queries, ``grouped_eager_attention`` attends block by block over the keys up to each block's
-    last position: under a causal mask (left padding, a cached prefix of 7 keys) its output and gradients equal the
-    whole square's; under a mask that lets queries see later keys they differ, so the blocks really skip those keys."""
+    """From 2 x QUERY_BLOCK queries on, ``grouped_eager_attention`` attends block by block over the keys up to each
+    block's last position: under a causal mask (left padding, a cached prefix of 7 keys) its output and gradients
+    equal the whole square's; under a mask that lets queries see later keys they differ, so the blocks really skip
+    those keys."""
     from paddle_r1.models.text_attention import QUERY_BLOCK, _grouped_attention, grouped_eager_attention
 
     rng = np.random.default_rng(0)

@@ -15,11 +15,12 @@ put three avoidable costs on top of that (``benchmarks/rollout.py``; the product
 - q @ K^T over the cache as a batched ``transpose_y`` product is 1.6-1.7x slower than over keys stored transposed
   (``kv_cache.TransposedKVCache``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
-- Half of the step's 216 kernels were small elementwise ones (``benchmarks/decode_floor.py`` counts them); now 104: each
-  RMSNorm and the residual add before it are one ``fused_rms_norm`` (Paddle registers its kernel on CPU), the query,
-  key and value of a layer are rotated in one pass over its qkv product (the value with cos 1 and sin 0, the
-  query's tables carrying the attention's scaling), gate and up go through one ``swiglu``, the qkv bias is added by
-  the product's kernel (``linear``), and the rotary rows and the mask are laid out once per step, not per layer.
+- Half of the step's 216 kernels were small elementwise ones (``benchmarks/decode_floor.py`` counts them); now 112:
+  each RMSNorm and the residual add before it are one ``fused_rms_norm`` (Paddle registers its kernel on CPU), the
+  query, key and value of a layer are rotated in one pass over its qkv product (the value with cos 1 and sin 0, the
+  query's tables carrying the attention's scaling), the qkv bias is added by the product's kernel (``linear``), and
+  the rotary rows and the mask are laid out once per step, not per layer. (Paddle's ``swiglu`` kernel was slower
+  than ``silu(gate) * up``: ``benchmarks/decode_levers.py``.)
 
 Its step reads nothing from the host: the slot it writes and the rotary row it takes are tensors on the device, so
 the step can later be captured (CUDA graphs) as it is.
@@ -156,6 +157,7 @@ class OneTokenDecoder:
         self.heads, self.kv_heads, self.head_dim = attention.num_heads, attention.num_key_value_heads, attention.head_dim
         self.scaling = attention.scaling
         self.epsilon = text.norm.variance_epsilon
+        self.act_fn = text.layers[0].mlp.act_fn
         self.layers = [LayerWeights(
             input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj, transpose_wide=False),
             out=Projection.of(layer.self_attn.o_proj), post_norm=layer.post_attention_layernorm.weight,
@@ -186,8 +188,8 @@ class OneTokenDecoder:
         """Next-token logits [rows, vocab] after ``token`` [rows], the next completion token of each row.
 
         Per layer: the norms are fused with the residual adds before them (``fused_rms_norm``, which has a CPU
-        kernel), the query, key and value are rotated together in one pass (the value with cos 1, sin 0), gate and
-        up go through one ``swiglu``; the rotary tables and the mask are laid out once per step, not per layer."""
+        kernel), the query, key and value are rotated together in one pass (the value with cos 1, sin 0); the rotary
+        tables and the mask are laid out once per step, not per layer."""
         rows, groups, cache = token.shape[0], self.heads // self.kv_heads, self.cache
         cache.open_next()
         cos, sin = self._rotation(self.cos, self.value_cos), self._rotation(self.sin, self.value_sin)
@@ -205,7 +207,8 @@ class OneTokenDecoder:
             attended = paddle.matmul(probs, values).reshape([rows, self.heads * self.head_dim])
             hidden, residual = fused_rms_norm(layer.out(attended), layer.post_norm, None, self.epsilon, 1,
                                               residual=residual)[:2]
-            down = layer.down(paddle.nn.functional.swiglu(layer.up_gate(hidden)))
+            gate, up = layer.up_gate(hidden).chunk(2, axis=-1)
+            down = layer.down(self.act_fn(gate) * up)
             next_norm = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.text.norm.weight
             hidden, residual = fused_rms_norm(down, next_norm, None, self.epsilon, 1, residual=residual)[:2]
         cache.advance()

@@ -59,21 +59,23 @@ def rotate(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.T
     return x * cos + paddle.matmul(x, half_rotation(x.shape[-1], x.dtype)) * sin
 
 
-QUERY_BLOCK = 128
+QUERY_BLOCK = 256  # query rows per block; blocks from two blocks' worth of queries on
 
 
 def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
     """softmax(q k^T * scaling + mask) v for query [B, H, L, D] and key/value [B, kv_heads, S, D], without
     repeating K and V over each group's heads; returns [B, L, H * D].
 
-    With a mask per query (the decoder's, causal: query i sits at key position S - L + i and sees no later key),
-    queries go in blocks of ``QUERY_BLOCK``, each over the keys up to its last query's position: the later keys are
-    -inf for the whole block, so each row's softmax and product are the same, but the masked triangle is neither
-    computed nor kept for the backward. Eager attention over the whole [L, S] square grew faster than the rest with
-    the completion length (``benchmarks/grpo_step.py --scaling``); at 1024 tokens the blocks cut a layer's attention
-    forward and backward from 2.6-2.9 s to 1.5 s (``docs/reference.md``, Speed)."""
+    With a mask per query (the decoder's, causal: query i sits at key position S - L + i and sees no later key) and
+    at least ``2 * QUERY_BLOCK`` queries, queries go in blocks of ``QUERY_BLOCK``, each over the keys up to its last
+    query's position: the later keys are -inf for the whole block, so each row's softmax and product are the same,
+    but the masked triangle is neither computed nor kept for the backward. Eager attention over the whole [L, S]
+    square grew faster than the rest with the completion length (``benchmarks/grpo_step.py --scaling``). One layer's
+    forward and backward, 16 rows after a 49-token prompt (``benchmarks/decode_levers.py``): 2.2-2.6x faster in
+    blocks of 256 at 1024 tokens, 1.4-1.5x at 512; at 256 tokens two blocks of 128 were slower than the square
+    (0.73-0.78x: the slices and their gradients cost more than the small triangle)."""
     length = query.shape[2]
-    if attention_mask is None or length <= QUERY_BLOCK or attention_mask.shape[2] != length:
+    if attention_mask is None or length < 2 * QUERY_BLOCK or attention_mask.shape[2] != length:
         return _grouped_attention(query, key, value, attention_mask, scaling)
     keys, blocks = key.shape[2], []
     for start in range(0, length, QUERY_BLOCK):
