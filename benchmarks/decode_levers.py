@@ -10,9 +10,9 @@ writing one slot of the transposed key cache with a device-side slot (``index_pu
 (``set_value``) and ``put_along_axis_``; the inverse-CDF draw over the vocabulary as one ``searchsorted`` against a
 compare, a cast and a sum. Then one layer's attention forward and backward over ``--length`` completion tokens after
 a 49-token prompt (16 rows), the whole [L, S] square against ``grouped_eager_attention``'s query blocks, seconds
-(best of 3 calls); and, unless ``--no-cache``, ``--length - 1`` decode steps of ``OneTokenDecoder`` (paddle_r1's tiny
+(one call after a warm-up); and, unless ``--no-cache``, ``--length - 1`` decode steps of ``OneTokenDecoder`` (paddle_r1's tiny
 model at the speed anchor's sizes) over a cache allocated for all of them at once against one growing by
-``kv_cache.GROWTH`` slots, seconds. Each pair alternates ``--rounds`` times; the table gives the medians.
+``kv_cache.GROWTH`` slots, seconds (one call after a warm-up). Each pair alternates ``--rounds`` times; the table gives the medians.
 """
 from __future__ import annotations
 
@@ -127,14 +127,12 @@ def cache_pair(paddle, length: int, work: str):
             "cache for every step at once", lambda: decode(length))
 
 
-def _best_seconds(fn, calls: int = 3) -> float:
+def _seconds(fn) -> float:
+    """One call after a warm-up call."""
     fn()
-    seconds = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - start)
-    return min(seconds)
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -164,7 +162,7 @@ def main() -> None:
     if args.cache:
         pairs.append(cache_pair(paddle, args.length, tempfile.mkdtemp()))
     for lever, new_name, new, old_name, old in pairs:
-        rows.append((lever, new_name, old_name, [(_best_seconds(new), _best_seconds(old)) for _ in range(args.rounds)]))
+        rows.append((lever, new_name, old_name, [(_seconds(new), _seconds(old)) for _ in range(args.rounds)]))
 
     print(f"one thread; each pair alternating {args.rounds} times, medians (the old / new ratio per round in brackets)")
     print("| | kept | time | replaced | time | old / new |\n|---|---|---|---|---|---|")
