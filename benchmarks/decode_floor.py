@@ -165,7 +165,8 @@ def main() -> None:
         token = repeat_rows(logits, g).argmax(-1)
         rows = token.shape[0]
 
-        start_slot, start_length = decoder.cache.slot.clone(), decoder.cache.length
+        # the host count is absent before the growing cache: this script also times main's step (PYTHONPATH=main)
+        start_slot, start_length = decoder.cache.slot.clone(), getattr(decoder.cache, "length", None)
 
         def steps(count: int) -> list[float]:
             """Seconds of ``count`` steps, each timed alone; the cache is rewound every ``--new-tokens`` steps (the
@@ -177,7 +178,8 @@ def main() -> None:
                     decoder.step(token)
                     seconds.append(time.perf_counter() - start)
                 decoder.cache.slot.set_value(start_slot)
-                decoder.cache.length = start_length
+                if start_length is not None:
+                    decoder.cache.length = start_length
             return seconds
 
         steps(10)  # warm-up

@@ -72,8 +72,9 @@ class TransposedKVCache:
     The buffers hold the prompt and the next ``GROWTH`` slots, and grow by ``GROWTH`` slots (one copy) when full, up to
     ``capacity``: a step attends over the slots allocated so far, not over the whole capacity. Long completions made
     the decode step stream the cache (every layer's keys and values of every slot, masked or not) from memory at
-    each token: at 1024 tokens 9 ms a token against 3 ms at 64 (``benchmarks/grpo_step.py --scaling``). Within a
-    block of ``GROWTH`` steps every step has the same shapes (what a captured CUDA-graph step needs, one per block)."""
+    each token: the rollout took 9.6 ms a token at 1024 tokens against 4.4 ms at 64 (``benchmarks/grpo_step.py
+    --new-tokens``); growing, 1023 steps ran 1.37x faster (``benchmarks/decode_levers.py``). Within a block of
+    ``GROWTH`` steps every step has the same shapes (what a captured CUDA-graph step needs, one per block)."""
 
     def __init__(self, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, capacity: int):
         self.length = prompt.get_seq_length()  # slots written, counted on the host (never read from the device)
