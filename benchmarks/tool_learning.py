@@ -48,7 +48,7 @@ class Preset:
                                                    warmup_steps=10))
     grpo: dict = field(default_factory=lambda: dict(
         tools=["crop"], max_turns=3, reward_funcs=["all_match"], max_steps=40, per_device_train_batch_size=32,
-        num_generations=8, temperature=1.0, learning_rate=5e-4, beta=0.0, max_completion_length=96))
+        num_generations=8, temperature=1.0, learning_rate=1e-4, beta=0.0, max_completion_length=96))
 
 
 def crop_call_box(text: str):

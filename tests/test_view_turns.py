@@ -50,7 +50,7 @@ def run_dir(tmp_path_factory):
 def test_turns_their_tools_and_images(run_dir):
     out, row = run_dir
     result_text = row["episode"][1]["text"]  # the crop tool's own text for the scripted call
-    assert result_text.startswith("The region ")
+    assert result_text.startswith("the crop of [")
     assert main(["view", str(out)]) == 0
     html = open(out / "report" / "index.html").read()
     page = Elements(html)
