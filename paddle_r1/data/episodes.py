@@ -3,11 +3,10 @@
 An episode is a list of turns, each ``{"role": "assistant", "text": ...}`` (what the model wrote, tool calls
 included) or ``{"role": "tool", "name": ..., "arguments": {...}, "text": ..., "images": [path, ...]}`` (what a
 tool returned). A tool's result reaches the model as a message of the chat template's own tool role holding its
-images, then its text (``tool_result_message``; each model family's template writes it in its own format: Qwen2-VL
-and Qwen2.5-VL as a ``tool`` turn, Qwen3-VL as a user turn in ``<tool_response>`` tags), or as a user message where
-the template has no tool role (PaddleOCR-VL's: ``tool_role``). The GRPO rollout (a tool's live result,
-``generation.episodes``) and SFT (a scripted episode's stored one) both build it here, so the model sees a result
-the same way in both.
+images, then its text (``tool_result_message``; each model family's template writes it in its own format,
+Qwen2.5-VL's as a ``tool`` turn), or as a user message where the template has no tool role (PaddleOCR-VL's:
+``tool_role``). The GRPO rollout (a tool's live result, ``generation.episodes``) and SFT (a scripted episode's stored
+one) both build it here, so the model sees a result the same way in both.
 
 A sample may carry a scripted ``episode`` (``read_episode`` checks it when the data is loaded, image paths
 resolved as the sample's own); SFT then teaches the whole conversation, its loss on the assistant turns only.
