@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,6 @@ from paddle_r1.config import GRPOConfig, SFTConfig
 
 QUESTION_TEMPLATE = "{Question}"  # the tiny model learns from scratch: the shortest prompt trains fastest
 SFT_SEED_OFFSET = 20_000  # the SFT episodes come from their own seed, apart from GRPO's prompts and the held-out set
-CALL = re.compile(r"\s*<tool_call>(.*)</tool_call>\s*", re.DOTALL)
 
 
 @dataclass
@@ -53,17 +51,16 @@ class Preset:
 
 def crop_call_box(text: str):
     """The box of a well-formed ``<tool_call>{"name": "crop", "arguments": {"bbox_2d": [4 numbers]}}</tool_call>``, the
-    whole turn; else None. (Whether the box is a box, x1 <= x2 and y1 <= y2, is the crop's business.)"""
+    whole turn (read as the rollout reads calls: ``tools.calls``); else None. (Whether the box is a box, x1 <= x2 and
+    y1 <= y2, is the crop's business.)"""
     from paddle_r1.models.coords import as_floats
+    from paddle_r1.tools.calls import CLOSE, OPEN, parse_tool_calls
 
-    match = CALL.fullmatch(text)
-    try:
-        call = json.loads(match.group(1)) if match else None
-    except ValueError:
+    calls = parse_tool_calls(text)
+    whole = text.strip().startswith(OPEN) and text.strip().endswith(CLOSE)
+    if not whole or len(calls) != 1 or calls[0].error is not None or calls[0].name != "crop":
         return None
-    if not isinstance(call, dict) or call.get("name") != "crop" or not isinstance(call.get("arguments"), dict):
-        return None
-    box = call["arguments"].get("bbox_2d")
+    box = calls[0].arguments.get("bbox_2d")
     return box if as_floats(box) is not None and len(box) == 4 else None
 
 

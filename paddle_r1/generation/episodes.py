@@ -34,7 +34,8 @@ from ..tools.builtins import ToolContext
 from ..tools.calls import parse_tool_calls
 from ..tools.toolbox import Toolbox
 from .decoder import make_decoder
-from .rollout import PromptBatch, Rollout, SamplingParams, completion_mask_from_ids, prefill, sample_tokens
+from .rollout import (PromptBatch, Rollout, SamplingParams, completion_mask_from_ids, pad_rows, prefill,
+                      sample_tokens)
 
 
 @dataclass
@@ -102,15 +103,11 @@ class _Segment:
         for text, row_images in zip(texts, images):
             encoded = processor(text=[text], images=row_images or None, return_tensors="pd")
             self.rows.append((encoded["input_ids"][0], encoded.get("pixel_values"), encoded.get("image_grid_thw")))
-        width = max(int(ids.shape[0]) for ids, _, _ in self.rows)
-        input_ids = np.full((len(texts), width), pad_token_id, dtype="int64")
-        attention = np.zeros((len(texts), width), dtype="int64")
-        for i, (ids, _, _) in enumerate(self.rows):
-            input_ids[i, width - ids.shape[0]:] = ids.numpy()
-            attention[i, width - ids.shape[0]:] = 1
+        tokens = [ids.tolist() for ids, _, _ in self.rows]
         with_images = [(p, g) for _, p, g in self.rows if g is not None]
         self.batch = PromptBatch(
-            input_ids=paddle.to_tensor(input_ids), attention_mask=paddle.to_tensor(attention),
+            input_ids=pad_rows(tokens, pad_token_id, left=True),
+            attention_mask=pad_rows([[1] * len(row) for row in tokens], 0, left=True),
             pixel_values=paddle.concat([p for p, _ in with_images]) if with_images else None,
             image_grid_thw=paddle.concat([g for _, g in with_images]) if with_images else None)
 
@@ -259,18 +256,14 @@ class _Episodes:
         return segment.batch
 
     def _episodes(self) -> Episodes:
-        width = max(len(row.ids) for row in self.rows)
-        ids = np.full((len(self.rows), width), self.pad_token_id, dtype="int64")
-        own = np.zeros((len(self.rows), width), dtype="int32")
-        whole = np.zeros((len(self.rows), width), dtype="int32")
-        for i, row in enumerate(self.rows):
-            ids[i, :len(row.ids)], own[i, :len(row.own)], whole[i, :len(row.ids)] = row.ids, row.own, 1
         pixels = [p for row in self.rows for p in row.pixels]
         grids = [g for row in self.rows for g in row.grids]
         rollout = Rollout(
-            prompt=self.prompt, num_generations=self.g, completion_ids=paddle.to_tensor(ids),
-            completion_mask=paddle.to_tensor(own), truncated=paddle.to_tensor([row.truncated for row in self.rows]),
-            episode_mask=paddle.to_tensor(whole), episode_pixel_values=paddle.concat(pixels) if pixels else None,
+            prompt=self.prompt, num_generations=self.g,
+            completion_ids=pad_rows([row.ids for row in self.rows], self.pad_token_id),
+            completion_mask=pad_rows([row.own for row in self.rows], 0, dtype="int32"),
+            truncated=paddle.to_tensor([row.truncated for row in self.rows]),
+            episode_mask=pad_rows([[1] * len(row.ids) for row in self.rows], 0, dtype="int32"), episode_pixel_values=paddle.concat(pixels) if pixels else None,
             episode_image_grid_thw=paddle.concat(grids) if grids else None,
             episode_images_per_row=[sum(int(g.shape[0]) for g in row.grids) for row in self.rows])
         return Episodes(rollout=rollout, texts=[row.turns[-1]["text"] for row in self.rows],

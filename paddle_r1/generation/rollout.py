@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import numpy as np
 import paddle
 
 from ..models.forward import RepeatedPrompt, embed_inputs, repeat_rows, rope_positions
@@ -56,6 +57,17 @@ class Rollout:
     @property
     def multi_turn(self) -> bool:
         return self.episode_mask is not None
+
+
+def pad_rows(rows: Sequence[Sequence[int]], pad: int, left: bool = False, dtype: str = "int64") -> paddle.Tensor:
+    """Rows of different lengths as one [len(rows), longest] tensor, ``pad`` where a row is short: after it, or before
+    it with ``left`` (prompts and conversations are left padded, completions right padded)."""
+    width = max(len(row) for row in rows)
+    out = np.full((len(rows), width), pad, dtype=dtype)
+    for i, row in enumerate(rows):
+        place = slice(width - len(row), width) if left else slice(0, len(row))
+        out[i, place] = row
+    return paddle.to_tensor(out)
 
 
 def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Optional[paddle.Tensor] = None

@@ -1,8 +1,8 @@
 """Whole multi-turn conversations as one teacher-forced batch: SFT on scripted episodes.
 
 A sample with an ``episode`` (``paddle_r1.data.episodes``) is the prompt's messages, then each assistant turn and
-each tool result (a user message: the tool's images, then ``<tool_response>text</tool_response>``), rendered by
-the processor's chat template as one conversation. The text is cut where the template writes each assistant turn:
+each tool result (a message of the template's own tool role: the tool's images, then its text; see
+``data/episodes.py``), rendered by the processor's chat template as one conversation. The text is cut where the template writes each assistant turn:
 the turn's text and its end-of-turn token are targets (what the model generates); everything else (the prompt,
 the tool results with their image tokens, the template's role headers) is context. Context pieces go through the
 processor with their own images (image tokens expanded), targets through the tokenizer alone, and the pieces' tokens
@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
 import paddle
 
 from ..data.episodes import episode_images, episode_messages, tool_role
 from ..data.images import load_image
 from ..generation.generator import build_messages, load_sample_images
+from ..generation.rollout import pad_rows
 
 
 @dataclass
@@ -106,15 +106,9 @@ def build_conversation_batch(samples: list[dict], answers: list[str], processor,
         masks.append(targets)
         pixels += p
         grids += g
-    width = max(len(r) for r in rows)
-    ids = np.full((len(rows), width), processor.tokenizer.pad_token_id, dtype="int64")
-    attention = np.zeros((len(rows), width), dtype="int64")
-    target = np.zeros((len(rows), width), dtype="int32")
-    for i, (row, mask) in enumerate(zip(rows, masks)):  # left padded, as prompts are
-        ids[i, width - len(row):] = row
-        attention[i, width - len(row):] = 1
-        target[i, width - len(row):] = mask
-    return ConversationBatch(input_ids=paddle.to_tensor(ids), attention_mask=paddle.to_tensor(attention),
+    # left padded, as prompts are
+    return ConversationBatch(input_ids=pad_rows(rows, processor.tokenizer.pad_token_id, left=True),
+                             attention_mask=pad_rows([[1] * len(row) for row in rows], 0, left=True),
                              pixel_values=paddle.concat(pixels) if pixels else None,
                              image_grid_thw=paddle.concat(grids) if grids else None,
-                             loss_mask=paddle.to_tensor(target[:, 1:]))
+                             loss_mask=pad_rows(masks, 0, left=True, dtype="int32")[:, 1:])

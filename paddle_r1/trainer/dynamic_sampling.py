@@ -51,10 +51,7 @@ def select_groups(rollout: Rollout, groups: list[int], images_per_prompt: list[i
     completion_rows = paddle.to_tensor([i * g + k for i in groups for k in range(g)], dtype="int64")
     pixel_values = grid = None
     if prompt.image_grid_thw is not None:
-        spans = image_spans(prompt.image_grid_thw, images_per_prompt)
-        first_image = np.cumsum([0] + images_per_prompt)
-        pixel_values = paddle.concat([prompt.pixel_values[spans[i][0]:spans[i][1]] for i in groups])
-        grid = paddle.concat([prompt.image_grid_thw[first_image[i]:first_image[i + 1]] for i in groups])
+        pixel_values, grid = _images_of(prompt.pixel_values, prompt.image_grid_thw, images_per_prompt, groups)
     selected = PromptBatch(input_ids=prompt.input_ids[rows], attention_mask=prompt.attention_mask[rows],
                            pixel_values=pixel_values, image_grid_thw=grid)
     return Rollout(prompt=selected, num_generations=g, completion_ids=rollout.completion_ids[completion_rows],
@@ -72,13 +69,19 @@ def _episode_rows(rollout: Rollout, rows: list[int]) -> dict:
                   episode_images_per_row=[counts[r] for r in rows], episode_pixel_values=None,
                   episode_image_grid_thw=None)
     if any(counts[r] for r in rows):
-        spans = image_spans(rollout.episode_image_grid_thw, counts)
-        first_image = np.cumsum([0] + counts)
-        fields["episode_pixel_values"] = paddle.concat(
-            [rollout.episode_pixel_values[spans[r][0]:spans[r][1]] for r in rows if counts[r]])
-        fields["episode_image_grid_thw"] = paddle.concat(
-            [rollout.episode_image_grid_thw[first_image[r]:first_image[r + 1]] for r in rows if counts[r]])
+        fields["episode_pixel_values"], fields["episode_image_grid_thw"] = _images_of(
+            rollout.episode_pixel_values, rollout.episode_image_grid_thw, counts, rows)
     return fields
+
+
+def _images_of(pixel_values: paddle.Tensor, grid: paddle.Tensor, images_per_item: list[int], items: list[int]
+               ) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """The ``pixel_values`` rows and ``image_grid_thw`` rows of the images of ``items`` (prompts or episode rows, in
+    that order), given how many images each item has (``images_per_item``, in the order they are stored)."""
+    spans = image_spans(grid, images_per_item)
+    first_image = np.cumsum([0] + list(images_per_item))
+    return (paddle.concat([pixel_values[spans[i][0]:spans[i][1]] for i in items]),
+            paddle.concat([grid[first_image[i]:first_image[i + 1]] for i in items]))
 
 
 def _pad(x: paddle.Tensor, width: int, value, left: bool) -> paddle.Tensor:

@@ -188,11 +188,16 @@ def _episode_rows_hidden(model, rollout: Rollout) -> paddle.Tensor:
 def _hidden_after_prompt(model, rollout: Rollout, embeds, positions: paddle.Tensor, mask: paddle.Tensor
                          ) -> paddle.Tensor:
     """The decoder's states of whole rows (prompt + completion) at the places that predict the completion."""
-    hidden = model.model(**embeds.model_inputs(), attention_mask=mask, position_ids=positions, use_cache=False,
-                         return_dict=True).last_hidden_state
+    hidden = _decoder_states(model, embeds, positions, mask)
     prompt_len, completion_len = rollout.prompt.input_ids.shape[1], rollout.completion_ids.shape[1]
     # the state at position i predicts token i + 1
     return hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]
+
+
+def _decoder_states(model, embeds, positions: paddle.Tensor, mask: paddle.Tensor) -> paddle.Tensor:
+    """The decoder's last hidden states [B, L, D] over whole rows (no cache)."""
+    return model.model(**embeds.model_inputs(), attention_mask=mask, position_ids=positions, use_cache=False,
+                       return_dict=True).last_hidden_state
 
 
 def conversation_logprobs(model, batch, chunk_size: int, temperature: float = 1.0) -> paddle.Tensor:
@@ -201,6 +206,5 @@ def conversation_logprobs(model, batch, chunk_size: int, temperature: float = 1.
     count. Each row runs whole: a conversation's images may follow the tokens trained on."""
     embeds = embed_inputs(model, batch.input_ids, batch.pixel_values, batch.image_grid_thw)
     positions, _ = rope_positions(model, batch.input_ids, batch.attention_mask, batch.image_grid_thw)
-    hidden = model.model(**embeds.model_inputs(), attention_mask=batch.attention_mask, position_ids=positions,
-                         use_cache=False, return_dict=True).last_hidden_state
+    hidden = _decoder_states(model, embeds, positions, batch.attention_mask)
     return chunked_token_logprobs(model.lm_head, hidden[:, :-1], batch.input_ids[:, 1:], chunk_size, temperature)

@@ -20,12 +20,11 @@ import json
 import time
 from typing import Optional
 
-import numpy as np
 import paddle
 
 from ..config import SFTConfig
 from ..generation.generator import PromptFacts, build_prompt_batch, load_sample_images
-from ..generation.rollout import Rollout
+from ..generation.rollout import Rollout, pad_rows
 from ..models.coords import as_box, box_from_original
 from ..rewards.families.multibox import read_groups
 from .base import Trainer
@@ -68,14 +67,9 @@ def build_sft_batch(samples: list[dict], processor, config: SFTConfig, coord_sys
     texts = target_texts(samples, facts, config.answer_template, coord_system)
     tokenizer = processor.tokenizer
     rows = [ids + [tokenizer.eos_token_id] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-    width = max(len(r) for r in rows)
-    ids = np.full((len(rows), width), tokenizer.pad_token_id, dtype="int64")
-    mask = np.zeros((len(rows), width), dtype="int32")
-    for i, row in enumerate(rows):
-        ids[i, :len(row)] = row
-        mask[i, :len(row)] = 1
-    batch = Rollout(prompt=prompt, num_generations=1, completion_ids=paddle.to_tensor(ids),
-                    completion_mask=paddle.to_tensor(mask), truncated=paddle.zeros([len(rows)], dtype="bool"))
+    batch = Rollout(prompt=prompt, num_generations=1, completion_ids=pad_rows(rows, tokenizer.pad_token_id),
+                    completion_mask=pad_rows([[1] * len(row) for row in rows], 0, dtype="int32"),
+                    truncated=paddle.zeros([len(rows)], dtype="bool"))
     return batch, texts
 
 
