@@ -63,7 +63,7 @@ class ModelKeys:
     dtype: str = key("float32", "float32 | bfloat16 | float16: the weights' and activations' type (a GPU that lacks "
                      "bfloat16 may change it, with a warning)", choices=DTYPES)
     device: Optional[str] = key(None, "gpu, gpu:N, cpu, ...; default: gpu when Paddle was built with CUDA, else cpu")
-    tune_cpu_math: bool = key(True, "on the CPU: MKL's AVX2 kernels on AMD processors and glibc's large heap blocks "
+    tune_cpu_math: bool = key(True, "on the CPU: MKL's AVX-512 or AVX2 kernels on AMD processors and glibc's large heap blocks "
                               "(paddle_r1/cpu_math.py)")
     freeze_vision: bool = key(False, "train the language model only; the vision tower's weights stay as loaded")
     gradient_checkpointing: bool = key(False, "recompute activations in the backward pass (memory for time)")

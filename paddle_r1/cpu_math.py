@@ -4,10 +4,14 @@ without CUDA; importing paddle_r1 makes neither.
 
 MKL on AMD. Paddle's CPU wheel calls an old Intel MKL (``libmklml_intel``) for its matrix products, and that MKL picks a
 generic, non-AVX2 code path on AMD processors: a [1696, 256] x [256, 2048] product ran at 14 GFLOP/s on this
-project's 2-core AMD EPYC (torch's newer MKL: 45-69). ``MKL_DEBUG_CPU_TYPE=5`` makes that MKL use its AVX2
-kernels on any processor that has AVX2 and FMA: 40-78 GFLOP/s on the same machine. MKL reads the variable
-when Paddle first loads it (the first matrix product), so it must be set before that; a value the user set is
-kept, and Intel processors (where MKL already chooses well, AVX-512 included) are left alone.
+project's 2-core AMD EPYC (torch's newer MKL: 45-69). ``MKL_DEBUG_CPU_TYPE`` makes that MKL use the kernels of
+the instruction set named: 5 its AVX2 ones (40-78 GFLOP/s on the same machine), 7 its AVX-512 (Skylake) ones,
+which need AVX-512 F, CD, BW, DQ and VL (AMD has them from Zen 4 on): a [16, 256] x [256, 2048] product, the
+decode step's gate/up, took 75 us against 238 with 5, a [1024]^3 one ran at 216 GFLOP/s against 121
+(``python benchmarks/decode_products.py``). The MKL_DEBUG_CPU_TYPE values above 7 are Xeon Phi's kernels, which stop
+an EPYC with an illegal instruction. MKL reads the variable when Paddle first loads it (the first matrix product),
+so it must be set before that; a value the user set is kept, and Intel processors (where MKL already chooses well,
+AVX-512 included) are left alone.
 
 Large blocks from glibc's heap. glibc serves blocks above its mmap threshold (128 KiB at first) with a fresh
 ``mmap`` and gives them back on free, so every activation-sized tensor Paddle's CPU allocator asks for starts on
@@ -16,14 +20,18 @@ untouched pages: a [16, 64, 1024] float32 product took 3.8 ms, 0.35 ms with the 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 
 
-def mkl_cpu_type(cpuinfo: str) -> str | None:
-    """"5" (AVX2) for an AMD processor with AVX2 and FMA, per ``/proc/cpuinfo``'s text; else None."""
+AVX512_SKYLAKE = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
+
+
+def _vendor_and_flags(cpuinfo: str) -> tuple[str, set]:
+    """The first processor's vendor_id and flags in ``/proc/cpuinfo``'s text."""
     vendor = flags = ""
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
@@ -32,14 +40,44 @@ def mkl_cpu_type(cpuinfo: str) -> str | None:
             vendor = value.strip()
         elif key == "flags" and not flags:
             flags = value
-    return "5" if vendor == "AuthenticAMD" and {"avx2", "fma"} <= set(flags.split()) else None
+    return vendor, set(flags.split())
+
+
+def mkl_cpu_type(cpuinfo: str) -> str | None:
+    """For an AMD processor, per ``/proc/cpuinfo``'s text: "7" (AVX-512) if it has AVX-512 F, CD, BW, DQ and VL,
+    "5" (AVX2) if it has AVX2 and FMA; else None."""
+    vendor, flags = _vendor_and_flags(cpuinfo)
+    if vendor != "AuthenticAMD":
+        return None
+    if AVX512_SKYLAKE <= flags:
+        return "7"
+    return "5" if {"avx2", "fma"} <= flags else None
+
+
+def mkl_runs_avx512(cpuinfo: str) -> bool:
+    """Whether MKL multiplies with its AVX-512 kernels in this process: ``MKL_DEBUG_CPU_TYPE`` 7 (as
+    ``choose_mkl_kernels`` or the user set it), or, unset, an Intel processor with the flags those kernels need
+    (MKL picks them there by itself; on AMD it picks a generic path)."""
+    chosen = os.environ.get("MKL_DEBUG_CPU_TYPE")
+    if chosen is not None:
+        return chosen.strip() == "7"
+    vendor, flags = _vendor_and_flags(cpuinfo)
+    return vendor == "GenuineIntel" and AVX512_SKYLAKE <= flags
+
+
+@functools.lru_cache(maxsize=None)
+def read_cpuinfo(path: str = "/proc/cpuinfo") -> str:
+    """The file's text, or "" where there is none (not Linux)."""
+    if not os.path.isfile(path):
+        return ""
+    with open(path) as f:
+        return f.read()
 
 
 def choose_mkl_kernels(cpuinfo_path: str = "/proc/cpuinfo") -> None:
-    if "MKL_DEBUG_CPU_TYPE" in os.environ or not os.path.isfile(cpuinfo_path):
+    if "MKL_DEBUG_CPU_TYPE" in os.environ:
         return
-    with open(cpuinfo_path) as f:
-        cpu_type = mkl_cpu_type(f.read())
+    cpu_type = mkl_cpu_type(read_cpuinfo(cpuinfo_path))
     if cpu_type:
         os.environ["MKL_DEBUG_CPU_TYPE"] = cpu_type
 

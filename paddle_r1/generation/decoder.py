@@ -8,10 +8,14 @@ each layer call is Python dispatch, hooks and a dozen small kernels. A profile o
 put three avoidable costs on top of that (``benchmarks/rollout.py``; the products' figures below from
 ``benchmarks/decode_products.py``, three runs at the speed anchor's sizes, 16 rows):
 
-- Paddle's bundled MKL multiplies a 16-row activation by the wide gate/up weight [256, 2048] 1.3-1.7x slower than by
-  the same weight stored [out, in] (``transpose_y``); the down projection (out < in) is 1.5x faster as stored. On CPU
-  the weights with out >= in are copied transposed once per rollout (qkv and o_proj, 0.75-1.16x, are a wash): one
-  extra copy of those weights for the rollout's duration. On GPU the weights are used as they are.
+- Which layout of a weight multiplies a 16-row activation faster depends on MKL's kernels. With its AVX2 kernels
+  (what ``cpu_math`` chooses on an AMD processor without AVX-512), the wide gate/up weight [256, 2048] is 1.3-1.7x
+  faster stored [out, in] (``transpose_y``) and the down projection (out < in) 1.5x faster as stored; with its
+  AVX-512 kernels every weight is faster as stored (gate/up 1.4x, down 2.8x, qkv and o_proj 1.5x: the first table of
+  ``benchmarks/decode_products.py``; the step 2.5-2.7 ms against 1.9-2.0 with the copies, ``decode_floor.py``). So on
+  CPU, where MKL runs its AVX2 kernels, the weights with out >= in are copied transposed once per rollout (qkv and
+  o_proj, 0.75-1.16x there, are a wash): one extra copy of those weights for the rollout's duration. Elsewhere (a
+  GPU, or MKL's AVX-512 kernels) the weights are used as they are.
 - q @ K^T over the cache as a batched ``transpose_y`` product is 1.6-1.7x slower than over keys stored transposed
   (``kv_cache.TransposedKVCache``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
@@ -38,6 +42,7 @@ import paddle
 from paddle.incubate.nn.functional import fused_rms_norm
 from paddleformers.peft.lora.lora_layers import LoRALinear
 
+from ..cpu_math import mkl_runs_avx512, read_cpuinfo
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
 from ..models.rms_norm import FastRMSNorm
 from ..models.text_attention import FastTextAttention, half_rotation
@@ -91,7 +96,7 @@ class Projection:
     lora: Optional[tuple] = None  # (A [in, r], B [r, out], scaling)
 
     @classmethod
-    def of(cls, linear: paddle.nn.Linear, transpose_wide: bool = True) -> "Projection":
+    def of(cls, linear: paddle.nn.Linear, transpose_wide: bool) -> "Projection":
         """``transpose_wide``: copy the weight transposed on CPU when its output is at least as wide as its input."""
         in_features, out_features = linear.weight.shape
         transpose = transpose_wide and linear.weight.place.is_cpu_place() and out_features >= in_features
@@ -111,6 +116,12 @@ class Projection:
             lora_a, lora_b, scaling = self.lora
             out = out + (x @ lora_a @ lora_b) * scaling
         return out
+
+
+def transpose_wide_weights() -> bool:
+    """Whether the one-token step copies its wide weights transposed on CPU: not where MKL runs its AVX-512 kernels
+    (see the module docstring)."""
+    return not mkl_runs_avx512(read_cpuinfo())
 
 
 @dataclass
@@ -158,10 +169,12 @@ class OneTokenDecoder:
         self.scaling = attention.scaling
         self.epsilon = text.norm.variance_epsilon
         self.act_fn = text.layers[0].mlp.act_fn
+        wide = transpose_wide_weights()
         self.layers = [LayerWeights(
             input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj, transpose_wide=False),
-            out=Projection.of(layer.self_attn.o_proj), post_norm=layer.post_attention_layernorm.weight,
-            up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name)), down=Projection.of(layer.mlp.down_proj),
+            out=Projection.of(layer.self_attn.o_proj, wide), post_norm=layer.post_attention_layernorm.weight,
+            up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name), wide),
+            down=Projection.of(layer.mlp.down_proj, wide),
         ) for layer in text.layers]
         prompt_len = prompt_mask.shape[1]
         capacity = prompt_len + max_new_tokens
