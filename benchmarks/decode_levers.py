@@ -8,7 +8,8 @@ Kernels at the decode step's shapes (16 rows of one token, hidden 256, 4 heads o
 before it as one ``fused_rms_norm`` against ``rms_norm(x + residual)``; ``swiglu`` against ``silu(gate) * up``;
 writing one slot of the transposed key cache with a device-side slot (``index_put``) against a host slice
 (``set_value``) and ``put_along_axis_``; the inverse-CDF draw over the vocabulary as one ``searchsorted`` against a
-compare, a cast and a sum. Then one layer's attention forward and backward over ``--length`` completion tokens after
+compare, a cast and a sum. Then the masked scores of one block of 256 queries as one ``baddbmm`` against a product,
+a scale and an add, seconds; one layer's attention forward and backward over ``--length`` completion tokens after
 a 49-token prompt (16 rows), the whole [L, S] square against ``grouped_eager_attention``'s query blocks, seconds
 (one call after a warm-up); and, unless ``--no-cache``, ``--length - 1`` decode steps of ``OneTokenDecoder`` (paddle_r1's tiny
 model at the speed anchor's sizes) over a cache allocated for all of them at once against one growing by
@@ -92,6 +93,18 @@ def attention_pair(paddle, length: int):
             lambda: forward_backward(_grouped_attention))
 
 
+def scores_pair(paddle, length: int):
+    """The masked, scaled scores of one block of 256 queries over every key (``_grouped_attention``'s): one
+    ``baddbmm`` against a product, a scale and an add."""
+    keys = 49 + length
+    query, key = paddle.randn([32, 2 * 256, 64]), paddle.randn([32, keys, 64])
+    key_t = key.transpose([0, 2, 1])
+    mask = paddle.randn([32, 2 * 256, keys])
+    return (f"masked scores of 256 queries x {keys} keys, 16 rows x 4 heads (s)", "baddbmm",
+            lambda: paddle.baddbmm(mask, query, key_t, beta=1.0, alpha=0.125), "matmul, scale, add",
+            lambda: paddle.matmul(query, key, transpose_y=True) * 0.125 + mask)
+
+
 def cache_pair(paddle, length: int, work: str):
     """``length - 1`` decode steps: a growing cache against one allocated for every step."""
     from grpo_step import _make_checkpoint, _write_samples
@@ -158,7 +171,7 @@ def main() -> None:
     for lever, new_name, new, old_name, old in kernel_pairs(paddle):
         times = [(_microseconds(new), _microseconds(old)) for _ in range(args.rounds)]
         rows.append((lever + " (us)", new_name, old_name, times))
-    pairs = [attention_pair(paddle, args.length)]
+    pairs = [scores_pair(paddle, args.length), attention_pair(paddle, args.length)]
     if args.cache:
         pairs.append(cache_pair(paddle, args.length, tempfile.mkdtemp()))
     for lever, new_name, new, old_name, old in pairs:
