@@ -87,24 +87,28 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
 
 
 def _grouped_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
-    """With a mask, the scores are one ``baddbmm``, mask + scaling * q k^T: the product's kernel scales and adds the
-    (expanded) mask as it writes, where a separate scale and add were two more passes over the [L, S] scores, and
-    Paddle's CPU elementwise kernels run far below the memory's speed. A block of 256 queries over 1,073 keys, 16 rows
-    x 4 heads: 0.051 s against 0.098 (``python benchmarks/decode_levers.py --no-cache``)."""
+    """Without gradients (the reference pass, the rollout's prefill) the masked scores are one ``baddbmm``,
+    mask + scaling * q k^T: the product's kernel scales and adds the (expanded) mask as it writes, where a separate
+    scale and add are two more passes over the [L, S] scores, and Paddle's CPU elementwise kernels run far below the
+    memory's speed. A block of 256 queries over 1,073 keys, 16 rows x 4 heads: 0.051 s against 0.098 (``python
+    benchmarks/decode_levers.py --no-cache``). Under gradients the product, scale and add stay: ``baddbmm`` keeps its
+    expanded mask for the backward, which took the step's peak at 1,024 tokens from 4.0 to 5.1 GB."""
     batch, heads, length, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
-    if attention_mask is None:
-        grouped = query.reshape([batch, kv_heads, group * length, dim])
-        scores = paddle.matmul(grouped, key, transpose_y=True) * scaling
-    else:
-        grouped = query.reshape([batch * kv_heads, group * length, dim])
-        keys_t = key.reshape([batch * kv_heads, keys, dim]).transpose([0, 2, 1])
+    if attention_mask is not None and not (paddle.is_grad_enabled() and not (query.stop_gradient and key.stop_gradient)):
         mask = attention_mask[:, :, :, :keys]
         mask = (mask if mask.dtype == query.dtype else mask.astype(query.dtype)).unsqueeze(2)
         mask = mask.expand([batch, kv_heads, group, length, keys]).reshape([batch * kv_heads, group * length, keys])
-        scores = paddle.baddbmm(mask, grouped, keys_t, beta=1.0, alpha=scaling)
-        scores = scores.reshape([batch, kv_heads, group * length, keys])
+        keys_t = key.reshape([batch * kv_heads, keys, dim]).transpose([0, 2, 1])
+        scores = paddle.baddbmm(mask, query.reshape([batch * kv_heads, group * length, dim]), keys_t, beta=1.0,
+                                alpha=scaling).reshape([batch, kv_heads, group * length, keys])
+    else:
+        scores = paddle.matmul(query.reshape([batch, kv_heads, group * length, dim]), key, transpose_y=True) * scaling
+        if attention_mask is not None:
+            scores = scores.reshape([batch, kv_heads, group, length, keys])
+            scores = scores + attention_mask[:, :, :, :keys].unsqueeze(2).expand(scores.shape)
+            scores = scores.reshape([batch, kv_heads, group * length, keys])
     probs = paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(query.dtype)
     out = paddle.matmul(probs, value).reshape([batch, heads, length, dim])
     return out.transpose([0, 2, 1, 3]).reshape([batch, length, heads * dim])
