@@ -45,7 +45,7 @@ from paddleformers.peft.lora.lora_layers import LoRALinear
 from ..cpu_math import mkl_runs_avx512, read_cpuinfo
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
 from ..models.rms_norm import FastRMSNorm
-from ..models.text_attention import FastTextAttention, half_rotation
+from ..models.text_attention import FastTextAttention, half_rotation, softmax_float32
 from .kv_cache import StaticKVCache, TransposedKVCache
 
 
@@ -216,7 +216,7 @@ class OneTokenDecoder:
             query, key, value = paddle.split(mixed, [groups, 1, 1], axis=2)
             keys, values = cache.write(index, key, value)
             scores = paddle.matmul(query, keys) + mask
-            probs = _softmax_float32(scores)
+            probs = softmax_float32(scores)
             attended = paddle.matmul(probs, values).reshape([rows, self.heads * self.head_dim])
             hidden, residual = fused_rms_norm(layer.out(attended), layer.post_norm, None, self.epsilon, 1,
                                               residual=residual)[:2]
@@ -227,9 +227,3 @@ class OneTokenDecoder:
         cache.advance()
         return self.model.lm_head(hidden)
 
-
-def _softmax_float32(scores: paddle.Tensor) -> paddle.Tensor:
-    """softmax over the last axis computed in float32, in the scores' dtype (no casts for float32 scores)."""
-    if scores.dtype == paddle.float32:
-        return paddle.nn.functional.softmax(scores, axis=-1)
-    return paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(scores.dtype)

