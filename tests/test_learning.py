@@ -14,6 +14,7 @@ from paddle_r1.errors import ConfigError
 from paddle_r1.data.loader import load_samples
 from paddle_r1.data.synthetic import BACKGROUND, HELDOUT_SEED_OFFSET, make_synthetic_counting, make_synthetic_splits
 from paddle_r1.evaluation.heldout import HeldoutEval
+from paddle_r1.evaluation.runner import GreedyAnswers
 from paddle_r1.generation.generator import Generator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,7 +73,8 @@ def test_heldout_score_is_the_mean_accuracy_reward(tiny, tmp_path):
     truths = [s["solution"] for s in heldout.samples]
     answers = [f"<think> </think><answer>{truths[0]}</answer>", "<answer>9</answer>", "no number",
                f"<answer>{truths[3]}</answer>"]
-    scores = heldout.score_completions(heldout.samples, answers, [[(112, 112)]] * 4, [[(112, 112)]] * 4, "abs_resized")
+    scores = heldout.score_answers(heldout.samples, GreedyAnswers(answers, [[(112, 112)]] * 4, [[(112, 112)]] * 4),
+                                   "abs_resized")
     assert scores.tolist() == [1.0, 0.0, 0.0, 1.0]
     # the tiny random model's own greedy answers: the score is their mean accuracy, each answer right or wrong
     generator = Generator(model, processor, "abs_resized")

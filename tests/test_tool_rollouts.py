@@ -361,3 +361,21 @@ def test_episodes_without_calls_are_the_single_turn_rollout(tiny, rec_samples):
     np.testing.assert_array_equal(result.rollout.completion_ids.numpy()[:, :width], single.completion_ids.numpy())
     np.testing.assert_array_equal(result.rollout.completion_mask.numpy()[:, :width], single.completion_mask.numpy())
     assert result.rollout.truncated.numpy().tolist() == single.truncated.numpy().tolist()
+
+
+def test_held_out_evaluation_of_a_tool_run_answers_in_episodes(tool_calling_model, rec_jsonl):
+    """A run with tools evaluates its held-out set in episodes with the same tools, as its rollout runs: the
+    ``tool_format`` eval reward (None for an answer without calls) scores the greedy episodes that call crop; the same
+    held-out set evaluated single-turn has no calls to score."""
+    from paddle_r1.evaluation.heldout import HeldoutEval
+    from paddle_r1.generation.generator import Generator
+    from paddle_r1.models.loading import load_model, load_processor
+
+    generator = Generator(load_model(tool_calling_model), load_processor(tool_calling_model), "abs_resized")
+    keys = dict(model_name_or_path=tool_calling_model, eval_steps=1, eval_data_path=rec_jsonl,
+                eval_reward="tool_format", question_template="{Question}", max_completion_length=100)
+    with_tools = HeldoutEval(GRPOConfig(**keys, tools=["crop"], max_turns=3))
+    scores = with_tools.scores(generator, with_tools.samples)
+    assert np.isfinite(scores).sum() >= len(scores) // 2, scores
+    single_turn = HeldoutEval(GRPOConfig(**keys))
+    assert np.isnan(single_turn.scores(generator, single_turn.samples)).all()

@@ -3,8 +3,10 @@
 
 The policy in memory answers a fixed set of held-out samples greedily, with the eval runner's decoding and the
 training question template; the score is the mean of ``eval_reward`` over them (``iou_accuracy`` for REC,
-``counting`` for counting: the fraction answered correctly), logged as ``eval/score``. Greedy decoding draws no
-random numbers, so evaluating does not change the training run.
+``counting`` for counting: the fraction answered correctly), logged as ``eval/score``. A run with tools
+(``max_turns`` > 1) answers in episodes with the same tools, as its rollout does, and the reward gets the ``turns``
+and ``tool_calls`` columns. Greedy decoding draws no random numbers, so evaluating does not change the training
+run.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from ..config import GRPOConfig
 from ..data.loader import load_samples
 from ..rewards.manager import RewardManager, config_folders, reward_columns
 from ..generation.generator import Generator
-from .runner import EvalOptions, answer_greedily
+from ..tools.toolbox import toolbox_for
+from .runner import EvalOptions, GreedyAnswers, answer_greedily
 
 
 class HeldoutEval:
@@ -35,6 +38,7 @@ class HeldoutEval:
         self.rewards = RewardManager([config.eval_reward],
                                      settings={config.eval_reward: config.reward_kwargs.get(config.eval_reward, {})},
                                      folders=config_folders(config))
+        self.toolbox = toolbox_for(config.tools, config.max_turns, config_folders(config))
         if config.system_prompt:
             print("note: held-out evaluation prompts have no system prompt (the eval runner's prompts)")
 
@@ -46,15 +50,14 @@ class HeldoutEval:
     def scores(self, generator: Generator, samples: list[dict]) -> np.ndarray:
         """The eval reward of each of ``samples`` answered greedily (NaN where it does not apply)."""
         config = self.config
-        completions, image_sizes, input_sizes = answer_greedily(
-            generator, samples, config.question_template, EvalOptions.batch_size, config.max_completion_length,
-            "held-out eval")
-        return self.score_completions(samples, completions, image_sizes, input_sizes, generator.coord_system)
+        answers = answer_greedily(generator, samples, config.question_template, EvalOptions.batch_size,
+                                  config.max_completion_length, "held-out eval", self.toolbox, config.max_turns)
+        return self.score_answers(samples, answers, generator.coord_system)
 
-    def score_completions(self, samples: list[dict], completions: list[str], image_sizes, input_sizes,
-                          coord_system: str) -> np.ndarray:
-        columns = reward_columns(samples, image_sizes, input_sizes, coord_system)
-        return self.rewards.score(completions, columns).per_function[:, 0]
+    def score_answers(self, samples: list[dict], answers: GreedyAnswers, coord_system: str) -> np.ndarray:
+        columns = reward_columns(samples, answers.image_sizes, answers.input_sizes, coord_system,
+                                 turns=answers.turns, tool_calls=answers.tool_calls)
+        return self.rewards.score(answers.texts, columns).per_function[:, 0]
 
     def evaluate(self, generator: Generator, step: int, echo: Callable[[str], None] = print, rank: int = 0,
                  world_size: int = 1, sum_over_ranks: Callable[[list], list] = lambda values: values) -> dict:

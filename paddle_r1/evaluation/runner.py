@@ -20,6 +20,7 @@ from ..models.loading import default_coord_system, load_model, load_processor, m
 from ..generation.generator import Generator
 from ..generation.rollout import SamplingParams
 from ..rewards.manager import reward_columns
+from ..tools.toolbox import Toolbox
 from .protocols import get_protocol, shuffled_first
 from .tasks import Task
 
@@ -122,18 +123,31 @@ def asked(samples: list[dict], column: Optional[str]) -> list[dict]:
     return [dict(s, problem=s[column]) for s in samples]
 
 
+@dataclass
+class GreedyAnswers:
+    texts: list  # each sample's answer (multi-turn: its episode's final assistant turn)
+    image_sizes: list  # per sample, its images' sizes before and after the processor's resize (for the rewards)
+    input_sizes: list
+    turns: Optional[list] = None  # multi-turn: each episode's turns and tool calls (reward columns)
+    tool_calls: Optional[list] = None
+
+
 def answer_greedily(generator: Generator, samples: list[dict], template: str, batch_size: int, max_new_tokens: int,
-                    desc: str):
-    """Greedy completions, batch by batch, with each sample's image sizes for the rewards:
-    (completions, image_sizes, input_sizes)."""
+                    desc: str, toolbox: Optional[Toolbox] = None, max_turns: int = 1) -> GreedyAnswers:
+    """Greedy completions, batch by batch; with ``max_turns`` > 1, episodes in which the model may call the tools
+    of ``toolbox`` (each turn up to ``max_new_tokens``), as the GRPO rollout runs them."""
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
-    completions, image_sizes, input_sizes = [], [], []
+    answers = GreedyAnswers([], [], [], [] if max_turns > 1 else None, [] if max_turns > 1 else None)
     for start in tqdm(range(0, len(samples), batch_size), desc=desc, unit="batch"):
-        generation = generator.generate(samples[start:start + batch_size], 1, params, template)
-        completions += generation.texts
-        image_sizes += generation.facts.image_sizes
-        input_sizes += generation.facts.input_sizes
-    return completions, image_sizes, input_sizes
+        generation = generator.generate(samples[start:start + batch_size], 1, params, template, toolbox=toolbox,
+                                        max_turns=max_turns)
+        answers.texts += generation.texts
+        answers.image_sizes += generation.facts.image_sizes
+        answers.input_sizes += generation.facts.input_sizes
+        if max_turns > 1:
+            answers.turns += generation.turns
+            answers.tool_calls += generation.tool_calls
+    return answers
 
 
 class Evaluator:
@@ -154,8 +168,9 @@ class Evaluator:
             print(report.summary())
         column = get_protocol(options.protocol).question_column.get((task.base, options.method))
         template = template_for(options, task.base, self.model_path, task.template)
-        completions, image_sizes, input_sizes = answer_greedily(self.generator, asked(samples, column), template,
-                                                                options.batch_size, options.max_new_tokens, dataset)
+        answers = answer_greedily(self.generator, asked(samples, column), template, options.batch_size,
+                                  options.max_new_tokens, dataset)
+        completions, image_sizes, input_sizes = answers.texts, answers.image_sizes, answers.input_sizes
         columns = reward_columns(samples, image_sizes, input_sizes, self.coord_system)
         correct = task.score(completions, columns)
         results = [{

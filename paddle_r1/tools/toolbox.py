@@ -8,6 +8,7 @@ from typing import Callable, Optional
 
 from PIL import Image
 
+from ..errors import ConfigError
 from ..user_code import load_user_function
 from .builtins import BUILTIN_TOOLS, ToolContext
 from .calls import ToolCall
@@ -61,3 +62,14 @@ def _as_result(value) -> ToolResult:
             and all(isinstance(image, Image.Image) for image in value[1])):
         return ToolResult(value[0], [image.convert("RGB") for image in value[1]])
     raise TypeError(f"returned {type(value).__name__}; a tool returns text, an image or (text, [images])")
+
+
+def toolbox_for(tools: list[str], max_turns: int, folders: tuple = ()) -> Optional[Toolbox]:
+    """The tools of a run that rolls out episodes (config keys ``tools``, ``max_turns`` > 1), else None; a name that
+    is no tool is a ``ConfigError`` naming the key."""
+    if max_turns == 1:
+        return None
+    try:
+        return Toolbox(tools, folders)
+    except KeyError as e:
+        raise ConfigError(f"config key 'tools': {e.args[0]}", keys=("tools",)) from None

@@ -24,7 +24,7 @@ from ..generation.decoder import ONE_TOKEN_RUNS, supports as decoder_supports
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, config_folders, reward_columns
-from ..tools.toolbox import Toolbox
+from ..tools.toolbox import toolbox_for
 from .base import Draw, Trainer
 from .distributed import gather_objects, phase, sum_across_ranks
 from .dynamic_sampling import concat_rollouts, kept_groups, select_groups
@@ -122,7 +122,7 @@ class GRPOTrainer(Trainer):
         self.buffer: list[Experience] = []
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
         self.loss_settings = LossSettings.of(config)
-        self.toolbox = _toolbox(config)
+        self.toolbox = toolbox_for(config.tools, config.max_turns, config_folders(config))
         super().__init__(config, samples, heldout)
         if config.rollout_engine == "one_token" and not decoder_supports(self.policy):
             raise ConfigError(f"config key 'rollout_engine': one_token {ONE_TOKEN_RUNS}; this run needs auto or "
@@ -445,16 +445,6 @@ class GRPOTrainer(Trainer):
                 turn["images"] = paths
             logged.append(turn)
         return logged
-
-
-def _toolbox(config: GRPOConfig) -> Optional[Toolbox]:
-    """The run's tools (config key ``tools``) for a multi-turn run, else None."""
-    if config.max_turns == 1:
-        return None
-    try:
-        return Toolbox(config.tools, config_folders(config))
-    except KeyError as e:
-        raise ConfigError(f"config key 'tools': {e.args[0]}", keys=("tools",)) from None
 
 
 def _json_number(value) -> Optional[float]:
