@@ -9,7 +9,10 @@ persistent state (weights, reference, gradients, AdamW state after sharding, a r
 allocator) plus the larger of two phases' working memory:
 
 - rollout: the KV cache of B*G sequences of prompt + completion, the prefill's attention scores (eager only),
-  the vision tower's forward;
+  the vision tower's forward. With tools (``max_turns`` > 1) a completion is an episode: ``max_turns`` turns of
+  ``max_completion_length`` tokens and between them ``max_turns - 1`` tool results of one image each (what
+  ``crop`` and ``zoom`` return) at ``max_pixels``; the log-prob passes run each episode row whole, so the vision
+  tower sees every row's images;
 - training forward + backward: the decoder activations kept for backward (all layers, or with
   ``gradient_checkpointing`` each layer's input plus one layer recomputed), attention scores (eager: [H, L, L]
   per sequence, kept in float32 for the softmax; sdpa / flash: none), one log-prob chunk of float32 logits,
@@ -31,6 +34,7 @@ from typing import Optional
 GIB = 2.0**30
 PROMPT_TEXT_TOKENS = 128  # system prompt, chat template and question around the image tokens
 IMAGES_PER_PROMPT = 1
+TOOL_TEXT_TOKENS = 32  # a tool result's message around its image: role tokens, the result's text, the next turn's start
 DEFAULT_MAX_PIXELS = 12845056  # Qwen's preprocessor_config.json
 RESERVE_GIB = 2.0  # CUDA context, cuBLAS / NCCL workspaces, allocator fragmentation
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -247,19 +251,22 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
     prompts = config.prompts_per_device
     sequences = prompts * config.generations_per_device
     prompt_len = PROMPT_TEXT_TOKENS + IMAGES_PER_PROMPT * image_tokens
-    length = prompt_len + config.max_completion_length
+    tool_results = config.max_turns - 1  # one image each
+    completion = config.max_turns * config.max_completion_length + tool_results * (TOOL_TEXT_TOKENS + image_tokens)
+    length = prompt_len + completion
     activations, train_scores = decoder_training_bytes(shape, sequences, length, w, eager,
                                                        config.gradient_checkpointing)
-    logprob_chunk = min(config.logprob_chunk_size, sequences * config.max_completion_length) * shape.vocab * (w + 12)
+    logprob_chunk = min(config.logprob_chunk_size, sequences * completion) * shape.vocab * (w + 12)
 
     vision_trains = not (config.freeze_vision or config.lora)
-    vision_patches = prompts * IMAGES_PER_PROMPT * patches
+    images = prompts * IMAGES_PER_PROMPT if not tool_results else sequences * (IMAGES_PER_PROMPT + tool_results)
+    vision_patches = images * patches
     vision_layer = vision_patches * _activation_elements(shape.vision_width, shape.vision_width,
                                                          shape.vision_intermediate) * w
     image_scores = shape.vision_heads * patches**2 if eager else 0
     if vision_trains and not config.gradient_checkpointing:
-        vision = shape.vision_depth * vision_layer + (shape.vision_full_attention_blocks * prompts
-                                                      * IMAGES_PER_PROMPT * image_scores * scores_kept_bytes(w))
+        vision = shape.vision_depth * vision_layer + (shape.vision_full_attention_blocks * images * image_scores
+                                                      * scores_kept_bytes(w))
     else:
         vision = vision_layer * (2 if vision_trains else 1) + image_scores * scores_transient_bytes(w)
 
@@ -279,7 +286,8 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
                                          + (f" / {gpus} ({sharding})" if sharding else "")),
         ("reserve", RESERVE_GIB, "CUDA context, workspaces, fragmentation"),
         ("working memory: max(rollout, train)", max(rollout, training) / GIB,
-         f"{sequences} sequences x {length} tokens ({image_tokens} image tokens from max_pixels)"),
+         f"{sequences} sequences x {length} tokens ({image_tokens} image tokens from max_pixels"
+         + (f"; episodes of {config.max_turns} turns, {tool_results} tool images)" if tool_results else ")")),
         ("  rollout KV cache", kv_cache / GIB, "2 x layers x kv width x tokens"),
         ("  rollout prefill attention", prefill_scores / GIB, attention),
         ("  train activations", activations / GIB, recompute),

@@ -106,6 +106,18 @@ def test_the_table_follows_the_memory_options():
     assert _rows(quarter)["rollout KV cache"] == pytest.approx(plain["rollout KV cache"] / 4)
 
 
+def test_episodes_count_their_turns_and_tool_images():
+    """With tools, a completion is an episode of max_turns turns and max_turns - 1 tool images (crop's one each), and
+    the log-prob passes take every row's images through the vision tower."""
+    plain, episodes = estimate(_config(), 8, 80), estimate(_config(tools=["crop"], max_turns=3), 8, 80)
+    single, multi = _rows(plain), _rows(episodes)
+    prompt = 128 + 1280  # text + the image's 1280 tokens at max_pixels 1003520
+    episode = 3 * 1024 + 2 * (32 + 1280)
+    assert multi["rollout KV cache"] == pytest.approx(single["rollout KV cache"] * (prompt + episode) / (prompt + 1024))
+    assert f"{prompt + episode} tokens" in episodes.table() and "episodes of 3 turns, 2 tool images" in episodes.table()
+    assert multi["vision tower"] > 2 * single["vision tower"]
+
+
 def test_fit_and_the_keys_it_suggests():
     too_big = estimate(_config(), 8, 80)  # the old 7B command without sharding
     assert not too_big.fits and too_big.total_gib > 130
