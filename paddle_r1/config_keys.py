@@ -311,7 +311,8 @@ class VariantKeys:
                                       bounds=Bounds())
     filter_high: Optional[float] = key(None, "the band's upper bound (strict); default: none", bounds=Bounds())
     overlong_buffer: int = key(0, "DAPO's soft overlong penalty added to the reward, -factor * (L - (L_max - "
-                               "buffer)) / buffer in the last buffer tokens before max_completion_length; 0: off",
+                               "buffer)) / buffer in the last buffer tokens before max_completion_length (with tools: of the "
+                               "episode's longest turn); 0: off",
                                bounds=at_least(0))
     overlong_penalty_factor: float = key(1.0, "the overlong penalty at max_completion_length", bounds=at_least(0))
 

@@ -13,7 +13,7 @@ from paddle_r1.models.loading import load_model
 from paddle_r1.trainer.dynamic_sampling import kept_groups
 from paddle_r1.trainer.groups import GroupTable
 from paddle_r1.trainer.grpo import GRPOTrainer
-from paddle_r1.trainer.advantages import advantages_for, overlong_penalty
+from paddle_r1.trainer.advantages import advantages_for, longest_turns, overlong_penalty
 from paddle_r1.trainer.loss import LossSettings, grpo_loss, kl_divergence
 
 T = paddle.to_tensor
@@ -62,6 +62,17 @@ def test_sequence_level_importance_ratio_is_the_mean_log_ratio():
 
 def test_overlong_penalty_is_soft_in_the_buffer():
     assert overlong_penalty([4, 6, 7, 8], max_completion_length=8, buffer=4, factor=0.5) == [0.0, -0.25, -0.375, -0.5]
+
+
+def test_the_overlong_penalty_measures_an_episode_by_its_longest_turn():
+    """A single-turn row's length is its completion's; an episode of turns of 3 and 4 tokens around a tool result is
+    4 tokens long for the penalty (each turn is bounded by max_completion_length), not its 7 model tokens."""
+    masks = np.asarray([[1, 1, 1, 1, 1, 0, 0, 0, 0, 0],
+                        [1, 1, 1, 0, 0, 1, 1, 1, 1, 0],
+                        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]])
+    assert longest_turns(masks).tolist() == [5, 4, 0]
+    assert overlong_penalty(longest_turns(masks).tolist(), max_completion_length=6, buffer=2, factor=1.0) == \
+        [-0.5, 0.0, 0.0]
 
 
 def _table(rewards, scores=None) -> GroupTable:

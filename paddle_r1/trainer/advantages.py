@@ -3,6 +3,7 @@ REINFORCE++, Dr. GRPO), GDPO's per-reward normalisation (``multi_objective_aggre
 DAPO's overlong penalty on the reward. Each formula is in its function's docstring."""
 from __future__ import annotations
 
+import numpy as np
 import paddle
 
 from ..algorithms import SCALE_REWARDS
@@ -118,3 +119,14 @@ def overlong_penalty(lengths, max_completion_length: int, buffer: int, factor: f
     -factor * (L - (L_max - buffer)) / buffer in the last ``buffer`` tokens, -factor at L_max."""
     start = max_completion_length - buffer
     return [-factor * min(max(length - start, 0), buffer) / buffer for length in lengths]
+
+
+def longest_turns(completion_mask: np.ndarray) -> np.ndarray:
+    """Per row, the longest run of the model's own tokens (the 1s of ``completion_mask`` [rows, T]): a single-turn
+    completion's length, an episode's longest turn. The overlong penalty's L: ``max_completion_length`` bounds each
+    turn of an episode, so the turn nearest to being cut off is what the penalty warns of."""
+    longest = run = np.zeros(completion_mask.shape[0], dtype=np.int64)
+    for column in completion_mask.T.astype(np.int64):
+        run = (run + 1) * column
+        longest = np.maximum(longest, run)
+    return longest

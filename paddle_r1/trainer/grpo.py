@@ -29,7 +29,7 @@ from .base import Draw, Trainer
 from .distributed import gather_objects, phase, sum_across_ranks
 from .dynamic_sampling import concat_rollouts, kept_groups, select_groups
 from .groups import GroupTable, gather_groups
-from .advantages import overlong_penalty
+from .advantages import longest_turns, overlong_penalty
 from .logprobs import completion_logprobs
 from .loss import LossSettings, entropy_threshold, grpo_loss, high_entropy_mask, kl_divergence
 from .resume import BatchLayout
@@ -236,7 +236,8 @@ class GRPOTrainer(Trainer):
         rewards = scores.rewards
         lengths = generation.rollout.completion_mask.sum(axis=1).numpy()
         if cfg.overlong_buffer:
-            rewards = rewards + np.asarray(overlong_penalty(lengths.tolist(), cfg.max_completion_length,
+            longest = longest_turns(generation.rollout.completion_mask.numpy())
+            rewards = rewards + np.asarray(overlong_penalty(longest.tolist(), cfg.max_completion_length,
                                                             cfg.overlong_buffer, cfg.overlong_penalty_factor),
                                            dtype="float32")
         candidates = _Candidates(generation.rollout, generation.texts, draw.samples, facts.image_sizes,
