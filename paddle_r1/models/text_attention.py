@@ -91,8 +91,9 @@ def _grouped_attention(query, key, value, attention_mask, scaling: float) -> pad
     mask + scaling * q k^T: the product's kernel scales and adds the (expanded) mask as it writes, where a separate
     scale and add are two more passes over the [L, S] scores, and Paddle's CPU elementwise kernels run far below the
     memory's speed. A block of 256 queries over 1,073 keys, 16 rows x 4 heads: 0.051 s against 0.098 (``python
-    benchmarks/decode_levers.py --no-cache``). Under gradients the product, scale and add stay: ``baddbmm`` keeps its
-    expanded mask for the backward, which took the step's peak at 1,024 tokens from 4.0 to 5.1 GB."""
+    benchmarks/decode_levers.py --no-cache``). Under gradients the product and the add stay, the scaling applied to the
+    query: ``baddbmm`` keeps its expanded mask for the backward, which took the step's peak at 1,024 tokens from 4.0
+    to 5.1 GB."""
     batch, heads, length, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
@@ -103,8 +104,9 @@ def _grouped_attention(query, key, value, attention_mask, scaling: float) -> pad
         keys_t = key.reshape([batch * kv_heads, keys, dim]).transpose([0, 2, 1])
         scores = paddle.baddbmm(mask, query.reshape([batch * kv_heads, group * length, dim]), keys_t, beta=1.0,
                                 alpha=scaling).reshape([batch, kv_heads, group * length, keys])
-    else:
-        scores = paddle.matmul(query.reshape([batch, kv_heads, group * length, dim]), key, transpose_y=True) * scaling
+    else:  # the scaling on the query, 1/16 of the scores' elements at 1,024 tokens (exact for head_dim 64: 1/8)
+        scaled = (query * scaling).reshape([batch, kv_heads, group * length, dim])
+        scores = paddle.matmul(scaled, key, transpose_y=True)
         if attention_mask is not None:
             scores = scores.reshape([batch, kv_heads, group, length, keys])
             scores = scores + attention_mask[:, :, :, :keys].unsqueeze(2).expand(scores.shape)
