@@ -135,7 +135,7 @@ def test_dataset_name_writes_the_set_for_the_models_resize(tiny_model_dir, tmp_p
 
 def test_cells_put_the_target_inside_one_cell_and_the_call_crops_that_cell(grid_jsonl):
     """cells=4: the call's box is one of 16 in the 112 x 112 input (multiples of 28); mapped back to the canvas it is
-    exactly a 112-pixel grid cell, the framed square lies inside it, and the crop written is that cell."""
+    exactly a 112-pixel grid cell, the framed square lies centred in it, and the crop written is that cell."""
     folder = os.path.dirname(grid_jsonl)
     rows = _rows(grid_jsonl)
     cells = set()
@@ -146,7 +146,7 @@ def test_cells_put_the_target_inside_one_cell_and_the_call_crops_that_cell(grid_
         column, line = cut[0] // 112, cut[1] // 112
         assert cut == [column * 112, line * 112, column * 112 + 112, line * 112 + 112]
         x1, y1, x2, y2 = row["target_box"]
-        assert cut[0] <= x1 and cut[1] <= y1 and x2 <= cut[2] and y2 <= cut[3]
+        assert [x1, y1, x2, y2] == [cut[0] + 41, cut[1] + 41, cut[0] + 71, cut[1] + 71]  # (112 - 30) / 2 = 41
         canvas = Image.open(os.path.join(folder, row["images"][0]))
         crop = Image.open(os.path.join(folder, row["episode"][1]["images"][0]))
         assert np.array_equal(np.asarray(crop), np.asarray(canvas.crop([int(v) for v in cut])))

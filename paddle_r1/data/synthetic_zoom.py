@@ -81,7 +81,7 @@ def _check_cells(cells: int, size: tuple, framed: int, crop_side: Optional[int])
 
 def _place_target(rng, size: tuple, framed: int, crop_side: int, cells: Optional[int]) -> tuple[list, list]:
     """The framed square's box and the region the scripted call crops, in original pixels. Without ``cells``: the
-    square anywhere, the crop a ``crop_side``-pixel square around it. With ``cells``: the square wholly inside a
+    square anywhere, the crop a ``crop_side``-pixel square around it. With ``cells``: the square centred in a
     random cell of a ``cells`` x ``cells`` grid over the canvas, the crop that cell."""
     width, height = size
     if cells is None:
@@ -89,8 +89,8 @@ def _place_target(rng, size: tuple, framed: int, crop_side: int, cells: Optional
         return target, crop_box_around(target, crop_side, width, height)
     cell_width, cell_height = width // cells, height // cells
     column, row = int(rng.integers(cells)), int(rng.integers(cells))
-    x1 = column * cell_width + int(rng.integers(0, cell_width - framed + 1))
-    y1 = row * cell_height + int(rng.integers(0, cell_height - framed + 1))
+    x1 = column * cell_width + (cell_width - framed) // 2
+    y1 = row * cell_height + (cell_height - framed) // 2
     cell = [column * cell_width, row * cell_height, (column + 1) * cell_width, (row + 1) * cell_height]
     return [x1, y1, x1 + framed, y1 + framed], cell
 
@@ -108,11 +108,13 @@ def make_synthetic_zoom(out_dir: str, num_samples: int = 32, seed: int = 0, size
     family's) over the input size ``resizer`` gives the canvas, rounded to whole units; the answer is
     ``answer_template`` with ``{Answer}`` = the pattern.
 
-    ``cells`` (instead of ``crop_side``): the canvas is a ``cells`` x ``cells`` grid, the framed square lies wholly
-    inside one cell (distractors anywhere else) and the call crops exactly that cell, one of ``cells ** 2`` boxes.
-    With ``cells=4`` on the 448-pixel canvas a cell is 112 pixels, 28 at the tiny models' 112 x 112 input: one merged
-    2 x 2 patch vision token of the tiny Qwen2.5-VL, so where to crop is which token shows the red frame, not a
-    box to regress to the pixel.
+    ``cells`` (instead of ``crop_side``): the canvas is a ``cells`` x ``cells`` grid, the framed square lies centred
+    in one cell (distractors anywhere, not over it) and the call crops exactly that cell, one of ``cells ** 2``
+    boxes. With ``cells=4`` on the 448-pixel canvas a cell is 112 pixels, 28 at the tiny models' 112 x 112 input: one
+    merged 2 x 2 patch vision token of the tiny Qwen2.5-VL, so where to crop is which token shows the red frame, not
+    a box to regress to the pixel. Centred, as the default crop is centred on the square: placed anywhere in its
+    cell, the tiny model's SFT read the pattern in the cell's crop at chance (benchmarks/tool_learning.py, in
+    docs/reference.md).
     """
     if cells is not None:
         _check_cells(cells, size, patch + 2 * frame, crop_side)
