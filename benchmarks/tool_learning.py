@@ -4,8 +4,13 @@
 
 The task (``paddle_r1.data.synthetic_zoom``): a 448 x 448 canvas with a small red-framed square whose 2-pixel
 pattern (horizontal, vertical, checkered, plain) the model's 112 x 112 input averages away; a crop around it shows
-the pattern. For each seed: a tiny Qwen2.5-VL from that seed, SFT on scripted episodes (crop call, crop, answer),
-then GRPO with ``tools: [crop]``, ``max_turns: 3`` and the ``all_match`` reward. Before SFT, after SFT and after
+the pattern. The preset puts it on the grid (``cells=4``): the square centred in one of 16 cells of 112 pixels, one
+merged vision token each, and the scripted crop is that cell, so where to crop is one of 16 boxes rather than a
+box to the pixel. With it SFT reads the pattern in the cell's crop (1.00 given the ideal crop, seeds 0 and 1; the
+crop around the square without the grid: 1.00 / 0.92), but neither SFT nor 40 GRPO steps learn which cell to crop
+(docs/reference.md, "Tool use"); ``--set options.cells=null`` runs the task without the grid. For each seed: a
+tiny Qwen2.5-VL from that seed, SFT on scripted episodes (crop call, crop, answer), then GRPO with ``tools:
+[crop]``, ``max_turns: 3`` and the ``all_match`` and ``crop_covers_target`` rewards. Before SFT, after SFT and after
 GRPO, every held-out prompt is run greedy as an episode of at most two turns through the rollout GRPO trains with
 (the ``crop`` tool answers a first turn that calls it; a first turn without a call is the answer):
 
