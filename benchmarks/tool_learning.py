@@ -4,13 +4,19 @@
 
 The task (``paddle_r1.data.synthetic_zoom``): a 448 x 448 canvas with a small red-framed square whose 2-pixel
 pattern (horizontal, vertical, checkered, plain) the model's 112 x 112 input averages away; a crop around it shows
-the pattern. For each seed: a tiny Qwen2.5-VL from that seed, SFT on scripted episodes (crop call, crop, answer),
-then GRPO with ``tools: [crop]``, ``max_turns: 3`` and the ``all_match`` reward. Before SFT, after SFT and after
+the pattern. The preset puts it on the grid (``cells=4``): the square centred in one of 16 cells of 112 pixels, one
+merged vision token each, and the scripted crop is that cell, so where to crop is one of 16 boxes rather than a
+box to the pixel. With it SFT reads the pattern in the cell's crop (1.00 given the ideal crop, seeds 0 and 1; the
+crop around the square without the grid: 1.00 / 0.92), but neither SFT nor 40 GRPO steps learn which cell to crop
+(docs/reference.md, "Tool use"); ``--set options.cells=null`` runs the task without the grid. For each seed: a
+tiny Qwen2.5-VL from that seed, SFT on scripted episodes (crop call, crop, answer), then GRPO with ``tools:
+[crop]``, ``max_turns: 3`` and the ``all_match`` and ``crop_covers_target`` rewards. Before SFT, after SFT and after
 GRPO, every held-out prompt is run greedy as an episode of at most two turns through the rollout GRPO trains with
 (the ``crop`` tool answers a first turn that calls it; a first turn without a call is the answer):
 
 - tool-call rate: first turns that are a well-formed crop call (a box of four numbers);
-- crop hit: first turns whose box is a box (x1 <= x2, y1 <= y2) covering the framed square;
+- crop hit: first turns whose crop covers the framed square with at most 16 times its area (the
+  ``crop_covers_target`` reward: a crop of the whole canvas is no hit);
 - accuracy: episodes whose final answer names the pattern (``all_match``);
 - accuracy given the ideal crop: the answer turn after the scripted call and crop (reading the pattern alone).
 
@@ -41,12 +47,13 @@ class Preset:
     num_sft: int = 512
     num_train: int = 256
     num_heldout: int = 64
-    options: dict = field(default_factory=dict)  # make_synthetic_zoom's (e.g. crop_side, distractors)
+    options: dict = field(default_factory=lambda: dict(cells=4))  # make_synthetic_zoom's (cells, distractors, ...)
     sft: dict = field(default_factory=lambda: dict(max_steps=600, per_device_train_batch_size=16, learning_rate=1e-3,
                                                    warmup_steps=10))
     grpo: dict = field(default_factory=lambda: dict(
-        tools=["crop"], max_turns=3, reward_funcs=["all_match"], max_steps=40, per_device_train_batch_size=32,
-        num_generations=8, temperature=1.0, learning_rate=1e-4, beta=0.0, max_completion_length=96))
+        tools=["crop"], max_turns=3, reward_funcs=["all_match", "crop_covers_target"], max_steps=40,
+        per_device_train_batch_size=32, num_generations=8, temperature=1.0, learning_rate=1e-4, beta=0.0,
+        max_completion_length=96))
 
 
 def crop_call_box(text: str):
@@ -64,10 +71,6 @@ def crop_call_box(text: str):
     return box if as_floats(box) is not None and len(box) == 4 else None
 
 
-def covers(box, target) -> bool:
-    return box[0] <= target[0] and box[1] <= target[1] and target[2] <= box[2] and target[3] <= box[3]
-
-
 def evaluate(model_dir: str, samples: list[dict], batch: int = 16) -> dict:
     """The four rates above, greedy, over ``samples``: episodes of at most two turns through the rollout GRPO trains
     with (``generation.episodes.sample_episodes``, the ``crop`` tool), one from the prompt and one continuing from
@@ -75,7 +78,6 @@ def evaluate(model_dir: str, samples: list[dict], batch: int = 16) -> dict:
     from paddle_r1.generation.episodes import sample_episodes
     from paddle_r1.generation.generator import build_prompt_batch, eos_token_ids, load_sample_images
     from paddle_r1.generation.rollout import SamplingParams
-    from paddle_r1.models.coords import as_box, box_to_original
     from paddle_r1.models.loading import load_model, load_processor
     from paddle_r1.rewards import get_reward
     from paddle_r1.tools.builtins import ToolContext
@@ -83,6 +85,7 @@ def evaluate(model_dir: str, samples: list[dict], batch: int = 16) -> dict:
 
     model, processor = load_model(model_dir), load_processor(model_dir)
     tokenizer, score, toolbox = processor.tokenizer, get_reward("all_match"), Toolbox(["crop"])
+    crop_hit = get_reward("crop_covers_target")
     calls = hits = 0
     correct, correct_given_crop = [], []
     for start in range(0, len(samples), batch):
@@ -98,12 +101,11 @@ def evaluate(model_dir: str, samples: list[dict], batch: int = 16) -> dict:
                                    eos_token_ids(tokenizer), tokenizer.pad_token_id, toolbox, 2,
                                    first_turns=first_turns)
 
-        free = episodes()
-        for sample, turns, sizes, inputs in zip(part, free.turns, facts.image_sizes, facts.input_sizes):
-            box = crop_call_box(turns[0]["text"])
-            calls += box is not None
-            if box is not None and as_box(box) is not None:
-                hits += covers(box_to_original(box, "abs_resized", sizes[0], inputs[0]), sample["target_box"])
+        free = episodes()  # at most two turns: the calls run are the first turn's
+        calls += sum(crop_call_box(turns[0]["text"]) is not None for turns in free.turns)
+        hits += sum(crop_hit(free.texts, tool_calls=free.tool_calls, target_box=[s["target_box"] for s in part],
+                             image_sizes=facts.image_sizes, input_sizes=facts.input_sizes,
+                             coord_system=["abs_resized"] * len(part)))
         correct += score(free.texts, solution=solutions)
         correct_given_crop += score(episodes([s["episode"][0]["text"] for s in part]).texts, solution=solutions)
     n = len(samples)

@@ -10,7 +10,7 @@ from PIL import Image
 from paddle_r1.config import SFTConfig
 from paddle_r1.data.loader import load_from_config, load_samples
 from paddle_r1.data.samples import DataError
-from paddle_r1.data.synthetic_zoom import PATTERNS, TINY_RESIZER, make_synthetic_zoom, pattern_pixels
+from paddle_r1.data.synthetic_zoom import BACKGROUND, PATTERNS, TINY_RESIZER, make_synthetic_zoom, pattern_pixels
 from paddle_r1.models.coords import box_to_original
 from paddle_r1.models.resize import Resizer
 from paddle_r1.rewards import get_reward
@@ -21,32 +21,41 @@ def zoom_jsonl(tmp_path_factory):
     return make_synthetic_zoom(str(tmp_path_factory.mktemp("zoom")), num_samples=6, seed=2)
 
 
+@pytest.fixture(scope="module")
+def grid_jsonl(tmp_path_factory):
+    return make_synthetic_zoom(str(tmp_path_factory.mktemp("zoom_grid")), num_samples=8, seed=2, cells=4)
+
+
 def _rows(path):
     return [json.loads(line) for line in open(path)]
+
+
+def _pattern_spreads(processor, folder, row) -> tuple[list, list]:
+    """The four patterns painted into ``row``'s canvas, through the processor: the pairwise sums of absolute
+    pixel-value differences of the whole canvas, then of the episode's crop of it."""
+    canvas = Image.open(os.path.join(folder, row["images"][0])).convert("RGB")
+    x1, y1 = row["target_box"][:2]
+    cut = [round(v) for v in box_to_original(row["episode"][1]["arguments"]["bbox_2d"], "abs_resized",
+                                             canvas.size, (112, 112))]
+
+    def pixel_values(pattern, crop):
+        painted = canvas.copy()
+        painted.paste(Image.fromarray(pattern_pixels(pattern, 24)).convert("RGB"), (x1 + 3, y1 + 3))
+        image = painted.crop(cut) if crop else painted
+        return processor.image_processor(images=[image], return_tensors="pd")["pixel_values"].numpy()
+
+    def spread(crop):
+        values = {p: pixel_values(p, crop) for p in PATTERNS}
+        return [np.abs(values[a] - values[b]).sum() for i, a in enumerate(PATTERNS) for b in PATTERNS[i + 1:]]
+
+    return spread(False), spread(True)
 
 
 def test_the_pattern_vanishes_at_input_resolution_and_shows_in_the_crop(tiny, zoom_jsonl):
     """The four patterns painted into the same canvas, through the tiny processor: the whole canvas (resized to
     112 x 112) differs between patterns by less than 1/20 of what the episode's crop of it differs by."""
-    _, processor = tiny
-    folder = os.path.dirname(zoom_jsonl)
     for row in _rows(zoom_jsonl)[:3]:
-        canvas = Image.open(os.path.join(folder, row["images"][0])).convert("RGB")
-        x1, y1 = row["target_box"][:2]
-        cut = [round(v) for v in box_to_original(row["episode"][1]["arguments"]["bbox_2d"], "abs_resized",
-                                                 canvas.size, (112, 112))]
-
-        def pixel_values(pattern, crop):
-            painted = canvas.copy()
-            painted.paste(Image.fromarray(pattern_pixels(pattern, 24)).convert("RGB"), (x1 + 3, y1 + 3))
-            image = painted.crop(cut) if crop else painted
-            return processor.image_processor(images=[image], return_tensors="pd")["pixel_values"].numpy()
-
-        def spread(crop):
-            values = {p: pixel_values(p, crop) for p in PATTERNS}
-            return [np.abs(values[a] - values[b]).sum() for i, a in enumerate(PATTERNS) for b in PATTERNS[i + 1:]]
-
-        whole, cropped = spread(False), spread(True)
+        whole, cropped = _pattern_spreads(tiny[1], os.path.dirname(zoom_jsonl), row)
         assert max(whole) < min(cropped) / 20, (whole, cropped)
 
 
@@ -122,3 +131,56 @@ def test_dataset_name_writes_the_set_for_the_models_resize(tiny_model_dir, tmp_p
     with pytest.raises(DataError, match="synthetic_zoom .* needs a local model folder"):
         load_from_config(SFTConfig(model_name_or_path="Qwen/Qwen2.5-VL-3B-Instruct", dataset_name="synthetic_zoom",
                                    output_dir=str(tmp_path)))
+
+
+def test_cells_put_the_target_inside_one_cell_and_the_call_crops_that_cell(grid_jsonl):
+    """cells=4: the call's box is one of 16 in the 112 x 112 input (multiples of 28); mapped back to the canvas it is
+    exactly a 112-pixel grid cell, the framed square lies centred in it, and the crop written is that cell."""
+    folder = os.path.dirname(grid_jsonl)
+    rows = _rows(grid_jsonl)
+    cells = set()
+    for row in rows:
+        box = row["episode"][1]["arguments"]["bbox_2d"]
+        assert all(v % 28 == 0 for v in box) and box[2] - box[0] == box[3] - box[1] == 28
+        cut = box_to_original(box, "abs_resized", (448, 448), (112, 112))
+        column, line = cut[0] // 112, cut[1] // 112
+        assert cut == [column * 112, line * 112, column * 112 + 112, line * 112 + 112]
+        x1, y1, x2, y2 = row["target_box"]
+        assert [x1, y1, x2, y2] == [cut[0] + 41, cut[1] + 41, cut[0] + 71, cut[1] + 71]  # (112 - 30) / 2 = 41
+        canvas = Image.open(os.path.join(folder, row["images"][0]))
+        crop = Image.open(os.path.join(folder, row["episode"][1]["images"][0]))
+        assert np.array_equal(np.asarray(crop), np.asarray(canvas.crop([int(v) for v in cut])))
+        cells.add((column, line))
+    assert len(cells) > 3
+
+
+def test_a_cell_is_one_merged_vision_token_and_its_crop_shows_the_pattern(tiny, grid_jsonl):
+    """Through the tiny processor (448 -> 112 x 112, 14-pixel patches merged 2 x 2: 16 tokens of 4 patch rows each,
+    row-major): erasing the framed square changes the pixel values of the token the call's box names (95% of the
+    change or more; the resize's kernel bleeds a little past the cell's edge); the cell's crop is seen at its own
+    resolution (8 x 8 patches) and there the four patterns differ 20x more than on the whole canvas."""
+    _, processor = tiny
+    folder = os.path.dirname(grid_jsonl)
+    for row in _rows(grid_jsonl)[:4]:
+        canvas = Image.open(os.path.join(folder, row["images"][0])).convert("RGB")
+        erased = canvas.copy()
+        erased.paste(BACKGROUND, row["target_box"])
+        values = [processor.image_processor(images=[image], return_tensors="pd")["pixel_values"].numpy()
+                  for image in (canvas, erased)]
+        change = np.abs(values[0] - values[1]).reshape(16, -1).sum(axis=1)
+        x1, y1 = row["episode"][1]["arguments"]["bbox_2d"][:2]
+        assert change[(y1 // 28) * 4 + x1 // 28] >= 0.95 * change.sum(), change
+        crop = Image.open(os.path.join(folder, row["episode"][1]["images"][0]))
+        grid = processor.image_processor(images=[crop], return_tensors="pd")["image_grid_thw"].numpy()
+        assert grid.tolist() == [[1, 8, 8]]
+        whole, cropped = _pattern_spreads(processor, folder, row)
+        assert max(whole) < min(cropped) / 20, (whole, cropped)
+
+
+def test_cells_reject_a_grid_that_does_not_fit(tmp_path):
+    with pytest.raises(ValueError, match="cells=3 must be a positive whole number dividing the canvas size 448 x 448"):
+        make_synthetic_zoom(str(tmp_path), num_samples=1, cells=3)
+    with pytest.raises(ValueError, match="cells=16 makes cells of 28 x 28 pixels, smaller than the 30-pixel"):
+        make_synthetic_zoom(str(tmp_path), num_samples=1, cells=16)
+    with pytest.raises(ValueError, match="crop_side and cells exclude each other"):
+        make_synthetic_zoom(str(tmp_path), num_samples=1, cells=4, crop_side=112)

@@ -18,6 +18,7 @@ from paddle_r1.generation.rollout import SamplingParams
 from paddle_r1.models.coords import COORD_SYSTEMS, box_from_original
 from paddle_r1.models.forward import image_spans
 from paddle_r1.rewards.lookup import get_reward
+from paddle_r1.rewards.registry import BadSolution
 from paddle_r1.tools.builtins import ToolContext, crop
 from paddle_r1.tools.calls import ToolCall, parse_tool_calls
 from paddle_r1.tools.toolbox import Toolbox
@@ -99,6 +100,38 @@ def test_tool_format_reward():
              []]
     assert reward(["a", "b", "c"], tool_calls=calls) == [1.0, 0.0, None]
     assert reward(["a"]) == [None]  # a single-turn run has no calls
+
+
+def test_crop_covers_target_reward():
+    """The zoom task's shaping reward: 1 for a crop run that covers the target and is at most 16x its area, in the
+    rollout's coordinates (the 448 x 448 canvas seen at 112 x 112; rel_1000; a second image of another size)."""
+    reward = get_reward("crop_covers_target")
+    target = [130, 20, 160, 50]  # inside the 112-pixel cell [112, 0, 224, 112]
+
+    def crop_run(box, error=None, **more):
+        return {"name": "crop", "arguments": {"bbox_2d": box, **more}, "error": error}
+
+    episodes = [[crop_run([28, 0, 56, 28])],  # the cell: covers, 13.9x the target's area
+                [crop_run([0, 0, 28, 28]), crop_run([28, 0, 56, 28])],  # the second call covers
+                [crop_run([56, 0, 84, 28])],  # the next cell
+                [crop_run([0, 0, 112, 112])],  # the whole canvas covers it, 223x its area
+                [crop_run([28, 0, 56, 28], error="Error: ...")],  # not run
+                [{"name": "crop", "arguments": {"bbox_2d": "anywhere", "image": "x"}, "error": None}],
+                [crop_run([50, 0, 100, 50], image=1)],  # image 1 (200 x 200 at 100 x 100): [100, 0, 200, 100]
+                []]
+    n = len(episodes)
+    columns = dict(tool_calls=episodes, target_box=[target] * n, image_sizes=[[(448, 448), (200, 200)]] * n,
+                   input_sizes=[[(112, 112), (100, 100)]] * n, coord_system=["abs_resized"] * n)
+    assert reward(["text"] * n, **columns) == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    assert reward(["text"], tool_calls=[[crop_run([28, 0, 56, 28])]], target_box=[target],
+                  image_sizes=[[(448, 448)]], input_sizes=[[(112, 112)]], coord_system=["abs_resized"],
+                  max_area_ratio=8) == [0.0]  # the cell is 13.9x the target's area
+    relative = dict(image_sizes=[[(448, 448)]], input_sizes=[[(112, 112)]], coord_system=["rel_1000"])
+    assert reward(["text"], tool_calls=[[crop_run([250, 0, 500, 250])]], target_box=[target], **relative) == [1.0]
+    assert reward(["text"], tool_calls=[[crop_run([250, 0, 500, 250])]], target_box=[None], **relative) == [None]
+    assert reward(["text"]) == [None]  # a single-turn run
+    with pytest.raises(BadSolution, match=r"target_box \[160, 20, 130, 50\] is not a box"):
+        reward(["text"], tool_calls=[[]], target_box=[[160, 20, 130, 50]], **relative)
 
 
 def test_tools_need_max_turns_and_known_names(tiny_model_dir, tmp_path):

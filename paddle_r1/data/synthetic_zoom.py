@@ -66,19 +66,59 @@ def crop_box_around(box, side: int, width: int, height: int) -> list[int]:
     return [x1, y1, x1 + side, y1 + side]
 
 
+def _check_cells(cells: int, size: tuple, framed: int, crop_side: Optional[int]) -> None:
+    width, height = size
+    if crop_side is not None:
+        raise ValueError("make_synthetic_zoom: crop_side and cells exclude each other (with cells the scripted crop "
+                         "is the target's cell)")
+    if not isinstance(cells, int) or cells < 1 or width % cells or height % cells:
+        raise ValueError(f"make_synthetic_zoom: cells={cells!r} must be a positive whole number dividing the canvas "
+                         f"size {width} x {height}")
+    if min(width, height) // cells < framed:
+        raise ValueError(f"make_synthetic_zoom: cells={cells} makes cells of {width // cells} x {height // cells} "
+                         f"pixels, smaller than the {framed}-pixel framed square")
+
+
+def _place_target(rng, size: tuple, framed: int, crop_side: int, cells: Optional[int]) -> tuple[list, list]:
+    """The framed square's box and the region the scripted call crops, in original pixels. Without ``cells``: the
+    square anywhere, the crop a ``crop_side``-pixel square around it. With ``cells``: the square centred in a
+    random cell of a ``cells`` x ``cells`` grid over the canvas, the crop that cell."""
+    width, height = size
+    if cells is None:
+        target = _free_box(rng, width, height, framed, [])
+        return target, crop_box_around(target, crop_side, width, height)
+    cell_width, cell_height = width // cells, height // cells
+    column, row = int(rng.integers(cells)), int(rng.integers(cells))
+    x1 = column * cell_width + (cell_width - framed) // 2
+    y1 = row * cell_height + (cell_height - framed) // 2
+    cell = [column * cell_width, row * cell_height, (column + 1) * cell_width, (row + 1) * cell_height]
+    return [x1, y1, x1 + framed, y1 + framed], cell
+
+
 def make_synthetic_zoom(out_dir: str, num_samples: int = 32, seed: int = 0, size: tuple = (448, 448),
-                        patch: int = 24, frame: int = 3, crop_side: int = 56, distractors: int = 3,
+                        patch: int = 24, frame: int = 3, crop_side: Optional[int] = None, distractors: int = 3,
                         coord_system: Optional[str] = None, resizer: Resizer = TINY_RESIZER,
-                        answer_template: str = DEFAULT_ANSWER_TEXT) -> str:
+                        answer_template: str = DEFAULT_ANSWER_TEXT, cells: Optional[int] = None) -> str:
     """Write ``num_samples`` canvases (``images/``), the crops of their ideal episodes (``crops/``) and
     ``zoom.jsonl``; return its path.
 
     A row: ``{"images", "problem", "solution": pattern name, "reward_method": "all_match", "target_box": the
     framed square in original pixels, "episode": [crop call, crop result, answer]}``. The crop call's box is a
-    ``crop_side``-pixel square around the framed square, in ``coord_system`` (default: the resizer's family's)
-    over the input size ``resizer`` gives the canvas, rounded to whole units; the answer is ``answer_template``
-    with ``{Answer}`` = the pattern.
+    ``crop_side``-pixel (default 56) square around the framed square, in ``coord_system`` (default: the resizer's
+    family's) over the input size ``resizer`` gives the canvas, rounded to whole units; the answer is
+    ``answer_template`` with ``{Answer}`` = the pattern.
+
+    ``cells`` (instead of ``crop_side``): the canvas is a ``cells`` x ``cells`` grid, the framed square lies centred
+    in one cell (distractors anywhere, not over it) and the call crops exactly that cell, one of ``cells ** 2``
+    boxes. With ``cells=4`` on the 448-pixel canvas a cell is 112 pixels, 28 at the tiny models' 112 x 112 input: one
+    merged 2 x 2 patch vision token of the tiny Qwen2.5-VL, so where to crop is which token shows the red frame, not
+    a box to regress to the pixel. Centred, as the default crop is centred on the square: placed anywhere in its
+    cell, the tiny model's SFT read the pattern in the cell's crop at chance (benchmarks/tool_learning.py, in
+    docs/reference.md).
     """
+    if cells is not None:
+        _check_cells(cells, size, patch + 2 * frame, crop_side)
+    crop_side = 56 if crop_side is None else crop_side
     coord_system = coord_system or resizer.coord_system or "abs_resized"
     width, height = size
     input_size = resizer.input_size(size)
@@ -90,7 +130,7 @@ def make_synthetic_zoom(out_dir: str, num_samples: int = 32, seed: int = 0, size
     for i in range(num_samples):
         canvas = Image.new("RGB", size, BACKGROUND)
         draw = ImageDraw.Draw(canvas)
-        target = _free_box(rng, width, height, framed, [])
+        target, cut = _place_target(rng, size, framed, crop_side, cells)
         taken = [target]
         for _ in range(distractors):
             box = _free_box(rng, width, height, int(rng.integers(framed, 3 * framed)), taken)
@@ -101,8 +141,7 @@ def make_synthetic_zoom(out_dir: str, num_samples: int = 32, seed: int = 0, size
         canvas.paste(Image.fromarray(pattern_pixels(pattern, patch)).convert("RGB"),
                      (target[0] + frame, target[1] + frame))
         # the call names a box in the model's units; the tool crops what that box maps back to
-        call_box = [int(round(v)) for v in box_from_original(crop_box_around(target, crop_side, width, height),
-                                                             coord_system, size, input_size)]
+        call_box = [int(round(v)) for v in box_from_original(cut, coord_system, size, input_size)]
         name = f"zoom_{i:05d}.png"
         canvas.save(os.path.join(out_dir, "images", name))
         arguments = {"bbox_2d": call_box}
