@@ -184,3 +184,18 @@ def test_cells_reject_a_grid_that_does_not_fit(tmp_path):
         make_synthetic_zoom(str(tmp_path), num_samples=1, cells=16)
     with pytest.raises(ValueError, match="crop_side and cells exclude each other"):
         make_synthetic_zoom(str(tmp_path), num_samples=1, cells=4, crop_side=112)
+
+
+def test_cell_hint_names_the_cell_the_call_crops(tmp_path, grid_jsonl):
+    """cell_hint: each question names the row and column (from 1, top left) of the cell the scripted call crops;
+    the canvases and episodes are those without it, and without it no question names a cell."""
+    hinted = _rows(make_synthetic_zoom(str(tmp_path), num_samples=8, seed=2, cells=4, cell_hint=True))
+    plain = _rows(grid_jsonl)
+    for row, same in zip(hinted, plain):
+        x1, y1 = row["episode"][1]["arguments"]["bbox_2d"][:2]
+        assert f"the small square in row {y1 // 28 + 1}, column {x1 // 28 + 1} with the red frame" in row["problem"]
+        assert row["episode"] == same["episode"] and row["target_box"] == same["target_box"]
+        assert "row" not in same["problem"]
+    assert len({row["problem"] for row in hinted}) > 3
+    with pytest.raises(ValueError, match="cell_hint names the square's cell and needs cells"):
+        make_synthetic_zoom(str(tmp_path / "no_cells"), num_samples=1, cell_hint=True)

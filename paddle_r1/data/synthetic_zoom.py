@@ -95,10 +95,17 @@ def _place_target(rng, size: tuple, framed: int, crop_side: int, cells: Optional
     return [x1, y1, x1 + framed, y1 + framed], cell
 
 
+def _cell_question(cell: list, size: tuple, cells: int) -> str:
+    """The question naming the framed square's cell, rows and columns counted from 1 at the top left."""
+    row, column = cell[1] // (size[1] // cells) + 1, cell[0] // (size[0] // cells) + 1
+    return ZOOM_QUESTION.replace("the small square", f"the small square in row {row}, column {column}")
+
+
 def make_synthetic_zoom(out_dir: str, num_samples: int = 32, seed: int = 0, size: tuple = (448, 448),
                         patch: int = 24, frame: int = 3, crop_side: Optional[int] = None, distractors: int = 3,
                         coord_system: Optional[str] = None, resizer: Resizer = TINY_RESIZER,
-                        answer_template: str = DEFAULT_ANSWER_TEXT, cells: Optional[int] = None) -> str:
+                        answer_template: str = DEFAULT_ANSWER_TEXT, cells: Optional[int] = None,
+                        cell_hint: bool = False) -> str:
     """Write ``num_samples`` canvases (``images/``), the crops of their ideal episodes (``crops/``) and
     ``zoom.jsonl``; return its path.
 
@@ -115,7 +122,13 @@ def make_synthetic_zoom(out_dir: str, num_samples: int = 32, seed: int = 0, size
     a box to regress to the pixel. Centred, as the default crop is centred on the square: placed anywhere in its
     cell, the tiny model's SFT read the pattern in the cell's crop at chance (benchmarks/tool_learning.py, in
     docs/reference.md).
+
+    ``cell_hint`` (with ``cells``): the question names the square's cell ("the small square in row 3, column 1"), so
+    where to crop is read from the words, not found in the image. The tiny model from scratch does not learn to find
+    the square's token: after SFT it crops the same cell whatever the canvas (benchmarks/tool_learning.py).
     """
+    if cell_hint and cells is None:
+        raise ValueError("make_synthetic_zoom: cell_hint names the square's cell and needs cells")
     if cells is not None:
         _check_cells(cells, size, patch + 2 * frame, crop_side)
     crop_side = 56 if crop_side is None else crop_side
@@ -149,7 +162,7 @@ def make_synthetic_zoom(out_dir: str, num_samples: int = 32, seed: int = 0, size
         cropped.save(os.path.join(out_dir, "crops", name))
         rows.append({
             "images": [f"images/{name}"],  # relative to this jsonl's folder
-            "problem": ZOOM_QUESTION,
+            "problem": _cell_question(cut, size, cells) if cell_hint else ZOOM_QUESTION,
             "solution": pattern,
             "reward_method": "all_match",
             "target_box": target,
