@@ -6,13 +6,14 @@ The task (``paddle_r1.data.synthetic_zoom``): a 448 x 448 canvas with a small re
 pattern (horizontal, vertical, checkered, plain) the model's 112 x 112 input averages away; a crop around it shows
 the pattern. The preset puts it on the grid (``cells=4``): the square centred in one of 16 cells of 112 pixels, one
 merged vision token each, and the scripted crop is that cell, so where to crop is one of 16 boxes rather than a
-box to the pixel. With it SFT reads the pattern in the cell's crop (1.00 given the ideal crop, seeds 0 and 1; the
-crop around the square without the grid: 1.00 / 0.92), but neither SFT nor 40 GRPO steps learn which cell to crop
-(docs/reference.md, "Tool use"); ``--set options.cells=null`` runs the task without the grid. For each seed: a
-tiny Qwen2.5-VL from that seed, SFT on scripted episodes (crop call, crop, answer), then GRPO with ``tools:
-[crop]``, ``max_turns: 3`` and the ``all_match`` and ``crop_covers_target`` rewards. Before SFT, after SFT and after
-GRPO, every held-out prompt is run greedy as an episode of at most two turns through the rollout GRPO trains with
-(the ``crop`` tool answers a first turn that calls it; a first turn without a call is the answer):
+box to the pixel; and the question names the square's cell (``cell_hint``: "the small square in row 3, column 1").
+Without the hint (``--set options.cell_hint=false``) SFT reads the pattern in the cell's crop but neither SFT nor
+40 GRPO steps learn which cell to crop: the tiny model names one cell whatever the canvas (docs/reference.md, "Tool
+use"); ``--set options.cells=null options.cell_hint=false`` runs the task without the grid. For each seed: a tiny
+Qwen2.5-VL from that seed, SFT on scripted episodes (crop call, crop, answer), then GRPO with ``tools: [crop]``,
+``max_turns: 3`` and the ``all_match`` and ``crop_covers_target`` rewards. Before SFT, after SFT and after GRPO,
+every held-out prompt is run greedy as an episode of at most two turns through the rollout GRPO trains with (the
+``crop`` tool answers a first turn that calls it; a first turn without a call is the answer):
 
 - tool-call rate: first turns that are a well-formed crop call (a box of four numbers);
 - crop hit: first turns whose crop covers the framed square with at most 16 times its area (the
@@ -47,8 +48,8 @@ class Preset:
     num_sft: int = 512
     num_train: int = 256
     num_heldout: int = 64
-    options: dict = field(default_factory=lambda: dict(cells=4))  # make_synthetic_zoom's (cells, distractors, ...)
-    sft: dict = field(default_factory=lambda: dict(max_steps=600, per_device_train_batch_size=16, learning_rate=1e-3,
+    options: dict = field(default_factory=lambda: dict(cells=4, cell_hint=True))  # make_synthetic_zoom's
+    sft: dict = field(default_factory=lambda: dict(max_steps=1000, per_device_train_batch_size=16, learning_rate=1e-3,
                                                    warmup_steps=10))
     grpo: dict = field(default_factory=lambda: dict(
         tools=["crop"], max_turns=3, reward_funcs=["all_match", "crop_covers_target"], max_steps=40,
