@@ -97,7 +97,8 @@ def _grouped_attention(query, key, value, attention_mask, scaling: float) -> pad
     batch, heads, length, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
-    if attention_mask is not None and not (paddle.is_grad_enabled() and not (query.stop_gradient and key.stop_gradient)):
+    scores_need_gradient = paddle.is_grad_enabled() and not (query.stop_gradient and key.stop_gradient)
+    if attention_mask is not None and not scores_need_gradient:
         mask = attention_mask[:, :, :, :keys]
         mask = (mask if mask.dtype == query.dtype else mask.astype(query.dtype)).unsqueeze(2)
         mask = mask.expand([batch, kv_heads, group, length, keys]).reshape([batch * kv_heads, group * length, keys])
