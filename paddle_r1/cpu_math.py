@@ -7,8 +7,8 @@ generic, non-AVX2 code path on AMD processors: a [1696, 256] x [256, 2048] produ
 project's 2-core AMD EPYC (torch's newer MKL: 45-69). ``MKL_DEBUG_CPU_TYPE`` makes that MKL use the kernels of
 the instruction set named: 5 its AVX2 ones (40-78 GFLOP/s on the same machine), 7 its AVX-512 (Skylake) ones,
 which need AVX-512 F, CD, BW, DQ and VL (AMD has them from Zen 4 on): a [16, 256] x [256, 2048] product, the
-decode step's gate/up, took 75 us against 238 with 5, a [1024]^3 one ran at 216 GFLOP/s against 121
-(``python benchmarks/decode_products.py``). The MKL_DEBUG_CPU_TYPE values above 7 are Xeon Phi's kernels, which stop
+decode step's gate/up, took 70 us against 230 with 5, a [1024]^3 one ran at 259 GFLOP/s against 132
+(``python benchmarks/mkl_kernels.py``). The MKL_DEBUG_CPU_TYPE values above 7 are Xeon Phi's kernels, which stop
 an EPYC with an illegal instruction. MKL reads the variable when Paddle first loads it (the first matrix product),
 so it must be set before that; a value the user set is kept, and Intel processors (where MKL already chooses well,
 AVX-512 included) are left alone.
