@@ -36,30 +36,38 @@ class ToolContext:
     coord_system: str
 
 
-def region_in_pixels(arguments: dict, context: ToolContext) -> tuple[Image.Image, tuple[int, int, int, int]]:
-    """The image ``arguments["image"]`` picks and the box ``arguments["bbox_2d"]`` in its pixels (whole pixels
-    covering the converted box, clipped to the image)."""
-    if not context.images:
+def call_region(arguments: dict, image_sizes: list, input_sizes, coord_system: str
+                ) -> tuple[int, tuple[int, int, int, int]]:
+    """Which of the sample's images ``arguments["image"]`` picks (default 0) and the box ``arguments["bbox_2d"]``
+    in its pixels: whole pixels covering the converted box, clipped to the image. ``ToolError`` naming what is
+    wrong. The crop the tool cuts, the region ``crop_covers_target`` scores and the box the report draws."""
+    if not image_sizes:
         raise ToolError("the sample has no image")
     index = arguments.get("image", 0)
-    if not is_number(index) or index != int(index) or not 0 <= index < len(context.images):
-        raise ToolError(f"'image' must be an index from 0 to {len(context.images) - 1}, got {index!r}")
+    if not is_number(index) or index != int(index) or not 0 <= index < len(image_sizes):
+        raise ToolError(f"'image' must be an index from 0 to {len(image_sizes) - 1}, got {index!r}")
     index = int(index)
     box = as_box(arguments.get("bbox_2d"))
     if box is None:
         raise ToolError(f"'bbox_2d' must be [x1, y1, x2, y2] with x1 <= x2 and y1 <= y2, got "
                         f"{arguments.get('bbox_2d')!r}")
-    width, height = context.image_sizes[index]
+    width, height = image_sizes[index]
     # to a millionth of a pixel first, so a box converted from whole pixels and back covers just those pixels
-    x1, y1, x2, y2 = (round(v, 6) for v in box_to_original(box, context.coord_system, (width, height),
-                                                           context.input_sizes[index]))
+    x1, y1, x2, y2 = (round(v, 6) for v in box_to_original(box, coord_system, (width, height),
+                                                           input_sizes[index] if input_sizes else None))
     left, top = max(0, math.floor(x1)), max(0, math.floor(y1))
     right, bottom = min(width, math.ceil(x2)), min(height, math.ceil(y2))
     if right <= left or bottom <= top:
         raise ToolError(f"'bbox_2d' {box} covers no pixel of the {width}x{height} image")
     if max(right - left, bottom - top) / min(right - left, bottom - top) > MAX_ASPECT_RATIO:
         raise ToolError(f"'bbox_2d' {box} is more elongated than {MAX_ASPECT_RATIO}:1")
-    return context.images[index], (left, top, right, bottom)
+    return index, (left, top, right, bottom)
+
+
+def region_in_pixels(arguments: dict, context: ToolContext) -> tuple[Image.Image, tuple[int, int, int, int]]:
+    """The image the call picks and its region (``call_region``)."""
+    index, pixels = call_region(arguments, context.image_sizes, context.input_sizes, context.coord_system)
+    return context.images[index], pixels
 
 
 def crop(arguments: dict, context: ToolContext):

@@ -4,7 +4,7 @@ The solution says what kind of answer the task wants (a box, labelled boxes, a G
 read and converted by the very helpers its reward uses (``paddle_r1.rewards``: ``predicted_box_in_pixels``,
 ``predicted_groups``, ``read_action`` + ``paddle_r1.models.coords``), so a box is drawn where the reward saw it.
 A solution of none of these kinds (a count, a math answer, a caption) draws nothing: its answer is shown as text.
-A multi-turn completion's tool calls that name a ``box`` (crop, zoom) are drawn dashed where they cut the image.
+A multi-turn completion's tool calls that name a ``bbox_2d`` (crop, zoom) are drawn dashed where they cut the image.
 """
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ..models.coords import as_box, box_to_original
+from ..models.coords import box_to_original
 from ..rewards import BadSolution
 from ..rewards.families.boxes import predicted_box_in_pixels, truth_box
 from ..rewards.families.gui import (POINT_TYPES, SWIPE_TYPES, as_four, coordinates, read_action, truth_action)
 from ..rewards.families.multibox import predicted_groups, truth_groups
 from ..rewards.parsing import answer_json
+from ..tools.builtins import ToolError, call_region
 
 
 @dataclass
@@ -86,19 +87,22 @@ def predicted_shapes(kind: Optional[str], text: str, facts: dict) -> list[Shape]
 
 
 def tool_box_shapes(turns: list[dict], facts: dict) -> list[Shape]:
-    """Each tool call's ``box`` argument (in the model's coordinates, like an answer's box) in original pixels of
-    the prompt image it names (``arguments["image"]``, default the first)."""
+    """Each tool call's ``bbox_2d`` (in the model's coordinates, like an answer's box) as the region the tool cut,
+    in original pixels of the prompt image it names (``tools.builtins.call_region``); calls that cut nothing are
+    left out."""
     system, sizes, inputs = facts["coord_system"], facts["image_sizes"], facts["input_sizes"]
+    if system is None or (system == "abs_resized" and not inputs):
+        return []
     shapes = []
     for k, turn in enumerate(turns):
         arguments = turn.get("arguments") if turn["role"] == "tool" else None
-        box = as_box(arguments.get("bbox_2d")) if isinstance(arguments, dict) else None
-        image = arguments.get("image", 0) if box is not None else None
-        if box is None or system is None or not isinstance(image, int) or not 0 <= image < len(sizes) or (
-                system == "abs_resized" and not inputs):
+        if not isinstance(arguments, dict):
             continue
-        mapped = box_to_original(box, system, sizes[image], inputs[image] if inputs else None)
-        shapes.append(Shape("tool_box", mapped, image, f"{turn['name']} (turn {k})"))
+        try:
+            image, region = call_region(arguments, sizes, inputs, system)
+        except ToolError:
+            continue
+        shapes.append(Shape("tool_box", list(region), image, f"{turn['name']} (turn {k})"))
     return shapes
 
 

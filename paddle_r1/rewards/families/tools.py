@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...models.coords import as_box, box_to_original
+from ...models.coords import as_box
+from ...tools.builtins import ToolError, call_region
 from ..registry import BadSolution, register
 
 
@@ -24,9 +25,10 @@ def crop_covers_target(completions: list[str], tool_calls: Optional[list] = None
                        image_sizes: Optional[list] = None, input_sizes: Optional[list] = None,
                        coord_system: Optional[list] = None, max_area_ratio: float = 16.0, **_
                        ) -> list[Optional[float]]:
-    """R = 1 if a call the episode ran (``error`` None in the ``tool_calls`` column) names a ``bbox_2d`` B that,
-    mapped to original pixels of the image it names (``image``, default 0; ``models.coords.box_to_original`` with
-    the rollout's coordinate system, as the crop tool maps it) and clipped to that image, covers the sample's
+    """R = 1 if a call the episode ran (``error`` None in the ``tool_calls`` column) names a ``bbox_2d`` whose
+    region B, as the crop tool cut it (``tools.builtins.call_region``: the box in the rollout's coordinate system
+    converted to original pixels of the image it names by ``models.coords.box_to_original``, the whole pixels
+    covering it, clipped to that image), covers the sample's
     ``target_box`` T (original pixels of image 0): B.x1 <= T.x1, B.y1 <= T.y1, T.x2 <= B.x2, T.y2 <= B.y2, with
     area(B) <= ``max_area_ratio`` * area(T); else 0 (an episode without calls too: this rewards cropping the
     target). The area bound keeps a crop of the whole image from scoring (the default 16: a crop at most four
@@ -54,13 +56,11 @@ def crop_covers_target(completions: list[str], tool_calls: Optional[list] = None
     return scores
 
 
-def _crop_in_pixels(call: dict, image_sizes, input_sizes, coord_system: str) -> Optional[list[float]]:
-    """A call's ``bbox_2d`` in original pixels of the image it names, clipped to it; None when it names no box or
-    no image of the sample."""
+def _crop_in_pixels(call: dict, image_sizes, input_sizes, coord_system: str) -> Optional[tuple]:
+    """The region a call's ``bbox_2d`` cut, in original pixels of the image it names (``tools.builtins.call_region``,
+    as the tool cut it); None when its arguments make no crop."""
     arguments = call["arguments"] if isinstance(call["arguments"], dict) else {}
-    box, index = as_box(arguments.get("bbox_2d")), arguments.get("image", 0)
-    if box is None or not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(image_sizes):
+    try:
+        return call_region(arguments, image_sizes, input_sizes, coord_system)[1]
+    except ToolError:
         return None
-    width, height = image_sizes[index]
-    x1, y1, x2, y2 = box_to_original(box, coord_system, image_sizes[index], input_sizes[index] if input_sizes else None)
-    return [max(x1, 0.0), max(y1, 0.0), min(x2, float(width)), min(y2, float(height))]
