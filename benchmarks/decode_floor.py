@@ -34,36 +34,27 @@ import numpy as np
 
 warnings.filterwarnings("ignore")
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _timings(fn, repeats: int, warmup: int = 5) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - start)
-    return seconds
+sys.path.insert(0, HERE)
+from decode_products import timings  # noqa: E402  (beside this file)
 
 
 def memory_bandwidth(mib: int = 256) -> float:
     """Bytes per second a large numpy copy moves (read + written), the best of 5."""
     source = np.ones(mib << 20, dtype=np.uint8)
     target = np.empty_like(source)
-    return 2 * source.nbytes / min(_timings(lambda: np.copyto(target, source), 10, warmup=1))
+    return 2 * source.nbytes / min(timings(lambda: np.copyto(target, source), 10, warmup=1))
 
 
 def seconds_per_kernel(paddle) -> float:
     """Paddle eager's cost of one small kernel: the median of a [16, 256] add (4 K elements: dispatch dominates)."""
     x = paddle.ones([16, 256])
-    return statistics.median(_timings(lambda: x + x, 5000, warmup=100))
+    return statistics.median(timings(lambda: x + x, 5000, warmup=100))
 
 
 def peak_flops(paddle) -> float:
     """FLOP/s of a [1024, 1024] x [1024, 1024] float32 product on this process's threads."""
     a, b = paddle.randn([1024, 1024]), paddle.randn([1024, 1024])
-    return 2 * 1024 ** 3 / min(_timings(lambda: paddle.matmul(a, b), 20, warmup=3))
+    return 2 * 1024 ** 3 / min(timings(lambda: paddle.matmul(a, b), 20, warmup=3))
 
 
 def count_kernels(paddle, step, steps: int = 10) -> Counter:
@@ -144,7 +135,6 @@ def main() -> None:
     from paddle.base import core
 
     core.set_num_threads(args.threads)
-    sys.path.insert(0, HERE)
     from grpo_step import _make_checkpoint, _write_samples
     from paddle_r1.generation.decoder import OneTokenDecoder
     from paddle_r1.generation.generator import build_prompt_batch
@@ -186,7 +176,7 @@ def main() -> None:
         kernels = count_kernels(paddle, lambda: steps(1))
         step_s = steps(args.steps)
         products, product_flops, product_count = step_products(paddle, decoder, rows)
-        products_s = _timings(products, args.steps)
+        products_s = timings(products, args.steps, warmup=5)
 
     text = text_decoder(model)
     weight_bytes = sum(p.numel().item() * p.element_size() for p in text.parameters()

@@ -24,15 +24,20 @@ import paddle
 warnings.filterwarnings("ignore")
 
 
-def _microseconds(fn, calls: int = 2000) -> float:
-    for _ in range(20):
+def timings(fn, calls: int, warmup: int) -> list[float]:
+    """Seconds of each of ``calls`` calls of ``fn`` after ``warmup`` untimed ones (the speed benchmarks' timer)."""
+    for _ in range(warmup):
         fn()
-    times = []
+    seconds = []
     for _ in range(calls):
         start = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def _microseconds(fn, calls: int = 2000) -> float:
+    return statistics.median(timings(fn, calls, warmup=20)) * 1e6
 
 
 def layout_table(text_config, rows: int, cache: int) -> list[str]:

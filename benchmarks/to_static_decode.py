@@ -15,23 +15,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 import warnings
 
 import paddle
+from decode_products import timings  # beside this file
 
 warnings.filterwarnings("ignore")
 
 
 def _milliseconds(fn, calls: int = 50) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return statistics.median(timings(fn, calls, warmup=3)) * 1e3
 
 
 def small_function() -> str:
