@@ -263,7 +263,8 @@ class _Episodes:
             completion_ids=pad_rows([row.ids for row in self.rows], self.pad_token_id),
             completion_mask=pad_rows([row.own for row in self.rows], 0, dtype="int32"),
             truncated=paddle.to_tensor([row.truncated for row in self.rows]),
-            episode_mask=pad_rows([[1] * len(row.ids) for row in self.rows], 0, dtype="int32"), episode_pixel_values=paddle.concat(pixels) if pixels else None,
+            episode_mask=pad_rows([[1] * len(row.ids) for row in self.rows], 0, dtype="int32"),
+            episode_pixel_values=paddle.concat(pixels) if pixels else None,
             episode_image_grid_thw=paddle.concat(grids) if grids else None,
             episode_images_per_row=[sum(int(g.shape[0]) for g in row.grids) for row in self.rows])
         return Episodes(rollout=rollout, texts=[row.turns[-1]["text"] for row in self.rows],
