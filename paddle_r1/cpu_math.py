@@ -40,6 +40,8 @@ def _vendor_and_flags(cpuinfo: str) -> tuple[str, set]:
             vendor = value.strip()
         elif key == "flags" and not flags:
             flags = value
+        if vendor and flags:  # the first processor's: the rest of a many-core machine's file repeats them
+            break
     return vendor, set(flags.split())
 
 
