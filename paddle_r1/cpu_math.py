@@ -13,10 +13,19 @@ an EPYC with an illegal instruction. MKL reads the variable when Paddle first lo
 so it must be set before that; a value the user set is kept, and Intel processors (where MKL already chooses well,
 AVX-512 included) are left alone.
 
-Large blocks from glibc's heap. glibc serves blocks above its mmap threshold (128 KiB at first) with a fresh
-``mmap`` and gives them back on free, so every activation-sized tensor Paddle's CPU allocator asks for starts on
-untouched pages: a [16, 64, 1024] float32 product took 3.8 ms, 0.35 ms with the threshold at glibc's maximum
-(32 MiB) and the heap kept (trim threshold 256 MiB). Set with ``mallopt`` on glibc; elsewhere nothing is done."""
+Large blocks from glibc's heap. glibc serves blocks above its mmap threshold (128 KiB at first, 32 MiB at most) with
+a fresh ``mmap`` and gives them back on free, so every activation-sized tensor Paddle's CPU allocator (which keeps
+no cache on the CPU) asks for starts on untouched pages, and each first touch of a page is a page fault the kernel
+answers by zeroing it. Here all blocks come from the heap (``M_MMAP_MAX`` 0) and a freed block is taken again by the
+next tensor that fits, untouched pages no more; up to 256 MiB free at the heap's top is kept (the trim threshold).
+On a [16, 2, 512, 1073] float32 block (70 MB, one block of the log-prob attention's scores at 1,024 completion
+tokens) an add took 29.8 ms with the mmap threshold at its maximum and 4.9 ms without mmap, a softmax 42.5 and 13.9,
+the product that makes the block 35.0 and 9.9 (``python benchmarks/heap_blocks.py``, on this project's virtual
+machine): the slowness of Paddle's CPU elementwise kernels on large tensors measured earlier was mostly these page
+faults. The speed anchor's GRPO step at 1,024 completion tokens went from 17.6 to 14.7 s, at 4.3 GB peak RSS against
+4.0 (blocks freed inside the heap can be reused but not given back); at 64 and 256 tokens, whose blocks are under 32
+MiB, nothing changed (``python benchmarks/grpo_step.py --new-tokens N --json``, one process each way). Set with
+``mallopt`` on glibc; elsewhere nothing is done."""
 from __future__ import annotations
 
 import ctypes
@@ -24,7 +33,7 @@ import functools
 import os
 import platform
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 
 
 AVX512_SKYLAKE = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
@@ -88,7 +97,7 @@ def keep_large_blocks_on_the_heap() -> None:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return
     libc = ctypes.CDLL("libc.so.6")
-    libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
+    libc.mallopt(M_MMAP_MAX, 0)
     libc.mallopt(M_TRIM_THRESHOLD, 256 << 20)
 
 

@@ -66,3 +66,22 @@ def test_a_cpu_job_chooses_the_avx2_kernels_unless_told_not_to(tmp_path, tiny_mo
         check_before_loading(GRPOConfig(model_name_or_path=tiny_model_dir, data_path=rec_jsonl, device="cpu",
                                         output_dir=str(tmp_path / "out"), tune_cpu_math=tune))
         assert os.environ.get("MKL_DEBUG_CPU_TYPE") == ("5" if tune else None)
+
+
+def test_large_blocks_are_reused_from_the_heap_not_faulted_in_again():
+    """A 64 MB tensor made, freed and made again: with mmap-ed blocks (glibc's way above 32 MiB) the second one
+    starts on untouched pages (a page fault each, ~16,000); from the heap it reuses the first one's."""
+    import subprocess
+    import sys
+
+    code = ("import resource, sys, paddle\n"
+            "if sys.argv[1] == 'heap':\n"
+            "    from paddle_r1.cpu_math import keep_large_blocks_on_the_heap; keep_large_blocks_on_the_heap()\n"
+            "paddle.ones([16 << 20]); before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+            "paddle.ones([16 << 20]); print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n")
+    faults = {}
+    for policy in ("mmap", "heap"):
+        result = subprocess.run([sys.executable, "-c", code, policy], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        faults[policy] = int(result.stdout.split()[-1])
+    assert faults["mmap"] > 10_000 and faults["heap"] < 1_000, faults

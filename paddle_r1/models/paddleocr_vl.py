@@ -52,6 +52,7 @@ from paddleformers.transformers.paddleocr_vl.modeling import (
 )
 
 from .rms_norm import install_fast_rms_norm
+from .swiglu import install_fused_swiglu
 
 PACKING_TABLE = "visual.vision_model.embeddings.packing_position_embedding.weight"
 PACKING_TABLE_ROWS = 32768  # paddleformers' and the published checkpoints'
@@ -98,6 +99,7 @@ class PaddleOCRVLForConditionalGeneration(_PaddleFormersPaddleOCRVL):
         for layer in self.model.layers:
             MaskedErnieAttention.install(layer.self_attn)
         install_fast_rms_norm(self)
+        install_fused_swiglu(self)
 
     @classmethod
     def _gen_aoa_config(cls, config):

@@ -6,12 +6,13 @@ inverse mapping, used by ``save_pretrained``, leaves the q/k/v biases under
 missing renames so every checkpoint paddle_r1 writes loads with ``from_pretrained`` as it is.
 It also writes config.json flat, as published: a nested ``text_config`` does not load in transformers 4.51.
 Its text attention runs ``text_attention.py``'s forward (M-RoPE tables merged once per forward, grouped heads), its
-unfused RMSNorms ``rms_norm.py``'s.
+unfused RMSNorms ``rms_norm.py``'s, its gated MLPs Paddle's ``swiglu`` kernel (``swiglu.py``).
 """
 from paddleformers.transformers import Qwen2_5_VLConfig as _PaddleFormersQwen2_5_VLConfig
 from paddleformers.transformers import Qwen2_5_VLForConditionalGeneration as _PaddleFormersQwen2_5_VL
 
 from .rms_norm import install_fast_rms_norm
+from .swiglu import install_fused_swiglu
 from .text_attention import install_fast_text_attention
 
 
@@ -35,6 +36,7 @@ class Qwen2_5_VLForConditionalGeneration(_PaddleFormersQwen2_5_VL):
         super().__init__(config)
         install_fast_text_attention(self.model.language_model)
         install_fast_rms_norm(self)
+        install_fused_swiglu(self)
 
     @classmethod
     def _gen_inv_aoa_config(cls, config):

@@ -38,6 +38,9 @@ from paddleformers.transformers.qwen3_vl.modeling import (
     Qwen3VLVisionModel as _PaddleFormersVisionModel,
 )
 
+from .swiglu import install_fused_swiglu
+
+
 class Qwen3VLVisionModel(_PaddleFormersVisionModel):
     @paddle.jit.not_to_static
     def recompute_training_full(self, layer_module, hidden_states, cu_seqlens, rotary_pos_emb=None,
@@ -104,3 +107,4 @@ class Qwen3VLForConditionalGeneration(Qwen3VLForConditionalGenerationDeprecated)
         self.lm_head = LMHead(config.text_config)
         self.criterion = CriterionLayer(config.text_config)
         self.tie_weights()
+        install_fused_swiglu(self)

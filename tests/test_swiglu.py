@@ -1,0 +1,60 @@
+"""The text MLPs run Paddle's fused ``swiglu`` (models/swiglu.py): the same numbers and gradients as paddleformers'
+unfused silu(gate) * up up to float32 rounding, and one activation fewer kept for the backward."""
+import numpy as np
+import paddle
+from paddleformers.nn.mlp import MLP
+
+
+def _mlp_run(mlp, x, weights, fused: bool):
+    mlp.fuse_swiglu = fused
+    out = mlp(x)
+    (out * weights).sum().backward()
+    weight = getattr(mlp, mlp.gate_up_proj_name).weight
+    result = out.numpy(), x.grad.numpy().copy(), weight.grad.numpy().copy()
+    x.clear_gradient()
+    weight.clear_gradient()
+    mlp.down_proj.weight.clear_gradient()
+    return result
+
+
+def test_installed_in_the_text_decoder_only(tiny):
+    model, _ = tiny
+    text_mlps = [layer.mlp for layer in model.model.language_model.layers]
+    assert text_mlps and all(isinstance(mlp, MLP) and mlp.fuse_swiglu for mlp in text_mlps)
+    vision = [layer for layer in model.model.visual.sublayers() if isinstance(layer, MLP)]
+    assert all(not layer.fuse_swiglu for layer in vision)  # unfused gate/up: swiglu would need a concat first
+
+
+def test_values_and_gradients_equal_the_unfused_mlp(tiny):
+    mlp = tiny[0].model.language_model.layers[0].mlp
+    paddle.seed(0)
+    x = paddle.randn([2, 7, mlp.hidden_size]) * 3
+    x.stop_gradient = False
+    weights = paddle.randn([2, 7, mlp.hidden_size])
+    try:
+        fused, unfused = (_mlp_run(mlp, x, weights, flag) for flag in (True, False))
+    finally:
+        mlp.fuse_swiglu = True
+    for own, theirs in zip(fused, unfused):
+        np.testing.assert_allclose(own, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_one_activation_fewer_kept_for_the_backward(tiny):
+    """What the autograd graph holds after the forward: the fused MLP's saved tensors are smaller by one
+    [tokens, intermediate] tensor (the peak-memory gain measured in benchmarks/grpo_step.py)."""
+    mlp = tiny[0].model.language_model.layers[0].mlp
+    x = paddle.randn([1, 64, mlp.hidden_size])
+    x.stop_gradient = False
+
+    def held_bytes(fused: bool) -> int:
+        mlp.fuse_swiglu = fused
+        saved = []
+        with paddle.autograd.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            mlp(x)
+        return sum(int(np.prod(t.shape)) * 4 for t in saved)
+
+    try:
+        fused, unfused = held_bytes(True), held_bytes(False)
+    finally:
+        mlp.fuse_swiglu = True
+    assert fused > 0 and unfused - fused >= 64 * mlp.intermediate_size * 4, (fused, unfused)
