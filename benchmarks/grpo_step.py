@@ -19,7 +19,8 @@ sides.
 1024 at G 8, G 4 / 8 / 16 at length 64, and the 448x448 image at G 8 and length 64), each side in a process of its
 own (this script with ``--json``, and TRL's), alternating ``--rounds`` times per cell, and prints seconds per
 step, completion tokens/s and each process's peak resident memory (``ru_maxrss``: model, optimizer, activations
-and the interpreter with its libraries).
+and the interpreter with its libraries); then, between cells that differ only in length, how many times each side's
+step grew and the milliseconds it added per added completion token (the slope of time against length).
 
 Both sides run their CPU kernels on ``--threads`` threads (default 1): ``import paddle`` sets OMP_NUM_THREADS=1,
 which the TRL process would otherwise inherit without saying so; Paddle's own count is set with
@@ -172,7 +173,7 @@ def scaling(args, model_dir: str) -> None:
     print("| completion length | G | image | paddle_r1 s/step | TRL s/step | paddle_r1 tokens/s | TRL tokens/s | "
           "ratio (tokens/s) | paddle_r1 peak RSS MiB | TRL peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|",
           flush=True)
-    phase_rows = []
+    phase_rows, steps = [], {}
     for new_tokens, generations, side in cells:
         ours, theirs = [], []
         for _ in range(args.rounds):
@@ -185,11 +186,39 @@ def scaling(args, model_dir: str) -> None:
               f"{med(t['completion_tok_per_s'] for t in theirs):.0f} | {med(ratios):.2f}x | "
               f"{max(o['peak_rss_mib'] for o in ours):.0f} | {max(t['peak_rss_mib'] for t in theirs):.0f} |",
               flush=True)
+        steps[new_tokens, generations, side] = {
+            "paddle_r1": (med(o["step_s"] for o in ours), med(o["step_s"] * o["tokens_per_s"] for o in ours)),
+            "TRL": (med(t["step_s_median"] for t in theirs),
+                    med(t["step_s_median"] * t["completion_tok_per_s"] for t in theirs))}
         phase_rows.append(f"| {new_tokens} | {generations} | {side}x{side} | " + " | ".join(
             f"{med(o['phases'][phase] for o in ours):.2f}" for phase in PHASES) + " |")
     print("\npaddle_r1's phases, seconds per step (medians over the rounds)")
     print("| completion length | G | image | " + " | ".join(PHASES) + " |\n" + "|---" * (3 + len(PHASES)) + "|")
     print("\n".join(phase_rows))
+    print_growth(steps)
+
+
+def print_growth(steps: dict) -> None:
+    """Between cells that differ only in completion length: how many times the step's seconds grew, and the
+    seconds it added per added completion token (its slope, in ms: the step's seconds over the completion tokens
+    the step made, both sides' rows stopping at their own EOS)."""
+    rows = []
+    for (length, generations, side), sides in sorted(steps.items()):
+        longer = sorted(key for key in steps if key[1:] == (generations, side) and key[0] > length)
+        if not longer:
+            continue
+        after = steps[longer[0]]
+        cells = []
+        for name in ("paddle_r1", "TRL"):
+            (seconds, tokens), (seconds_after, tokens_after) = sides[name], after[name]
+            cells.append((seconds_after / seconds, (seconds_after - seconds) / (tokens_after - tokens) * 1e3))
+        rows.append(f"| {length} -> {longer[0][0]} | {generations} | {side}x{side} | x{cells[0][0]:.1f} | "
+                    f"x{cells[1][0]:.1f} | {cells[0][1]:.1f} | {cells[1][1]:.1f} |")
+    if rows:
+        print("\nhow the step grows with completion length: times its seconds, and ms added per added completion "
+              "token\n| completion length | G | image | paddle_r1 | TRL | paddle_r1 ms/token | TRL ms/token |\n"
+              "|---|---|---|---|---|---|---|")
+        print("\n".join(rows))
 
 
 def _median(rows: list[dict], key: str) -> float:
