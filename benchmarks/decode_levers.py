@@ -8,8 +8,8 @@ Kernels at the decode step's shapes (16 rows of one token, hidden 256, 4 heads o
 before it as one ``fused_rms_norm`` against ``rms_norm(x + residual)``; ``swiglu`` against ``silu(gate) * up``;
 writing one slot of the transposed key cache with a device-side slot (``index_put``) against a host slice
 (``set_value``) and ``put_along_axis_``; the inverse-CDF draw over the vocabulary as one ``searchsorted`` against a
-compare, a cast and a sum. Then the masked scores of one block of 256 queries as one ``baddbmm`` against a product,
-a scale and an add, seconds; one layer's attention forward and backward over ``--length`` completion tokens after
+compare, a cast and a sum. Then the masked scores of one block of 256 queries as a scaled query, a product and an
+add against one ``baddbmm``, seconds; one layer's attention forward and backward over ``--length`` completion tokens after
 a 49-token prompt (16 rows), the whole [L, S] square against ``grouped_eager_attention``'s query blocks, seconds
 (one call after a warm-up); and, unless ``--no-cache``, ``--length - 1`` decode steps of ``OneTokenDecoder`` (paddle_r1's tiny
 model at the speed anchor's sizes) over a cache allocated for all of them at once against one growing by
@@ -94,15 +94,15 @@ def attention_pair(paddle, length: int):
 
 
 def scores_pair(paddle, length: int):
-    """The masked, scaled scores of one block of 256 queries over every key (``_grouped_attention``'s): one
-    ``baddbmm`` against a product, a scale and an add."""
+    """The masked, scaled scores of one block of 256 queries over every key: ``_grouped_attention``'s scaled query,
+    product and add against one ``baddbmm`` (kept until blocks came from the heap: ``cpu_math.py``)."""
     keys = 49 + length
     query, key = paddle.randn([32, 2 * 256, 64]), paddle.randn([32, keys, 64])
     key_t = key.transpose([0, 2, 1])
     mask = paddle.randn([32, 2 * 256, keys])
-    return (f"masked scores of 256 queries x {keys} keys, 16 rows x 4 heads (s)", "baddbmm",
-            lambda: paddle.baddbmm(mask, query, key_t, beta=1.0, alpha=0.125), "matmul, scale, add",
-            lambda: paddle.matmul(query, key, transpose_y=True) * 0.125 + mask)
+    return (f"masked scores of 256 queries x {keys} keys, 16 rows x 4 heads (s)", "scaled query, matmul, add",
+            lambda: paddle.matmul(query * 0.125, key, transpose_y=True) + mask, "baddbmm",
+            lambda: paddle.baddbmm(mask, query, key_t, beta=1.0, alpha=0.125))
 
 
 def cache_pair(paddle, length: int, work: str):

@@ -1,6 +1,6 @@
 """A faster forward for Qwen2.5-VL's text attention, installed over paddleformers' on the loaded model.
 
-Two costs of paddleformers 1.2.0's text decoder, seen in a profile of a GRPO step on CPU:
+Three costs of paddleformers 1.2.0's text decoder, seen in a profile of a GRPO step on CPU:
 
 - M-RoPE: ``apply_multimodal_rotary_pos_emb`` splits the [3, B, L, head_dim] cos/sin tables into the
   temporal/height/width sections and concatenates them again in every layer of every call. Here the rotary
@@ -9,7 +9,9 @@ Two costs of paddleformers 1.2.0's text decoder, seen in a profile of a GRPO ste
   times. Here the query heads of a group are stacked instead, [B, kv_heads, group * L, head_dim], and multiply
   the group's one K and V: the same dot products, no copies.
 - Broadcasting: Paddle's CPU kernels add or multiply a broadcast operand (the rotary tables over heads, the mask
-  over heads) 20-50x slower than the same operation on an expanded copy; the tables and the mask are expanded.
+  over heads) 7-9x slower than the same operation on an expanded copy, the copy included ([16, 4, 1073, 64] times a
+  [16, 1, 1073, 64] table 13.9 ms against 1.6; a block's scores plus its mask 59 ms against 7.9, one thread, blocks
+  from the heap: ``cpu_math.py``); the tables and the mask are expanded.
 
 The numbers are the same operations in the same order per element, so the logits match paddleformers' own
 forward (tests/test_models.py) and transformers' (tests/test_parity.py). Other attention implementations (sdpa
@@ -54,7 +56,7 @@ def half_rotation(dim: int, dtype) -> paddle.Tensor:
 
 def rotate(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.Tensor:
     """x * cos + rotate_half(x) * sin, the [B, 1, L, D] tables expanded over x's heads first: Paddle's CPU kernels
-    multiply (and differentiate) a broadcast operand 20x slower than an expanded copy of it."""
+    multiply (and differentiate) a broadcast operand several times slower than an expanded copy of it."""
     cos, sin = cos.expand(x.shape), sin.expand(x.shape)
     return x * cos + paddle.matmul(x, half_rotation(x.shape[-1], x.dtype)) * sin
 
@@ -70,48 +72,41 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
     at least ``2 * QUERY_BLOCK`` queries, queries go in blocks of ``QUERY_BLOCK``, each over the keys up to its last
     query's position: the later keys are -inf for the whole block, so each row's softmax and product are the same,
     but the masked triangle is neither computed nor kept for the backward. Eager attention over the whole [L, S]
-    square grew faster than the rest with the completion length (``benchmarks/grpo_step.py --scaling``). One layer's
-    forward and backward, 16 rows after a 49-token prompt (``benchmarks/decode_levers.py``): 2.2-2.6x faster in
-    blocks of 256 at 1024 tokens, 1.4-1.5x at 512; at 256 tokens two blocks of 128 were slower than the square
-    (0.73-0.78x: the slices and their gradients cost more than the small triangle)."""
+    square grew faster than the rest with the completion length (``benchmarks/grpo_step.py --scaling``). The query
+    blocks are one ``split`` (its gradient one concatenation, where a slice's is a zero tensor of the whole query's
+    size per block) and the last block takes the keys whole. One layer's forward and backward, 16 rows after a
+    49-token prompt (``python benchmarks/decode_levers.py --no-cache``): 1.2-1.5x faster than the square at 1024
+    tokens; at 256 tokens two blocks of 128 were slower than the square (0.73-0.78x: the slices and their gradients
+    cost more than the small triangle)."""
     length = query.shape[2]
     if attention_mask is None or length < 2 * QUERY_BLOCK or attention_mask.shape[2] != length:
         return _grouped_attention(query, key, value, attention_mask, scaling)
-    keys, blocks = key.shape[2], []
-    for start in range(0, length, QUERY_BLOCK):
-        end = min(length, start + QUERY_BLOCK)
-        visible = keys - length + end
-        blocks.append(_grouped_attention(query[:, :, start:end], key[:, :, :visible], value[:, :, :visible],
-                                         attention_mask[:, :, start:end, :visible], scaling))
+    keys, sizes = key.shape[2], [min(QUERY_BLOCK, length - start) for start in range(0, length, QUERY_BLOCK)]
+    blocks, start = [], 0
+    for block, size in zip(paddle.split(query, sizes, axis=2), sizes):
+        visible = keys - length + start + size
+        if visible < keys:
+            block_keys, block_values = key[:, :, :visible], value[:, :, :visible]
+        else:
+            block_keys, block_values = key, value
+        blocks.append(_grouped_attention(block, block_keys, block_values,
+                                         attention_mask[:, :, start:start + size, :visible], scaling))
+        start += size
     return paddle.concat(blocks, axis=1)
 
 
 def _grouped_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
-    """Without gradients (the reference pass, the rollout's prefill) the masked scores are one ``baddbmm``,
-    mask + scaling * q k^T: the product's kernel scales and adds the (expanded) mask as it writes, where a separate
-    scale and add are two more passes over the [L, S] scores, and Paddle's CPU elementwise kernels run far below the
-    memory's speed. A block of 256 queries over 1,073 keys, 16 rows x 4 heads: 0.051 s against 0.098 (``python
-    benchmarks/decode_levers.py --no-cache``). Under gradients the product and the add stay, the scaling applied to the
-    query: ``baddbmm`` keeps its expanded mask for the backward, which took the step's peak at 1,024 tokens from 4.0
-    to 5.1 GB."""
+    """The scaling applied to the query (1/16 of the scores' elements at 1,024 tokens; exact for head_dim 64: 1/8),
+    then the product and the mask added, expanded over the heads (a broadcast add is several times slower on CPU)."""
     batch, heads, length, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
-    scores_need_gradient = paddle.is_grad_enabled() and not (query.stop_gradient and key.stop_gradient)
-    if attention_mask is not None and not scores_need_gradient:
-        mask = attention_mask[:, :, :, :keys]
-        mask = (mask if mask.dtype == query.dtype else mask.astype(query.dtype)).unsqueeze(2)
-        mask = mask.expand([batch, kv_heads, group, length, keys]).reshape([batch * kv_heads, group * length, keys])
-        keys_t = key.reshape([batch * kv_heads, keys, dim]).transpose([0, 2, 1])
-        scores = paddle.baddbmm(mask, query.reshape([batch * kv_heads, group * length, dim]), keys_t, beta=1.0,
-                                alpha=scaling).reshape([batch, kv_heads, group * length, keys])
-    else:  # the scaling on the query, 1/16 of the scores' elements at 1,024 tokens (exact for head_dim 64: 1/8)
-        scaled = (query * scaling).reshape([batch, kv_heads, group * length, dim])
-        scores = paddle.matmul(scaled, key, transpose_y=True)
-        if attention_mask is not None:
-            scores = scores.reshape([batch, kv_heads, group, length, keys])
-            scores = scores + attention_mask[:, :, :, :keys].unsqueeze(2).expand(scores.shape)
-            scores = scores.reshape([batch, kv_heads, group * length, keys])
+    scaled = (query * scaling).reshape([batch, kv_heads, group * length, dim])
+    scores = paddle.matmul(scaled, key, transpose_y=True)
+    if attention_mask is not None:
+        scores = scores.reshape([batch, kv_heads, group, length, keys])
+        scores = scores + attention_mask[:, :, :, :keys].unsqueeze(2).expand(scores.shape)
+        scores = scores.reshape([batch, kv_heads, group * length, keys])
     probs = softmax_float32(scores)
     out = paddle.matmul(probs, value).reshape([batch, heads, length, dim])
     return out.transpose([0, 2, 1, 3]).reshape([batch, length, heads * dim])
