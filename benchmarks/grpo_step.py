@@ -13,7 +13,8 @@ sides load the same weights) and the anchor's TRL script runs in that interprete
 ``--rounds`` times, so a busy machine slows both. Without it the checkpoint is paddle_r1's tiny model at the same
 sizes. Seconds per step are medians over the steps after each round's first (warm-up).
 ``--new-tokens``, ``--generations`` and ``--image`` (the side of the square image) change the anchor's work on both
-sides.
+sides. ``--glibc-default`` leaves glibc's blocks over 32 MiB mmap-ed, each on fresh pages (what a CPU job changes:
+``cpu_math.keep_large_blocks_on_the_heap``), to measure that change.
 
 ``--scaling`` runs a grid of such cells (``--cells`` LENGTH:G:IMAGE,...; by default completion length 64 / 256 /
 1024 at G 8, G 4 / 8 / 16 at length 64, and the 448x448 image at G 8 and length 64), each side in a process of its
@@ -112,7 +113,8 @@ class PhaseClock:
         return seconds
 
 
-def _paddle_trainer(model_dir: str, work: str, total_steps: int, generations: int, new_tokens: int, side: int):
+def _paddle_trainer(model_dir: str, work: str, total_steps: int, generations: int, new_tokens: int, side: int,
+                    tune_cpu_math: bool = True):
     from paddle_r1.config import GRPOConfig
     from paddle_r1.trainer.grpo import GRPOTrainer
 
@@ -121,7 +123,8 @@ def _paddle_trainer(model_dir: str, work: str, total_steps: int, generations: in
                         reward_funcs=["grpo_step:length_reward"], num_generations=generations,
                         per_device_train_batch_size=PROMPTS * generations, max_completion_length=new_tokens, beta=0.04,
                         learning_rate=1e-5, temperature=1.0, question_template="{Question}", max_steps=total_steps,
-                        save_steps=10**9, use_visualdl=False, disable_tqdm=True, log_completions_steps=0, seed=0)
+                        save_steps=10**9, use_visualdl=False, disable_tqdm=True, log_completions_steps=0, seed=0,
+                        tune_cpu_math=tune_cpu_math)
     samples = _write_samples(os.path.join(work, "images"), PROMPTS * (total_steps + 2), side)
     return GRPOTrainer(config, samples=samples)
 
@@ -239,15 +242,20 @@ def main() -> None:
     parser.add_argument("--scaling", action="store_true", help="the grid of --cells against TRL (needs --trl)")
     parser.add_argument("--cells", default=DEFAULT_CELLS, help=f"LENGTH:G:IMAGE,... (default {DEFAULT_CELLS})")
     parser.add_argument("--json", action="store_true", help="paddle_r1 only; print one json line (for --scaling)")
+    parser.add_argument("--glibc-default", action="store_true",
+                        help="leave glibc's large blocks mmap-ed, as without cpu_math.keep_large_blocks_on_the_heap")
     args = parser.parse_args()
     if args.scaling and not args.trl:
         parser.error("--scaling compares with TRL: give --trl PYTHON")
 
-    from paddle_r1.cpu_math import tune_cpu_math
+    from paddle_r1.cpu_math import choose_mkl_kernels, tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
 
     quiet_libraries("ERROR")
-    tune_cpu_math()  # what a CPU job does before its first matrix product
+    if args.glibc_default:
+        choose_mkl_kernels()
+    else:
+        tune_cpu_math()  # what a CPU job does before its first matrix product
     from paddle.base import core
 
     core.set_num_threads(args.threads)
@@ -255,7 +263,8 @@ def main() -> None:
     model_dir = args.model or _make_checkpoint(os.path.join(work, "model"), args.trl)
     if args.scaling:
         return scaling(args, model_dir)
-    trainer = _paddle_trainer(model_dir, work, args.steps * args.rounds, args.generations, args.new_tokens, args.image)
+    trainer = _paddle_trainer(model_dir, work, args.steps * args.rounds, args.generations, args.new_tokens, args.image,
+                              tune_cpu_math=not args.glibc_default)
     clock = PhaseClock(trainer)
     paddle_rows, trl_rows = [], []
     for round_ in range(args.rounds):
