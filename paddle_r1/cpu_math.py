@@ -23,9 +23,9 @@ tokens) an add took 29.8 ms with the mmap threshold at its maximum and 4.9 ms wi
 the product that makes the block 35.0 and 9.9 (``python benchmarks/heap_blocks.py``, on this project's virtual
 machine): the slowness of Paddle's CPU elementwise kernels on large tensors measured earlier was mostly these page
 faults. The speed anchor's GRPO step at 1,024 completion tokens took 14.4-14.9 s against 16.9-17.2, at 4.3 GB peak
-RSS against 3.9 (blocks freed inside the heap are reused but not given back; ``python benchmarks/grpo_step.py --trl
-PYTHON --new-tokens 1024 --steps 3 [--glibc-default]``); at 64 and 256 tokens, whose blocks are under 32 MiB,
-nothing changed. Set with ``mallopt`` on glibc; elsewhere nothing is done."""
+RSS against 3.9 (blocks freed inside the heap are reused but not given back; ``python benchmarks/grpo_step.py
+--model DIR --new-tokens 1024 --steps 3 --json [--glibc-default]``, DIR the anchor's checkpoint); at 64 and 256
+tokens, whose blocks are under 32 MiB, nothing changed. Set with ``mallopt`` on glibc; elsewhere nothing is done."""
 from __future__ import annotations
 
 import ctypes
