@@ -13,8 +13,10 @@ Three costs of paddleformers 1.2.0's text decoder, seen in a profile of a GRPO s
   [16, 1, 1073, 64] table 13.9 ms against 1.6; a block's scores plus its mask 59 ms against 7.9, one thread, blocks
   from the heap: ``cpu_math.py``); the tables and the mask are expanded.
 
-The numbers are the same operations in the same order per element, so the logits match paddleformers' own
-forward (tests/test_models.py) and transformers' (tests/test_parity.py). Other attention implementations (sdpa
+The numbers are the same operations in the same order per element but one: the scaling multiplies the query
+before the product, not the scores after it (the same numbers where the scaling is a power of two, head_dim 64 or
+256; float32 rounding apart otherwise), so the logits match paddleformers' own forward (tests/test_models.py) and
+transformers' (tests/test_parity.py). Other attention implementations (sdpa
 on GPU) keep paddleformers' kernel dispatch; only the rotation and the cache handling are this module's.
 """
 from __future__ import annotations
