@@ -58,6 +58,13 @@ def test_rollout_engine_auto_takes_the_layers_and_one_token_refuses(qwen3, rec_s
         sample_completions(model, prompt, 2, params, [-1], 0)
 
 
+def test_the_trainer_says_which_decode_step_auto_took(qwen3_dir, rec_samples, tmp_path, capsys):
+    config = GRPOConfig(model_name_or_path=qwen3_dir, output_dir=str(tmp_path), num_generations=2,
+                        max_completion_length=4, max_steps=1, beta=0.0, use_visualdl=False)
+    GRPOTrainer(config, samples=rec_samples)
+    assert "rollout engine: layers (one_token runs the Qwen2-VL and Qwen2.5-VL" in capsys.readouterr().out
+
+
 def test_rollout_engine_one_token_is_a_config_error_before_the_first_step(qwen3_dir, rec_samples, tmp_path):
     config = GRPOConfig(model_name_or_path=qwen3_dir, output_dir=str(tmp_path), rollout_engine="one_token",
                         num_generations=2, max_completion_length=4, max_steps=1, beta=0.0, use_visualdl=False)

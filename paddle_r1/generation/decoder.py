@@ -44,7 +44,7 @@ from paddleformers.peft.lora.lora_layers import LoRALinear
 
 from ..cpu_math import mkl_runs_avx512, read_cpuinfo
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
-from ..models.rms_norm import FastRMSNorm
+from ..models.rms_norm import computes_rms_norm
 from ..models.text_attention import FastTextAttention, half_rotation, softmax_float32
 from .kv_cache import StaticKVCache, TransposedKVCache
 
@@ -139,18 +139,21 @@ def _projections(layer) -> list:
             layer.mlp.down_proj]
 
 
-ONE_TOKEN_RUNS = ("runs the Qwen2-VL and Qwen2.5-VL text decoders as paddle_r1 loads them (unfused RMSNorm, "
-                  "paddle_r1's attention, plain or LoRA linear layers)")
+ONE_TOKEN_RUNS = ("runs the Qwen2-VL and Qwen2.5-VL text decoders as paddle_r1 loads them (paddleformers' RMSNorm, "
+                  "fused or not, paddle_r1's attention, plain or LoRA linear layers)")
 
 
 def supports(model) -> bool:
-    """Whether ``OneTokenDecoder`` can run ``model``'s decoder: Qwen2/2.5-VL's attention and norms as paddle_r1
-    installs them, the gated MLP with fused gate/up weights, and every projection an ``nn.Linear`` or
-    paddleformers' ``LoRALinear`` exactly (any other layer's forward may add what this step would leave out)."""
+    """Whether ``OneTokenDecoder`` can run ``model``'s decoder: Qwen2/2.5-VL's attention as paddle_r1 installs it,
+    RMSNorms that compute ``rms_norm(x, weight, epsilon)`` (paddleformers' fused kernel on a GPU, ``FastRMSNorm``
+    where that kernel is missing: the step reads only their weights and epsilon), the gated MLP with fused gate/up
+    weights, and every projection an ``nn.Linear`` or paddleformers' ``LoRALinear`` exactly (any other layer's
+    forward may add what this step would leave out)."""
     text = text_decoder(model)
-    if not isinstance(text.norm, FastRMSNorm):
+    if not computes_rms_norm(text.norm):
         return False
-    return all(type(layer.self_attn) is FastTextAttention and isinstance(layer.input_layernorm, FastRMSNorm)
+    return all(type(layer.self_attn) is FastTextAttention and computes_rms_norm(layer.input_layernorm)
+               and computes_rms_norm(layer.post_attention_layernorm)
                and getattr(layer.mlp, "fuse_up_gate", False)
                and all(type(linear) in (paddle.nn.Linear, LoRALinear) for linear in _projections(layer))
                for layer in text.layers)

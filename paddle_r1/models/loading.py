@@ -5,8 +5,8 @@ model class (Qwen2.5-VL: paddleformers' with a save fix; Qwen2-VL: written in ``
 paddleformers' plain-Paddle one with dense DeepStack, ``qwen3_vl.py``; PaddleOCR-VL: paddleformers' with its
 positions, tied head, sdpa mask and packing table fixed, ``paddleocr_vl.py``), whose
 ``config_class`` reads the published config.json (transformers 5's spelling is rewritten into it first:
-``config_spelling.py``). On CPU the fused RMSNorm kernel is missing, so it is
-switched off in every sub-config there.
+``config_spelling.py``). ``fuse_rms_norm`` is set in every sub-config to whether the fused RMSNorm kernel runs here
+(``rms_norm.fused_norm_runs``: registered on GPUs, missing on CPU), whatever the folder's config.json says.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from ..errors import ConfigError
 from .config_spelling import published_spelling
 from .coords import FAMILY_COORD_SYSTEM
 from .precision import precision_for_this_device
+from .rms_norm import fused_norm_runs
 
 # family (config.json model_type) -> its Paddle model class, imported on first use
 MODEL_CLASSES = {
@@ -156,12 +157,12 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False,
     cls = model_class(config_dict["model_type"])
     config = cls.config_class.from_dict(config_dict)
     attention = precision_for_this_device(dtype, attn_implementation).attention
+    fused_norm = fused_norm_runs()
     for sub in (config, getattr(config, "text_config", None), getattr(config, "vision_config", None)):
         if sub is None:
             continue
         sub._attn_implementation = attention
-        if paddle.get_device() == "cpu":
-            sub.fuse_rms_norm = False
+        sub.fuse_rms_norm = fused_norm
         if gradient_checkpointing:
             sub.recompute_granularity, sub.recompute_method, sub.recompute_num_layers = "full", "uniform", 1
     with read_only_view(path) as folder:

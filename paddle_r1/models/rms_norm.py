@@ -1,5 +1,9 @@
-"""RMSNorm without the per-call costs of paddleformers 1.2.0's unfused path (the one CPU takes: the fused kernel
-is not registered there, so CPU configs set ``fuse_rms_norm=False``): ``pow(2)`` (a generic power kernel whose
+"""RMSNorm without the per-call costs of paddleformers 1.2.0's unfused path, and which of the two paths a device takes.
+
+paddleformers' ``RMSNorm`` calls Paddle's fused kernel (``fused_rms_norm_ext``) when the config's ``fuse_rms_norm`` is
+true, its default; the kernel is registered for GPUs, not for CPU, so ``fused_norm_runs`` asks the kernel itself
+once and the loader sets ``fuse_rms_norm`` to its answer (a checkpoint's saved value, written on another device,
+does not decide). Where the kernel is missing, ``FastRMSNorm`` replaces the unfused path's per-call costs: ``pow(2)`` (a generic power kernel whose
 forward and gradient each cost several times ``x * x``'s), an ``auto_cast(False)`` context and a device query on
 every call; and ``rsqrt(variance) * hidden`` (the broadcast [.., 1] operand first: 10x slower on CPU than
 ``hidden * rsqrt(variance)``, the same products). In a profile of a GRPO step on CPU these were a fifth of the
@@ -11,7 +15,27 @@ from __future__ import annotations
 
 import paddle
 from paddle.amp.auto_cast import amp_state
+from paddleformers.nn import norm as paddleformers_norm
 from paddleformers.nn.norm import RMSNorm
+
+
+def fused_norm_runs() -> bool:
+    """Whether paddleformers' fused RMSNorm kernel runs on the current device: one call of the kernel on a [1, 8]
+    tensor, through the name paddleformers' ``RMSNorm`` calls it by (so a test that replaces the kernel by its
+    reference is asked, not Paddle). Paddle answers a missing kernel with ``RuntimeError`` (NotFound: not
+    registered)."""
+    try:
+        paddleformers_norm.fused_rms_norm_ext(paddle.ones([1, 8]), paddle.ones([8]), 1e-6)
+    except RuntimeError:
+        return False
+    return True
+
+
+def computes_rms_norm(layer) -> bool:
+    """Whether ``layer`` is an RMSNorm that computes exactly ``rms_norm(x, weight, epsilon)``: paddleformers' own,
+    fused or not (``fused_rms_norm_ext`` is that product, the statistics in float32), or ``FastRMSNorm``. A subclass
+    might add something; it is not one."""
+    return type(layer) in (RMSNorm, FastRMSNorm)
 
 
 def rms_norm(hidden_states: paddle.Tensor, weight: paddle.Tensor, epsilon: float) -> paddle.Tensor:

@@ -124,9 +124,14 @@ class GRPOTrainer(Trainer):
         self.loss_settings = LossSettings.of(config)
         self.toolbox = toolbox_for(config.tools, config.max_turns, config_folders(config))
         super().__init__(config, samples, heldout)
-        if config.rollout_engine == "one_token" and not decoder_supports(self.policy):
+        one_token = decoder_supports(self.policy)
+        if config.rollout_engine == "one_token" and not one_token:
             raise ConfigError(f"config key 'rollout_engine': one_token {ONE_TOKEN_RUNS}; this run needs auto or "
                               "layers", keys=("rollout_engine",))
+        if self.is_main:  # auto falls back without a word otherwise, and the layers' step is several times slower
+            engine = "one_token" if one_token and config.rollout_engine != "layers" else "layers"
+            why = "" if engine == "one_token" or config.rollout_engine == "layers" else f" (one_token {ONE_TOKEN_RUNS})"
+            print(f"rollout engine: {engine}{why}")
         if config.lora and config.reference_update != "none" and self.reference_adapters is None:
             self.reference_adapters = {n: p.detach().clone() for n, p in adapter_state(self.policy).items()}
 
