@@ -3,6 +3,7 @@ table that picks dtype / attention / loss scaling from a GPU's compute capabilit
 import numpy as np
 import paddle
 import pytest
+from paddle.amp.auto_cast import amp_state
 
 from paddle_r1.errors import ConfigError
 from paddle_r1.generation.generator import build_prompt_batch
@@ -49,21 +50,26 @@ def test_sdpa_and_eager_attention_give_the_same_logprobs_and_gradients(family, r
 
 
 @pytest.mark.parametrize("requested, capability, expected", [
-    ("float32", None, ("float32", "eager", False)),           # CPU: no fused kernel, eager is exact and faster
-    ("bfloat16", None, ("bfloat16", "eager", False)),
-    ("bfloat16", (9, 0), ("bfloat16", "sdpa", False)),        # H100
-    ("bfloat16", (8, 0), ("bfloat16", "sdpa", False)),        # A100
-    ("bfloat16", (7, 0), ("float16", "sdpa", True)),          # V100 (AI Studio): no native bf16
-    ("bfloat16", (7, 5), ("float16", "sdpa", True)),          # T4
-    ("bfloat16", (6, 0), ("float32", "sdpa", False)),         # P100: no fp16 tensor cores either
-    ("float16", (8, 6), ("float16", "sdpa", True)),           # float16 asked for: always scaled
-    ("float32", (7, 0), ("float32", "sdpa", False)),
+    ("float32", None, ("float32", "eager", False, None)),           # CPU: no fused kernel, eager is exact and faster
+    ("bfloat16", None, ("bfloat16", "eager", False, None)),
+    ("bfloat16", (9, 0), ("bfloat16", "sdpa", False, None)),        # H100
+    ("bfloat16", (8, 0), ("bfloat16", "sdpa", False, None)),        # A100
+    ("bfloat16", (7, 0), ("float32", "sdpa", True, "float16")),     # V100 (AI Studio): no native bf16, Paddle's O1
+    ("bfloat16", (7, 5), ("float32", "sdpa", True, "float16")),     # T4
+    ("bfloat16", (6, 0), ("float32", "sdpa", False, None)),         # P100: no fp16 tensor cores either
+    ("float16", (8, 6), ("float32", "sdpa", True, "float16")),      # float16 asked for: the same O1 recipe
+    ("float32", (7, 0), ("float32", "sdpa", False, None)),
 ])
 def test_precision_decision_table(requested, capability, expected):
     choice = choose_precision(requested, capability)
-    assert (choice.dtype, choice.attention, choice.grad_scaler) == expected
+    assert (choice.dtype, choice.attention, choice.grad_scaler, choice.autocast) == expected
     assert choice.reason  # said at start-up
     assert (choice.make_grad_scaler() is not None) == choice.grad_scaler
+    with choice.compute():
+        state = amp_state()
+    assert (state is not None) == (choice.autocast is not None)
+    if state is not None:
+        assert (state["dtype"], state["level"]) == ("float16", "O1")
 
 
 def test_attention_from_the_config_wins_and_is_checked():
@@ -71,3 +77,29 @@ def test_attention_from_the_config_wins_and_is_checked():
     assert choose_precision("float32", None, "sdpa").attention == "sdpa"
     with pytest.raises(ConfigError, match="attn_implementation"):
         choose_precision("float32", None, "flash")
+
+
+def test_float16_training_runs_every_forward_under_auto_cast(tiny_model_dir, rec_samples, tmp_path, monkeypatch):
+    """A V100's decision (float32 weights, float16 O1 auto_cast, a loss scaler) reaches every forward of a GRPO
+    step: the rollout, the old log-probs and the training forward all run the LM head inside Paddle's auto_cast,
+    and the update goes through the scaler. On CPU auto_cast casts nothing, so this shows where the context is
+    entered, not float16 numbers (those run in ``paddle-r1 selftest`` on the GPU)."""
+    from paddle.amp.auto_cast import amp_state
+
+    from paddle_r1.config import GRPOConfig
+    from paddle_r1.trainer import base
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    v100 = choose_precision("bfloat16", (7, 0), "eager")
+    monkeypatch.setattr(base, "precision_for_this_device", lambda dtype, attention: v100)
+    config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), num_generations=2,
+                        per_device_train_batch_size=2, max_completion_length=4, max_steps=1, num_iterations=2,
+                        beta=0.0, use_visualdl=False, disable_tqdm=True)
+    trainer = GRPOTrainer(config, samples=rec_samples)
+    assert trainer.config.dtype == "float32" and trainer.scaler is not None
+    states = []
+    trainer.policy.lm_head.register_forward_pre_hook(lambda layer, inputs: states.append(amp_state()))
+    trainer.train()
+    assert len(states) >= 3  # the rollout's steps, the old log-probs (num_iterations 2), the training forward
+    assert all(state is not None and (state["dtype"], state["level"]) == ("float16", "O1") for state in states)
+    assert amp_state() is None

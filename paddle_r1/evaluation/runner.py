@@ -17,6 +17,7 @@ from ..data.loader import DataReport, load_samples
 from ..data.records import read_records
 from ..data.samples import SOURCE_KEY
 from ..models.loading import default_coord_system, load_model, load_processor, model_family
+from ..models.precision import precision_for_this_device
 from ..generation.generator import Generator
 from ..generation.rollout import SamplingParams
 from ..rewards.manager import reward_columns
@@ -153,7 +154,10 @@ def answer_greedily(generator: Generator, samples: list[dict], template: str, ba
 class Evaluator:
     def __init__(self, model_path: str, options: EvalOptions):
         self.model_path, self.options = model_path, options
-        model = load_model(model_path, dtype=options.dtype)
+        # what this device runs for the asked dtype, as in training: bfloat16 before sm80 is float32 weights under
+        # float16 auto_cast (models/precision.py), not Paddle's slow bfloat16 emulation
+        self.precision = precision_for_this_device(options.dtype)
+        model = load_model(model_path, dtype=self.precision.dtype)
         model.eval()
         coord_system = options.coord_system or default_coord_system(model_family(model_path))
         self.generator = Generator(model, load_processor(model_path), coord_system)
@@ -168,8 +172,9 @@ class Evaluator:
             print(report.summary())
         column = get_protocol(options.protocol).question_column.get((task.base, options.method))
         template = template_for(options, task.base, self.model_path, task.template)
-        answers = answer_greedily(self.generator, asked(samples, column), template, options.batch_size,
-                                  options.max_new_tokens, dataset)
+        with self.precision.compute():
+            answers = answer_greedily(self.generator, asked(samples, column), template, options.batch_size,
+                                      options.max_new_tokens, dataset)
         completions, image_sizes, input_sizes = answers.texts, answers.image_sizes, answers.input_sizes
         columns = reward_columns(samples, image_sizes, input_sizes, self.coord_system)
         correct = task.score(completions, columns)

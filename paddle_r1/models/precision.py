@@ -1,9 +1,18 @@
 """Which dtype, attention kernel and loss scaling a device can run, decided once at start-up.
 
 bfloat16 is native from compute capability 8.0 (A100, H100); before that (V100 is 7.0, T4 7.5) Paddle
-emulates it slowly, and its flash-attention kernel needs 8.0 too. Those GPUs get float16 with a dynamic
-loss scaler (``paddle.amp.GradScaler``) instead: float16 has bfloat16's width but a small exponent range,
-so small gradients underflow without scaling. GPUs older than 7.0 have no float16 tensor cores: float32.
+emulates it slowly, and its flash-attention kernel needs 8.0 too. Those GPUs train in float16, and float16 training
+(chosen for them, or asked for with ``dtype: float16`` on any GPU) is Paddle's own mixed-precision recipe, not
+float16 weights: the weights stay float32 and the forward passes run under ``paddle.amp.auto_cast(level="O1",
+dtype="float16")``, which casts only Paddle's white-listed products (matmul, linear, conv, flash attention) to float16
+and keeps the numerically dangerous operations (exp, log, softmax, reductions, rsqrt: ``paddle/amp/amp_lists.py``) in
+float32; gradients go through a dynamic loss scaler (``paddle.amp.GradScaler``: float16's small exponent range
+underflows small gradients). That is PaddleFormers' ``Trainer`` default for ``fp16`` (``fp16_opt_level`` "O1"). The
+reason not to hold the weights in float16 (level O2): the Qwen2 family's residual stream holds activations in the
+thousands, whose squares and sums overflow float16's 65,504 (NaN losses, then sampling from NaN logits); under O1 the
+residual adds and norms see a float32 operand and run in float32. The cost: float32 weights take twice the memory
+(``paddle-r1 estimate-memory`` counts them). On CPU Paddle's ``auto_cast`` casts nothing, so this recipe has only run
+where a user's ``paddle-r1 selftest`` ran it. GPUs older than 7.0 have no float16 tensor cores: float32.
 
 Attention: paddleformers picks the kernel by ``config._attn_implementation`` ("eager" builds the full
 [B, H, L, L] scores and a float32 softmax; "sdpa" calls ``paddle.nn.functional.scaled_dot_product_attention``,
@@ -14,6 +23,7 @@ transformers parity fixtures were checked on.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -24,10 +34,20 @@ FP16_MIN_CAPABILITY = (7, 0)
 
 @dataclass(frozen=True)
 class Precision:
-    dtype: str
+    dtype: str  # the weights'
     attention: str
     grad_scaler: bool  # float16 training needs a loss scaler: paddle.amp.GradScaler
     reason: str  # one line for the start-up log
+    autocast: Optional[str] = None  # "float16": the forward passes under Paddle's O1 auto_cast (module docstring)
+
+    def compute(self):
+        """The context the forward passes (rollout, log-probs, loss) run in: Paddle's O1 auto_cast for float16
+        training, else nothing. Backward and the optimizer step run outside it, as in Paddle's AMP examples."""
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        import paddle
+
+        return paddle.amp.auto_cast(enable=True, dtype=self.autocast, level="O1")
 
     def make_grad_scaler(self):
         """``paddle.amp.GradScaler`` for float16 (dynamic scaling, steps with inf/NaN gradients skipped), else None."""
@@ -51,15 +71,16 @@ def choose_precision(requested_dtype: str, capability: Optional[tuple], attentio
                          f"CPU: {requested_dtype}, {attention or 'eager'} attention (Paddle has no fused CPU kernel)")
     attention = attention or "sdpa"
     name = f"GPU sm{capability[0]}{capability[1]}"
+    mixed = f"float32 weights, float16 products (Paddle's O1 auto_cast) and a dynamic loss scaler; {attention} attention"
     if requested_dtype == "bfloat16" and tuple(capability) < BF16_MIN_CAPABILITY:
         if tuple(capability) >= FP16_MIN_CAPABILITY:
-            return Precision("float16", attention, True, f"{name} has no native bfloat16: float16 with a dynamic "
-                             f"loss scaler instead; {attention} attention (flash attention needs sm80)")
+            return Precision("float32", attention, True, f"{name} has no native bfloat16: {mixed} (flash attention "
+                             "needs sm80)", autocast="float16")
         return Precision("float32", attention, False,
                          f"{name} has neither bfloat16 nor float16 tensor cores: float32; {attention} attention")
-    return Precision(requested_dtype, attention, requested_dtype == "float16",
-                     f"{name}: {requested_dtype}{' with a dynamic loss scaler' if requested_dtype == 'float16' else ''}"
-                     f", {attention} attention")
+    if requested_dtype == "float16":
+        return Precision("float32", attention, True, f"{name}: float16 asked for: {mixed}", autocast="float16")
+    return Precision(requested_dtype, attention, False, f"{name}: {requested_dtype}, {attention} attention")
 
 
 def device_capability() -> Optional[tuple]:

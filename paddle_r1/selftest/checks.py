@@ -67,7 +67,8 @@ def _loss_scale(scaler) -> float:
 def training_step(ws) -> str:
     """A forward (the vision tower included), backward and AdamW step through the trainer's own optimizer and update
     (``build_optimizer``, ``build_update``, ``Precision.make_grad_scaler``) in this machine's precision: bfloat16
-    on sm80+, float16 with ``paddle.amp.GradScaler`` on sm70-75 (or ``--dtype float16``), float32 on CPU. Under
+    on sm80+, float32 weights under float16 O1 auto_cast with ``paddle.amp.GradScaler`` on sm70-75 (or ``--dtype
+    float16``), float32 on CPU. Under
     float16 a first step's gradients are made to overflow (the loss times 1e6): it must be skipped, the weights left
     as they were and the loss scale lowered."""
     from ..config import GRPOConfig

@@ -38,13 +38,15 @@ class Result:
 
 
 def run_check(check: Check, workspace) -> Result:
-    """``check`` on ``workspace``, its output captured (it is kept in the report when the check fails)."""
+    """``check`` on ``workspace``, its output captured (it is kept in the report when the check fails), under the
+    machine's compute context (float16 training's auto_cast), as the trainer runs its forward passes."""
     start = time.perf_counter()
     output = io.StringIO()
     try:
         if check.gpu_only and workspace.machine.no_gpu_reason:
             raise Skip(workspace.machine.no_gpu_reason)
-        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), \
+                workspace.machine.precision.compute():
             figure = check.run(workspace)
         return Result(check.name, "PASS", time.perf_counter() - start, figure=figure)
     except Skip as reason:

@@ -343,11 +343,12 @@ class Trainer:
     def evaluate(self, echo) -> dict:
         """The held-out score, every rank answering its own slice."""
         phase("held-out evaluation")
-        return self.heldout.evaluate(self.generator, self.step, echo=echo if self.is_main else lambda _: None,
-                                     rank=self.rank, world_size=self.world_size,
-                                     sum_over_ranks=lambda values: [sum_across_ranks(v, self.world_size,
-                                                                                     "the held-out scores")
-                                                                    for v in values])
+        def sum_over_ranks(values):
+            return [sum_across_ranks(v, self.world_size, "the held-out scores") for v in values]
+
+        with self.precision.compute():
+            return self.heldout.evaluate(self.generator, self.step, echo=echo if self.is_main else lambda _: None,
+                                         rank=self.rank, world_size=self.world_size, sum_over_ranks=sum_over_ranks)
 
     def train(self) -> dict:
         cfg = self.config

@@ -327,21 +327,23 @@ class GRPOTrainer(Trainer):
         cfg = self.config
         start = time.perf_counter()
         if self.step % cfg.num_iterations == 0:
-            self.buffer = [self.make_experience(i) for i in range(cfg.gradient_accumulation_steps)]
+            with self.precision.compute():
+                self.buffer = [self.make_experience(i) for i in range(cfg.gradient_accumulation_steps)]
         # dapo, cispo and vespo divide by the step's completion tokens over all ranks; gradients are then averaged
         local_tokens = float(sum(float(e.mask.sum()) for e in self.buffer))
         tokens_in_step = sum_across_ranks(local_tokens, self.world_size, "the step's token count") / self.world_size
         phase("training forward and backward")
         losses, stats, entropy_sums = [], [], []
         for i, exp in enumerate(self.buffer):
-            logp, entropy = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature, with_entropy=True,
-                                         entropy_gradient=cfg.entropy_coef != 0)
-            mask = exp.mask.astype(entropy.dtype)
-            entropy_sums.append((entropy.detach() * mask).sum())
-            old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
-            loss, loss_stats = grpo_loss(logp, old_logp, exp.ref_logp, exp.advantages, exp.mask, self.loss_settings,
-                                         num_items_in_batch=tokens_in_step, entropies=entropy,
-                                         entropy_mask=self._high_entropy_mask(entropy.detach(), mask))
+            with self.precision.compute():
+                logp, entropy = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature, with_entropy=True,
+                                             entropy_gradient=cfg.entropy_coef != 0)
+                mask = exp.mask.astype(entropy.dtype)
+                entropy_sums.append((entropy.detach() * mask).sum())
+                old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
+                loss, loss_stats = grpo_loss(logp, old_logp, exp.ref_logp, exp.advantages, exp.mask,
+                                             self.loss_settings, num_items_in_batch=tokens_in_step, entropies=entropy,
+                                             entropy_mask=self._high_entropy_mask(entropy.detach(), mask))
             self.backward(loss, last=i == len(self.buffer) - 1)
             losses.append(float(loss))
             stats.append(loss_stats)

@@ -113,7 +113,8 @@ class SFTTrainer(Trainer):
             batch, _ = build_sft_batch(samples, self.processor, self.config, self.coord_system, images=images)
             mask = batch.completion_mask
         self.policy.train()
-        loss = sft_loss(self.forward(batch, self.config.logprob_chunk_size, 1.0), mask)
+        with self.precision.compute():
+            loss = sft_loss(self.forward(batch, self.config.logprob_chunk_size, 1.0), mask)
         self.backward(loss)
         update = self.apply_update([float(loss)])
         return self.step_metrics({"loss": Mean.one(float(loss)), **update, "target_tokens": Sum(int(mask.sum())),
