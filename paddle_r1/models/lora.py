@@ -18,6 +18,7 @@ import os
 import paddle
 
 from ..errors import ConfigError
+from .source_files import carry_over_source_files
 
 # The decoder projections as paddleformers names them: the Qwen-VL models' (q, k, v fused into qkv_proj; gate and up
 # into up_gate_proj) and PaddleOCR-VL's ERNIE-4.5 decoder at ``model.layers`` (unfused); the vision tower is left alone.
@@ -126,14 +127,16 @@ def load_adapter(model, folder: str) -> None:
 
 def write_model_folder(model, folder: str, config) -> None:
     """The trained model as a folder ``from_pretrained`` loads as it is: with ``config.lora`` the merged weights
-    plus ``adapter/`` (the adapter alone, with the settings that made it, for resuming)."""
-    if not config.lora:
+    plus ``adapter/`` (the adapter alone, with the settings that made it, for resuming); the source folder's
+    generation config carried over (``source_files.py``)."""
+    if config.lora:
+        save_merged(model, folder)
+        save_adapter(model, os.path.join(folder, ADAPTER_DIR),
+                     {"base_model": config.model_name_or_path, "rank": config.lora_rank, "alpha": config.lora_alpha,
+                      "target_modules": config.lora_target_modules})
+    else:
         model.save_pretrained(folder)
-        return
-    save_merged(model, folder)
-    save_adapter(model, os.path.join(folder, ADAPTER_DIR),
-                 {"base_model": config.model_name_or_path, "rank": config.lora_rank, "alpha": config.lora_alpha,
-                  "target_modules": config.lora_target_modules})
+    carry_over_source_files(config.model_name_or_path, folder)
 
 
 def save_merged(model, folder: str) -> None:
