@@ -60,8 +60,10 @@ class ModelKeys:
 
     model_name_or_path: str = key("", "the model folder: a published Qwen2-VL / Qwen2.5-VL / Qwen3-VL download or a "
                                   "checkpoint-N/ folder")
-    dtype: str = key("float32", "float32 | bfloat16 | float16: the weights' and activations' type (a GPU that lacks "
-                     "bfloat16 may change it, with a warning)", choices=DTYPES)
+    dtype: str = key("float32", "float32 | bfloat16 | float16: the training precision. bfloat16: 16-bit weights and "
+                     "activations; float16: Paddle's O1 mixed precision (float32 weights, float16 products, a loss "
+                     "scaler), what a GPU without bfloat16 (V100, T4) runs for bfloat16; a CPU runs float32 only",
+                     choices=DTYPES)
     device: Optional[str] = key(None, "gpu, gpu:N, cpu, ...; default: gpu when Paddle was built with CUDA, else cpu")
     tune_cpu_math: bool = key(True, "on the CPU: MKL's AVX-512 or AVX2 kernels on AMD processors and glibc's large heap blocks "
                               "(paddle_r1/cpu_math.py)")

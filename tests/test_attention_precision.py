@@ -103,3 +103,21 @@ def test_float16_training_runs_every_forward_under_auto_cast(tiny_model_dir, rec
     assert len(states) >= 3  # the rollout's steps, the old log-probs (num_iterations 2), the training forward
     assert all(state is not None and (state["dtype"], state["level"]) == ("float16", "O1") for state in states)
     assert amp_state() is None
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16_bit_training_on_cpu_is_refused_before_the_model_loads(tiny_model_dir, rec_samples, tmp_path, dtype,
+                                                                  monkeypatch):
+    """It used to load the model and then fail at the first rollout: ``kernel conv3d ... bfloat16 is not
+    registered``."""
+    from paddle_r1.config import GRPOConfig
+    from paddle_r1.trainer import base
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    loads = []
+    monkeypatch.setattr(base.Trainer, "load_models", lambda self: loads.append(self))
+    config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), dtype=dtype, num_generations=2,
+                        max_completion_length=4, max_steps=1, beta=0.0, use_visualdl=False)
+    with pytest.raises(ConfigError, match=f"config key 'dtype': {dtype} does not run on a CPU.*use dtype float32"):
+        GRPOTrainer(config, samples=rec_samples)
+    assert not loads

@@ -17,7 +17,7 @@ from ..data.loader import DataReport, load_samples
 from ..data.records import read_records
 from ..data.samples import SOURCE_KEY
 from ..models.loading import default_coord_system, load_model, load_processor, model_family
-from ..models.precision import precision_for_this_device
+from ..models.precision import check_dtype_runs_here, precision_for_this_device
 from ..generation.generator import Generator
 from ..generation.rollout import SamplingParams
 from ..rewards.manager import reward_columns
@@ -156,6 +156,7 @@ class Evaluator:
         self.model_path, self.options = model_path, options
         # what this device runs for the asked dtype, as in training: bfloat16 before sm80 is float32 weights under
         # float16 auto_cast (models/precision.py), not Paddle's slow bfloat16 emulation
+        check_dtype_runs_here(options.dtype)
         self.precision = precision_for_this_device(options.dtype)
         model = load_model(model_path, dtype=self.precision.dtype)
         model.eval()

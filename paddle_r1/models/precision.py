@@ -94,3 +94,15 @@ def device_capability() -> Optional[tuple]:
 
 def precision_for_this_device(requested_dtype: str, attention: Optional[str] = None) -> Precision:
     return choose_precision(requested_dtype, device_capability(), attention)
+
+
+def check_dtype_runs_here(requested_dtype: str) -> None:
+    """A run's ``dtype`` refused before any model loads where Paddle cannot run it: on CPU, 16-bit floats stop at the
+    vision tower's patch embedding (no bfloat16 or float16 conv3d kernel; conv2d in PaddleOCR-VL), which would
+    otherwise fail at the first rollout, after the model loaded."""
+    if requested_dtype != "float32" and device_capability() is None:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"config key 'dtype': {requested_dtype} does not run on a CPU: Paddle's CPU build has no "
+                          f"{requested_dtype} convolution for the vision tower's patch embedding; use dtype float32 "
+                          "on a CPU (bfloat16 and float16 are for GPUs)", keys=("dtype",))

@@ -29,7 +29,7 @@ from ..generation.generator import load_sample_images
 from ..models.loading import default_coord_system, load_models
 from ..memory import allocate_optimizer_state, check_fits, stepping_optimizer_and_owned_weights
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
-from ..models.precision import precision_for_this_device
+from ..models.precision import check_dtype_runs_here, precision_for_this_device
 from . import checkpoint as ckpt
 from .distributed import (barrier, decided_by_main, explain_failure, gather_objects, in_rank_order, init_distributed,
                           phase, replica_io, sum_across_ranks)
@@ -72,6 +72,7 @@ class Trainer:
         cfg.check_ranks(self.world_size)
         self.is_main = self.rank == 0
         # what this device runs (bf16 before sm80 becomes fp16 with a loss scaler), and whether the run fits it
+        check_dtype_runs_here(cfg.dtype)
         self.precision = precision_for_this_device(cfg.dtype, cfg.attn_implementation)
         if self.is_main:
             print(f"precision: {self.precision.reason}")
