@@ -57,6 +57,15 @@ def _broken_attention_kernel(monkeypatch):
     monkeypatch.setattr(paddle.nn.functional, "scaled_dot_product_attention", fails)
 
 
+def _top_left_causality_after_a_cache(monkeypatch):
+    """Qwen2.5-VL's text attention handing sdpa what paddleformers does: no mask for an unpadded batch, and
+    ``is_causal``, which Paddle aligns top-left when the queries follow a KV cache."""
+    from paddle_r1.models import text_attention
+
+    monkeypatch.setattr(text_attention, "sdpa_causality",
+                        lambda mask, queries, keys, dtype: (mask, mask is None and queries > 1))
+
+
 def _decode_off_by_a_little(monkeypatch):
     """A one-token step whose logits are off by 1e-3 of their largest: a kernel subtly wrong, not crashing."""
     from paddle_r1.generation.decoder import OneTokenDecoder
@@ -69,9 +78,11 @@ def _decode_off_by_a_little(monkeypatch):
 @pytest.mark.parametrize("check, breaks, error, advice", [
     ("attention", _broken_attention_kernel, "RuntimeError: CUDA error: no kernel image is available",
      "--attn_implementation eager"),
+    ("attention", _top_left_causality_after_a_cache, "CheckFailed: one prompt without padding (what each device "
+     "holds with one prompt per device): sdpa's log-probs are", "--attn_implementation eager"),
     ("one_token_decode", _decode_off_by_a_little, "CheckFailed: logits vs the layers' (relative to the largest) "
      "0.001 (limit 1e-04): over the limit", "--rollout_engine layers"),
-], ids=["attention kernel raises", "decode step off by 1e-3"])
+], ids=["attention kernel raises", "attention top-left after a cache", "decode step off by 1e-3"])
 def test_a_branch_broken_on_purpose_is_a_fail_with_its_error_and_exit_code_1(check, breaks, error, advice, tmp_path,
                                                                              monkeypatch, capsys):
     breaks(monkeypatch)

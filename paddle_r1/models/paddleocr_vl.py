@@ -21,7 +21,9 @@ What this module changes, and why:
   is the embeddings' own parameter (``tie_weights``) and reads them as they are.
 - The decoder's attention under sdpa (``MaskedErnieAttention``): paddleformers' asks Paddle's sdpa for a causal mask
   on top of the padding one, which Paddle then drops and aligns top-left; padded rows and every query after a KV
-  cache (the rollout, the log-probs' shared prompt) were attended wrongly. The mask is now always the one given.
+  cache (the rollout, the log-probs' shared prompt) were attended wrongly. sdpa now gets the mask given (or one
+  built bottom-right after a cache) with ``is_causal`` off, and ``is_causal`` alone only where the queries are all
+  the keys (``causal_mask.py``, shared with Qwen2/2.5/3-VL).
 - The forward returns only the logits asked for (``logits_to_keep``; paddleformers' computes every position's, a
   [rows, prompt length, 103,424] float32 tensor at the prefill of each rollout).
 - No ``visual.vision_model.embeddings.packing_position_embedding`` table (32,768 x 1,152 in the published weights,
@@ -51,6 +53,7 @@ from paddleformers.transformers.paddleocr_vl.modeling import (
     PaddleOCRVLForConditionalGeneration as _PaddleFormersPaddleOCRVL,
 )
 
+from .causal_mask import SdpaCausality
 from .rms_norm import install_fast_rms_norm
 from .swiglu import install_fused_swiglu
 
@@ -60,27 +63,10 @@ PACKING_TABLE_FILE = "packing_position_embedding.safetensors"
 TIED_HEAD = "model.embed_tokens.weight -> lm_head.weight"
 
 
-class MaskedErnieAttention(Ernie4_5Attention):
-    """paddleformers' ERNIE-4.5 attention, handing its attention function the mask that holds causality.
-
-    paddleformers' passes ``is_causal=True`` with whatever mask it has, and leaves the mask out under sdpa when no row
-    is padded. Paddle's ``scaled_dot_product_attention`` with ``is_causal`` then ignores the mask (padding, the free
-    slots of the rollout's KV cache) and aligns causality top-left, so queries that follow a KV cache see only the
-    cache's first keys. Here the mask is always given, built bottom-right when paddleformers left it out, and
-    ``is_causal`` is off: sdpa computes what eager does (eager adds the mask and never read ``is_causal``)."""
-
-    @classmethod
-    def install(cls, attention: Ernie4_5Attention) -> None:
-        attention.__class__ = cls
-        attention.is_causal = False
-
-    def forward(self, hidden_states, past_key_values=None, attention_mask=None, **kwargs):
-        if attention_mask is None:
-            queries = hidden_states.shape[1]
-            keys = queries + (past_key_values.get_seq_length(self.layer_idx) if past_key_values is not None else 0)
-            attention_mask = paddle.triu(paddle.full([queries, keys], float("-inf"), dtype=hidden_states.dtype),
-                                         diagonal=keys - queries + 1).reshape([1, 1, queries, keys])
-        return super().forward(hidden_states, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
+class MaskedErnieAttention(SdpaCausality, Ernie4_5Attention):
+    """paddleformers' ERNIE-4.5 attention, whose forward passes its ``is_causal`` to sdpa with whatever mask it has
+    (Paddle then ignores the mask: padding, the free slots of the rollout's KV cache): under sdpa that flag and the
+    mask are ``SdpaCausality``'s."""
 
 
 @dataclass

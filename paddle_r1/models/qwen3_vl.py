@@ -17,6 +17,9 @@ What this module changes, and why:
   see no image tokens, so they carry no DeepStack, as in transformers.
 - Gradient checkpointing of the vision blocks: PaddleFormers' recompute helper does not take the per-image
   attention bounds its own forward passes it (a TypeError); the override passes them through.
+- The text attention under sdpa (``Qwen3VLTextAttention``): paddleformers' drops an all-ones mask and asks Paddle for
+  top-left causality, so queries after a KV cache (a text-only prompt's completions in the log-prob pass, a
+  multi-turn episode's next segment) saw only the cache's first keys; ``causal_mask.py`` holds it bottom-right.
 - Images only: the video path (timestamps between frames) is not used by paddle_r1 and is refused.
 
 Checkpoints load from and save to the published names (``model.visual...``, ``model.language_model...``,
@@ -34,10 +37,12 @@ from paddleformers.transformers.qwen3_vl.configuration import Qwen3VLConfig
 from paddleformers.transformers.qwen3_vl.modeling import (
     Qwen3VLForConditionalGenerationDeprecated,
     Qwen3VLModelDeprecated,
+    Qwen3VLTextAttention as _PaddleFormersTextAttention,
     Qwen3VLTextModel as _PaddleFormersTextModel,
     Qwen3VLVisionModel as _PaddleFormersVisionModel,
 )
 
+from .causal_mask import SdpaCausality
 from .swiglu import install_fused_swiglu
 
 
@@ -48,6 +53,10 @@ class Qwen3VLVisionModel(_PaddleFormersVisionModel):
         """One vision block recomputed in the backward pass, with the per-image attention bounds."""
         return recompute(layer_module, hidden_states, cu_seqlens, rotary_pos_emb, position_embeddings,
                          attn_mask_startend_row_indices)
+
+
+class Qwen3VLTextAttention(SdpaCausality, _PaddleFormersTextAttention):
+    """paddleformers' Qwen3-VL text attention, its sdpa mask and ``is_causal`` as ``SdpaCausality`` sets them."""
 
 
 class Qwen3VLTextModel(_PaddleFormersTextModel):
@@ -107,4 +116,6 @@ class Qwen3VLForConditionalGeneration(Qwen3VLForConditionalGenerationDeprecated)
         self.lm_head = LMHead(config.text_config)
         self.criterion = CriterionLayer(config.text_config)
         self.tie_weights()
+        for layer in self.model.language_model.layers:
+            Qwen3VLTextAttention.install(layer.self_attn)
         install_fused_swiglu(self)

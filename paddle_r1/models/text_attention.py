@@ -17,7 +17,8 @@ The numbers are the same operations in the same order per element but one: the s
 before the product, not the scores after it (the same numbers where the scaling is a power of two, head_dim 64 or
 256; float32 rounding apart otherwise), so the logits match paddleformers' own forward (tests/test_models.py) and
 transformers' (tests/test_parity.py). Other attention implementations (sdpa
-on GPU) keep paddleformers' kernel dispatch; only the rotation and the cache handling are this module's.
+on GPU) keep paddleformers' kernel dispatch, given the mask and ``is_causal`` of ``causal_mask.sdpa_causality``:
+without them, queries after a KV cache saw only the cache's first keys (see causal_mask.py).
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ import numpy as np
 import paddle
 from paddleformers.nn.attention.interface import ALL_ATTENTION_FUNCTIONS
 from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding
+
+from .causal_mask import sdpa_causality
 
 
 def merge_mrope_sections(table: paddle.Tensor, mrope_section) -> paddle.Tensor:
@@ -124,7 +127,8 @@ def softmax_float32(scores: paddle.Tensor) -> paddle.Tensor:
 
 
 class FastTextAttention(Qwen2_5_VLAttention):
-    """Qwen2.5-VL text attention over already merged rotary tables (``MergedMRoPE``)."""
+    """Qwen2.5-VL text attention over already merged rotary tables (``MergedMRoPE``); under sdpa, causality as
+    ``sdpa_causality`` holds it (bottom-right after a KV cache)."""
 
     def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None,
                 output_attentions=False, use_cache=False, position_embeddings=None, **kwargs):
@@ -140,9 +144,10 @@ class FastTextAttention(Qwen2_5_VLAttention):
         if self.config._attn_implementation == "eager":
             out = grouped_eager_attention(query, key, value, attention_mask, self.scaling)
         else:
+            mask, causal = sdpa_causality(attention_mask, length, key.shape[2], query.dtype)
             out, _ = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation](
-                self, query, key, value, attention_mask=attention_mask, dropout=0.0 if not self.training else
-                self.attention_dropout, scaling=self.scaling, **kwargs)
+                self, query, key, value, attention_mask=mask, is_causal=causal, dropout=0.0 if not self.training
+                else self.attention_dropout, scaling=self.scaling, **kwargs)
         return self.o_proj(out), None
 
 

@@ -158,15 +158,20 @@ FUSED_KERNELS = ("flash_attn", "mem_efficient")
 
 def attention(ws) -> str:
     """``sdpa`` (Paddle's ``scaled_dot_product_attention``, on the text decoder and the vision tower) against
-    ``eager`` on the same rollout: log-probs and every gradient. On a GPU Paddle must pick a fused kernel (flash
-    attention on sm80+ in 16-bit, memory-efficient attention from sm50) for some calls; on CPU it has only its
-    math fallback. The figure counts the kernels Paddle picked."""
+    ``eager`` on the same rollouts: log-probs and every gradient of two prompts of different image sizes (a
+    left-padded batch: sdpa gets paddleformers' mask), and the log-probs of one prompt alone. Alone it has no padding,
+    as with one prompt per device: paddleformers then drops the mask and the completions, which attend to the
+    prompt's KV cache, need causality aligned bottom-right (``models/causal_mask.py``); Paddle's own ``is_causal``
+    aligns it top-left. On a GPU Paddle must pick a fused kernel (flash attention on sm80+ in 16-bit,
+    memory-efficient attention from sm50) for some calls; on CPU it has only its math fallback. The figure counts
+    the kernels Paddle picked."""
     eager, processor = ws.load(attention="eager")
     fused, _ = ws.load(attention="sdpa")
-    rollout = ws.rollout(eager, processor)
+    padded, alone = ws.rollout(eager, processor), ws.rollout(eager, processor, prompts=1)
     with sdpa_kernels() as log:
-        got, got_grads = _logprobs(fused, rollout, backward=True)
-    want, want_grads = _logprobs(eager, rollout, backward=True)
+        got, got_grads = _logprobs(fused, padded, backward=True)
+        got_alone = _logprobs(fused, alone)[0]
+    want, want_grads = _logprobs(eager, padded, backward=True)
     picked = ", ".join(f"{kernel} x {n}" for kernel, n in log.kernels.items()) or "no call"
     if ws.machine.gpus and not any(kernel in log.kernels for kernel in FUSED_KERNELS):
         raise CheckFailed(f"Paddle ran sdpa's math fallback for every call on this GPU ({picked}); it said: "
@@ -174,11 +179,20 @@ def attention(ws) -> str:
     if sorted(got_grads) != sorted(want_grads):
         raise CheckFailed(f"sdpa and eager give gradients to different weights: "
                           f"{sorted(set(got_grads) ^ set(want_grads))[:4]}")
+    limit = ws.tolerance.logprobs
+    figure = [f"sdpa kernels: {picked}", within("log-probs vs eager (2 padded prompts)", max_abs_difference(got, want),
+                                                limit)]
+    alone_off = max_abs_difference(got_alone, _logprobs(eager, alone)[0])
+    if not alone_off <= limit:
+        raise CheckFailed(f"one prompt without padding (what each device holds with one prompt per device): sdpa's "
+                          f"log-probs are {alone_off:.2g} nats from eager's (limit {limit:.0e}). Its completions "
+                          "attend to the prompt's KV cache with the wrong causality, so under sdpa the policy's, old "
+                          "policy's and reference's log-probs, and the loss, are wrong on this machine")
     names = sorted(want_grads)
-    return "; ".join([f"sdpa kernels: {picked}",
-                      within("log-probs vs eager", max_abs_difference(got, want), ws.tolerance.logprobs),
-                      within("gradients", relative_difference([got_grads[n] for n in names],
-                                                              [want_grads[n] for n in names]), ws.tolerance.gradients)])
+    return "; ".join(figure + [within("log-probs vs eager (1 unpadded prompt)", alone_off, limit),
+                               within("gradients", relative_difference([got_grads[n] for n in names],
+                                                                       [want_grads[n] for n in names]),
+                                      ws.tolerance.gradients)])
 
 
 def one_token_decode(ws) -> str:

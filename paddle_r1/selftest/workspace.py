@@ -64,21 +64,22 @@ class Workspace:
         model = load_model(folder, dtype=self.dtype, attn_implementation=attention or self.machine.precision.attention)
         return model, load_processor(folder)
 
-    def prompts(self, processor):
+    def prompts(self, processor, count: int = PROMPTS):
+        """The first ``count`` prompts, left-padded to one length (one prompt alone has no padding)."""
         from ..data.loader import load_samples
         from ..generation.generator import build_prompt_batch
 
         samples = self.once("samples", lambda: load_samples(self.data())[0])
-        return build_prompt_batch(samples[:PROMPTS], processor, QUESTION)[0]
+        return build_prompt_batch(samples[:count], processor, QUESTION)[0]
 
-    def rollout(self, model, processor, generations: int = 2, tokens: int = 6):
-        """Sampled completions (temperature 1, seeded draws) of the first prompts."""
+    def rollout(self, model, processor, generations: int = 2, tokens: int = 6, prompts: int = PROMPTS):
+        """Sampled completions (temperature 1, seeded draws) of the first ``prompts`` prompts."""
         import paddle
 
         from ..generation.generator import eos_token_ids
         from ..generation.rollout import SamplingParams, sample_completions
 
-        prompt = self.prompts(processor)
+        prompt = self.prompts(processor, prompts)
         uniforms = np.random.default_rng(0).random([prompt.size * generations, tokens]).astype("float32")
         return sample_completions(model, prompt, generations, SamplingParams(tokens, temperature=1.0),
                                   eos_token_ids(processor.tokenizer), processor.tokenizer.pad_token_id,
