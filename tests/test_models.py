@@ -66,6 +66,26 @@ def test_qwen2_vl_loads_with_its_processor(qwen2_vl, qwen2_vl_dir):
     np.testing.assert_array_equal(model.visual.blocks[1].mlp.fc1.weight.numpy(), fc1.T)  # Paddle keeps [in, out]
 
 
+def test_qwen2_vl_takes_the_one_token_decode_step(qwen2_vl, rec_samples):
+    """Qwen2-VL's text decoder is Qwen2.5-VL's and gets paddle_r1's fast paths (attention, RMSNorm, SwiGLU) and so
+    the one-token decode step; both engines sample the same tokens."""
+    from paddle_r1.generation.decoder import supports
+    from paddle_r1.models.rms_norm import FastRMSNorm
+    from paddle_r1.models.text_attention import FastTextAttention
+
+    model, processor = qwen2_vl
+    text = model.model.language_model
+    assert type(text.layers[0].self_attn) is FastTextAttention and type(text.norm) is FastRMSNorm
+    assert supports(model)
+    prompt, _ = build_prompt_batch(rec_samples[:2], processor, "{Question} Answer with a box.")
+    uniforms = paddle.to_tensor(np.random.default_rng(3).random([prompt.size * 2, 8]).astype("float32"))
+    eos, pad = processor.tokenizer.eos_token_id, processor.tokenizer.pad_token_id
+    one_token, layers = (sample_completions(model, prompt, 2, SamplingParams(8, temperature=1.0, engine=engine), [eos],
+                                            pad, uniforms=uniforms).completion_ids.numpy()
+                         for engine in ("one_token", "layers"))
+    np.testing.assert_array_equal(one_token, layers)
+
+
 def test_qwen2_vl_cached_greedy_equals_uncached(qwen2_vl, rec_samples):
     model, processor = qwen2_vl
     prompt, _ = build_prompt_batch(rec_samples[:3], processor, "{Question} Answer with a box.")

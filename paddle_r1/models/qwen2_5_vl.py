@@ -34,6 +34,11 @@ class Qwen2_5_VLForConditionalGeneration(_PaddleFormersQwen2_5_VL):
 
     def __init__(self, config):
         super().__init__(config)
+        self.install_fast_paths()
+
+    def install_fast_paths(self) -> None:
+        """paddle_r1's text attention, RMSNorm and SwiGLU over paddleformers' (same parameters): Qwen2-VL's decoder
+        is this one and takes them too."""
         install_fast_text_attention(self.model.language_model)
         install_fast_rms_norm(self)
         install_fused_swiglu(self)

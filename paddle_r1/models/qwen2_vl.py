@@ -8,9 +8,10 @@ inherited here). Only the vision tower is written; it differs from Qwen2.5-VL's 
 - an fc1 -> QuickGELU -> fc2 MLP (``mlp_ratio`` x wide) instead of the gated SiLU MLP;
 - full attention in every block, restricted to each image (video frame): no windows, no patch reordering.
 
-Patch embedding, the 2D rotary embedding and the attention are Qwen2.5-VL's layers, reused. The text decoder runs
-paddleformers' own layers (not ``text_attention.py``'s), its attention under sdpa given ``causal_mask.py``'s mask:
-paddleformers' saw queries after a KV cache attend to the cache's first keys only.
+Patch embedding, the 2D rotary embedding and the attention are Qwen2.5-VL's layers, reused. The text decoder is
+Qwen2.5-VL's with paddle_r1's fast paths installed as there (``Qwen2_5_VLForConditionalGeneration.install_fast_paths``:
+``text_attention.py``, whose sdpa branch holds causality after a KV cache, the RMSNorm, SwiGLU), so the rollout's
+one-token decode step runs it too.
 
 ``config.json`` is read as published: flat text fields, and a ``vision_config`` whose ``embed_dim`` is the
 tower's width and ``hidden_size`` the merger's output (the LLM width). Weights load from and save to the
@@ -31,13 +32,11 @@ from paddleformers.transformers.qwen2_5_vl.modeling import (
     Qwen2_5_VisionPatchEmbed,
     Qwen2_5_VisionRotaryEmbedding,
     Qwen2_5_VisionTransformerPretrainedModel,
-    Qwen2_5_VLAttention,
     Qwen2_5_VLModel,
     Qwen2_5_VLTextModel,
     Qwen2_5_VLVisionAttention,
 )
 
-from .causal_mask import SdpaCausality
 from .forward import recomputes_layers
 from .qwen2_5_vl import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
@@ -172,11 +171,6 @@ class Qwen2VisionTransformer(Qwen2_5_VisionTransformerPretrainedModel):
         return not hidden_states.stop_gradient and recomputes_layers(self.config)
 
 
-class Qwen2VLTextAttention(SdpaCausality, Qwen2_5_VLAttention):
-    """paddleformers' Qwen2.5-VL text attention, as Qwen2-VL's decoder runs it, its sdpa mask and ``is_causal`` as
-    ``SdpaCausality`` sets them."""
-
-
 class Qwen2VLModel(Qwen2_5_VLModel):
     config_class = Qwen2VLConfig
 
@@ -185,8 +179,6 @@ class Qwen2VLModel(Qwen2_5_VLModel):
         super(Qwen2_5_VLModel, self).__init__(config)
         self.visual = Qwen2VisionTransformer._from_config(config.vision_config)
         self.language_model = Qwen2_5_VLTextModel._from_config(config.text_config)
-        for layer in self.language_model.layers:
-            Qwen2VLTextAttention.install(layer.self_attn)
         self.rope_deltas = None
 
 
@@ -212,6 +204,7 @@ class Qwen2VLForConditionalGeneration(Qwen2_5_VLForConditionalGeneration):
         self.lm_head = LMHead(config.text_config)
         self.criterion = CriterionLayer(config.text_config)
         self.tie_weights()
+        self.install_fast_paths()
 
     @classmethod
     def _gen_aoa_config(cls, config):
