@@ -50,7 +50,8 @@ def candidates(paddle):
         keys[:, :, :, at:at + 1] = key.reshape([rows, kv_heads, head_dim, 1])
         values[:, :, at:at + 1] = value
 
-    return {"setitem (now)": setitem, "reference: slice at a host int": host_slice, "put_along_axis_": put_along_axis, "index_put_ on a transposed view": index_put}
+    return {"setitem (now)": setitem, "reference: slice at a host int": host_slice, "put_along_axis_": put_along_axis,
+            "index_put_ on a transposed view": index_put}
 
 
 def cpu_model() -> str:
@@ -75,7 +76,8 @@ def main() -> None:
         HOST_SLOT[0] = slots // 2
         results, times = {}, {}
         for name, write in ops.items():
-            keys, values = paddle.zeros([rows, kv_heads, head_dim, slots]), paddle.zeros([rows, kv_heads, slots, head_dim])
+            keys = paddle.zeros([rows, kv_heads, head_dim, slots])
+            values = paddle.zeros([rows, kv_heads, slots, head_dim])
             try:
                 write(keys, values, slot, key, value)
             except Exception as e:  # an op this Paddle lacks or refuses: shown, not timed
