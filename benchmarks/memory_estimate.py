@@ -69,7 +69,7 @@ def main() -> None:
     shape = ModelShape.from_config(json.load(open(os.path.join(folder, "config.json"))))
     model = load_model(folder, gradient_checkpointing=args.recompute, attn_implementation="eager")
     model.train()
-    activations, scores = decoder_training_bytes(shape, args.sequences, args.length, 4, True, args.recompute)
+    activations, scores = decoder_training_bytes(shape, args.sequences, args.length, 4, "eager", args.recompute)
     print(f"decoder hidden {args.hidden}, {args.layers} layers, {args.sequences} x {args.length} tokens, float32, "
           f"eager, recompute {args.recompute}: estimate {(activations + scores) / MIB:.0f} MiB, "
           f"measured {measure(model, args.sequences, args.length):.0f} MiB")

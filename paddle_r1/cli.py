@@ -103,9 +103,10 @@ def _estimate_memory(args, extra: list[str]) -> int:
     from .config_reading.loading import load_config
     from .memory import estimate
 
-    result = estimate(load_config(GRPOConfig, args.config, extra), args.gpus, args.gpu_memory)
+    result = estimate(load_config(GRPOConfig, args.config, extra), args.gpus, args.gpu_memory,
+                      flash_attention=args.sm >= 80, host_memory_gib=args.host_memory)
     print(result.table())
-    return 0 if result.fits else 1
+    return 0 if result.fits and result.host_fits else 1
 
 
 def _make_tiny_model(args, extra: list[str]) -> int:
@@ -197,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--config", help="yaml or json GRPO config file")
     memory.add_argument("--gpus", type=int, default=8, help="GPUs the run uses (sharding divides by this)")
     memory.add_argument("--gpu_memory", type=float, default=80.0, help="GiB per GPU")
+    memory.add_argument("--sm", type=int, default=80, help="the GPU's compute capability x 10 (V100: 70, T4: 75, "
+                        "A100: 80): below 80 sdpa has no flash attention, and the attention's copies are counted")
+    memory.add_argument("--host_memory", type=float, help="GiB of RAM per machine, shared by its ranks (all --gpus); "
+                        "default: the host rows are shown, not compared")
     memory.set_defaults(run=_estimate_memory)
     tiny = sub.add_parser("make-tiny-model", help="write a seeded tiny checkpoint folder")
     tiny.add_argument("dir")

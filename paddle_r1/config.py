@@ -8,6 +8,7 @@ and command lines) adds the file or command line it came from. A config is not c
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -30,8 +31,8 @@ class JobKeys:
         apply_types(self)
         for name, allowed in declared(type(self), "choices").items():
             if getattr(self, name) not in allowed:
-                raise ConfigError(f"config key {name!r}: {getattr(self, name)!r} is not one of {', '.join(allowed)}",
-                                  keys=(name,))
+                words = ", ".join(json.dumps(a) if not isinstance(a, str) else a for a in allowed)  # true, not True
+                raise ConfigError(f"config key {name!r}: {getattr(self, name)!r} is not one of {words}", keys=(name,))
         check_bounds(self, declared(type(self), "bounds"))
         for name in self.report_to:
             if name not in REPORT_TO or (name == "none" and len(self.report_to) > 1):

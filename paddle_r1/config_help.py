@@ -18,7 +18,7 @@ import typing
 
 from .config import GRPOConfig, SFTConfig
 from .config_keys import declared
-from .config_values import split_optional
+from .config_values import alternatives, split_optional
 
 JOBS = {"train": GRPOConfig, "sft": SFTConfig}
 CONFIG_DOC = "docs/config.md"
@@ -51,9 +51,12 @@ def key_groups(cls) -> list[KeyGroup]:
 
 
 def type_name(annotation) -> str:
-    """``Optional[list[str]]`` -> ``list[str] | None``, as a user reads it."""
+    """``Optional[list[str]]`` -> ``list[str] | None``, ``Union[bool, str]`` -> ``bool | str``, as a user reads it."""
     inner, optional = split_optional(annotation)
-    name = getattr(inner, "__name__", None) if typing.get_origin(inner) is None else str(inner)
+    if len(alternatives(inner)) > 1:
+        name = " | ".join(type_name(member) for member in alternatives(inner))
+    else:
+        name = getattr(inner, "__name__", None) if typing.get_origin(inner) is None else str(inner)
     return f"{name} | None" if optional else name
 
 

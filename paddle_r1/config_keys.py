@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 from .algorithms import (ADV_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
                          MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS, SHARDING_STAGES)
 from .config_values import Bounds, above, at_least
+from .memory import UNDO_COPY_BUDGET_GIB
 
 
 DEFAULT_QUESTION_TEMPLATE = (
@@ -126,10 +127,12 @@ class OptimizerKeys:
     max_grad_norm: float = key(1.0, "gradients are clipped to this global norm; 0: no clipping", bounds=at_least(0))
     max_skipped_steps: int = key(5, "a step whose loss or gradient norm is not finite is skipped; this many in a row "
                                  "stop the run", bounds=at_least(1))
-    undo_non_finite_updates: bool = key(True, "a step that writes a NaN or infinite weight is put back from a host "
-                                        "copy of the weights and AdamW state taken before every step (a copy of this "
-                                        "rank's share; cost: docs/reference.md, Reliability); false: no copy, such a "
-                                        "step stops the run before anything is saved")
+    undo_non_finite_updates: Union[bool, str] = key(
+        "auto", "true | false | auto: true: a step that writes a NaN or infinite weight is put back from a host copy "
+        "of the weights and AdamW state this rank updates, taken before every step (about 14 bytes per trainable "
+        "weight unsharded); false: no copy, such a step stops the run before anything is saved, naming the newest "
+        f"checkpoint; auto: true when the copy is at most {UNDO_COPY_BUDGET_GIB:g} GiB on every rank (estimate-memory "
+        "shows its size), else false (docs/reference.md, Reliability)", choices=(True, False, "auto"))
     lr_scheduler_type: str = key("constant", "linear | cosine | constant | constant_with_warmup | polynomial",
                                  choices=LR_SCHEDULERS)
     warmup_steps: int = key(0, "steps of linear warmup (wins over warmup_ratio when > 0)", bounds=at_least(0))

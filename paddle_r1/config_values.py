@@ -22,9 +22,18 @@ def split_optional(annotation) -> tuple[Any, bool]:
     return annotation, False
 
 
+def alternatives(annotation) -> tuple:
+    """The types a value of a ``Union[X, Y]`` key (not Optional) may take, in order; any other: (itself,)."""
+    return typing.get_args(annotation) if typing.get_origin(annotation) is Union else (annotation,)
+
+
 def type_words(annotation) -> str:
-    """How an error names a type to a user who writes yaml: 'a number (float)', 'an integer (int) or null'."""
+    """How an error names a type to a user who writes yaml: 'a number (float)', 'an integer (int) or null',
+    'true or false (bool) or a string (str)'."""
     inner, optional = split_optional(annotation)
+    if len(alternatives(inner)) > 1:
+        words = " or ".join(type_words(member) for member in alternatives(inner))
+        return f"{words} or null" if optional else words
     origin = typing.get_origin(inner) or inner
     words = f"{_TYPE_WORDS[origin]} ({getattr(inner, '__name__', inner)})"
     return f"{words} or null" if optional else words
@@ -43,6 +52,13 @@ def typed_value(value, annotation, where: str, key: str):
     inner, optional = split_optional(annotation)
     if value is None and optional:
         return None
+    if len(alternatives(inner)) > 1:  # the first type that takes the value (true/false or a word: bool, then str)
+        for member in alternatives(inner):
+            try:
+                return typed_value(value, member, where, key)
+            except ConfigError:
+                pass
+        raise ConfigError(f"config key {where!r} expects {type_words(annotation)}, got {value!r}", keys=(key,))
     origin, args = typing.get_origin(inner) or inner, typing.get_args(inner)
     if origin is list and isinstance(one_or_many(value), list):
         items = one_or_many(value)

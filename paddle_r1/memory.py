@@ -8,15 +8,33 @@ The model is counted layer by layer from the published config fields (``count_pa
 persistent state (weights, reference, gradients, AdamW state after sharding, a reserve for the CUDA context and
 allocator) plus the larger of two phases' working memory:
 
-- rollout: the KV cache of B*G sequences of prompt + completion, the prefill's attention scores (eager only),
-  the vision tower's forward. With tools (``max_turns`` > 1) a completion is an episode: ``max_turns`` turns of
+- rollout: the KV cache at its peak, where copies coexist (``rollout_kv_parts``): the prefill's cache of the B
+  prompts (kept until the rollout ends), its rows repeated for the G completions (``RepeatedPrompt``), the decode
+  buffers of B*G sequences of prompt + completion (``generation/kv_cache.py``) and, for the growing cache of the
+  one-token decoder, the old and new buffers of its last growth; the prefill's attention scores (eager, or sdpa
+  without flash attention), K/V expanded to the query heads for one layer (sdpa without flash attention), and the
+  vision tower's forward. With tools (``max_turns`` > 1) a completion is an episode: ``max_turns`` turns of
   ``max_completion_length`` tokens and between them ``max_turns - 1`` tool results of one image each (what
   ``crop`` and ``zoom`` return) at ``max_pixels``; the log-prob passes run each episode row whole, so the vision
   tower sees every row's images;
 - training forward + backward: the decoder activations kept for backward (all layers, or with
   ``gradient_checkpointing`` each layer's input plus one layer recomputed), attention scores (eager: [H, L, L]
-  per sequence, kept in float32 for the softmax; sdpa / flash: none), one log-prob chunk of float32 logits,
-  and the vision tower's (kept for backward only when it trains).
+  per sequence, kept in float32 for the softmax; sdpa with flash attention: none), one log-prob chunk of float32
+  logits, and the vision tower's (kept for backward only when it trains).
+
+Attention without flash attention: Paddle's sdpa (``paddle/nn/functional/sdpa.py``, Paddle 3.3) takes flash
+attention only on sm80 and newer (A100, H100, RTX 30xx/40xx) in half precision. On a V100 (sm70) or T4 (sm75) it
+takes memory-efficient attention when a mask's last dimension is a multiple of 8, else its math path; both first
+copy K and V to every query head (``_repeat_kv``: [B, L, H, D], per call), and the math path builds the [B, H, L, L]
+scores, mask sum and softmax in the weights' dtype (the softmax kept for backward). The estimate counts the math
+path there (the larger; which one runs depends on each batch's padded length): ``estimate(flash_attention=False)``,
+``estimate-memory --sm 70``, and ``check_fits`` on such a GPU.
+
+Host memory, per rank (``Estimate.host_rows``): the update guard's copy (``trainer/step_guard.py``; config key
+``undo_non_finite_updates``, kept by ``auto`` up to ``UNDO_COPY_BUDGET_GIB``) and the checkpoint read into host
+memory while the model loads (every rank reads the whole checkpoint). They do not coexist (the copy is made at the
+first step), so the rank's peak is the larger. paddle_r1 offloads no optimizer state to the host. ``check_fits``
+compares the peak times the ranks on the machine with the machine's RAM.
 
 Activation sizes count the tensors Paddle's autograd keeps per token of one decoder layer: the two norms'
 inputs, the q/k/v and o projections' inputs, rotary inputs, the attention output, and the gated MLP's
@@ -38,6 +56,12 @@ TOOL_TEXT_TOKENS = 32  # a tool result's message around its image: role tokens, 
 DEFAULT_MAX_PIXELS = 12845056  # Qwen's preprocessor_config.json
 RESERVE_GIB = 2.0  # CUDA context, cuBLAS / NCCL workspaces, allocator fragmentation
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# undo_non_finite_updates: auto keeps the update guard's host copy while it is at most this many GiB on every rank.
+# Why 8: the copy is taken before every step into pageable memory, at a few GB/s: ~1-3 s a step, against GRPO steps
+# of tens of seconds for the models it admits (LoRA rank 8 on 7B: 0.2 GiB; Qwen2.5-VL-3B sharded stage 1 over 8
+# GPUs: 6.1 GiB); 8 ranks then hold at most 64 GiB of a machine's RAM. A 7B full fine-tune (vision frozen) unsharded
+# (99 GiB) or sharded stage 1 over 8 (12.4 GiB) is over it, and only detects (``paddle-r1 estimate-memory``).
+UNDO_COPY_BUDGET_GIB = 8.0
 
 
 @dataclass
@@ -170,6 +194,18 @@ class Estimate:
     gpus: int
     gpu_memory_gib: float
     suggestions: list = field(default_factory=list)  # [(key, value)] that make it fit, in order
+    host_rows: list = field(default_factory=list)  # per rank, host RAM: (name, GiB, how); the peak is the larger
+    ranks_per_host: int = 1  # ranks sharing one machine's RAM
+    host_memory_gib: Optional[float] = None  # that machine's RAM; None: not checked
+
+    @property
+    def host_gib(self) -> float:
+        """One rank's peak host memory (its rows do not coexist: the larger)."""
+        return max((gib for _, gib, _ in self.host_rows), default=0.0)
+
+    @property
+    def host_fits(self) -> bool:
+        return self.host_memory_gib is None or self.host_gib * self.ranks_per_host <= self.host_memory_gib
 
     @property
     def total_gib(self) -> float:
@@ -187,6 +223,12 @@ class Estimate:
                      f"x {self.gpus} GPU(s)")
         if self.suggestions:
             lines.append("to fit, set: " + " ".join(f"--{k} {v}" for k, v in self.suggestions))
+        lines.append(f"{'host RAM per rank':<34}{'GiB':>8}  how")
+        lines += [f"{name:<34}{gib:>8.1f}  {how}" for name, gib, how in self.host_rows]
+        machine = f"{self.host_gib:.1f} GiB x {self.ranks_per_host} rank(s) per machine"
+        if self.host_memory_gib is not None:
+            machine += f": {'fits' if self.host_fits else 'does NOT fit'} in {self.host_memory_gib:.0f} GiB of RAM"
+        lines.append(f"{'host peak (the larger)':<34}{self.host_gib:>8.1f}  {machine}")
         return "\n".join(lines)
 
 
@@ -205,16 +247,25 @@ def scores_transient_bytes(w: int) -> int:
     return 3 * w + 4
 
 
-def decoder_training_bytes(shape: ModelShape, sequences: int, length: int, w: int, eager: bool,
+def expands_kv(shape: ModelShape) -> bool:
+    """Whether sdpa without flash attention copies K and V to every query head (grouped-query attention)."""
+    return (shape.q_dim or shape.hidden) != shape.kv_dim
+
+
+def decoder_training_bytes(shape: ModelShape, sequences: int, length: int, w: int, attention: str,
                            recompute: bool) -> tuple[int, int]:
     """(activations, attention scores) the decoder holds at the peak of a training forward + backward over
-    ``sequences`` x ``length`` tokens. Without recompute the peak is the end of the forward: every layer's kept
-    tensors. With ``recompute`` each layer keeps only its input, and during backward one layer is rebuilt and
-    differentiated: its kept tensors, their gradients and the backward's temporaries (3x), its scores and their
-    gradients (2x). Measured on CPU (``benchmarks/memory_estimate.py``): within 10% both ways."""
+    ``sequences`` x ``length`` tokens; ``attention``: ``eager``, ``flash`` or ``math`` (sdpa without flash
+    attention: its expanded K/V kept for backward, and [H, L, L] softmax in the weights' dtype). Without recompute
+    the peak is the end of the forward: every layer's kept tensors. With ``recompute`` each layer keeps only its
+    input, and during backward one layer is rebuilt and differentiated: its kept tensors, their gradients and the
+    backward's temporaries (3x), its scores and their gradients (2x). Measured on CPU for eager
+    (``benchmarks/memory_estimate.py``): within 10% both ways."""
     tokens = sequences * length
-    per_token_layer = _activation_elements(shape.hidden, shape.kv_dim, shape.intermediate) * w
-    scores = sequences * shape.heads * length**2 * scores_kept_bytes(w) if eager else 0
+    expanded = 2 * (shape.q_dim or shape.hidden) if attention == "math" and expands_kv(shape) else 0
+    per_token_layer = (_activation_elements(shape.hidden, shape.kv_dim, shape.intermediate) + expanded) * w
+    per_score = {"eager": scores_kept_bytes(w), "math": w, "flash": 0}[attention]
+    scores = sequences * shape.heads * length**2 * per_score
     if recompute:
         return tokens * (shape.layers * shape.hidden * w + 3 * per_token_layer), 2 * scores
     return tokens * shape.layers * per_token_layer, shape.layers * scores
@@ -225,6 +276,86 @@ def _attention(config) -> str:
     return config.attn_implementation or "sdpa"
 
 
+def attention_path(config, flash_attention: bool) -> str:
+    """What computes attention on the GPU: ``eager``, ``flash`` (sdpa where flash attention runs), or ``math`` (sdpa
+    without it, counted as its math path: see the module docstring)."""
+    if _attention(config) == "eager":
+        return "eager"
+    return "flash" if flash_attention else "math"
+
+
+def rollout_kv_parts(shape: ModelShape, prompts: int, generations: int, prompt_len: int, new_tokens: int, w: int,
+                     growing: bool) -> dict:
+    """Bytes of the rollout's KV tensors by name, and ``peak``: what coexists at the worst moment. The prefill's
+    cache of ``prompts`` rows lives until the rollout ends (``rollout.sample_completions`` holds it); while the
+    decoder is made, the prompt repeated for each completion (``RepeatedPrompt``) and the decode buffers exist too.
+    ``growing`` (``TransposedKVCache``, the one-token decoder): the buffers start at the prompt + ``GROWTH`` slots and
+    grow by ``GROWTH`` while the decode needs room (it writes ``new_tokens`` - 1 slots: the last token is not fed
+    back); each growth copies the keys of every layer, then the values, so at the last growth from ``n`` slots both
+    the new buffers and half of the old ones (``n / 2`` slots' worth) exist. Else (``StaticKVCache``, the model's own
+    layers) the buffers hold prompt + ``new_tokens`` slots from the start."""
+    from .generation.kv_cache import GROWTH
+
+    per_slot = 2 * shape.layers * shape.kv_dim * w  # one token of one sequence: keys and values of every layer
+    sequences = prompts * generations
+    capacity = prompt_len + new_tokens
+    first = min(capacity, prompt_len + GROWTH) if growing else capacity
+    growths = max(0, new_tokens - 2) // GROWTH if growing else 0
+    old = prompt_len + GROWTH * growths if growths else 0  # slots before the last growth
+    final = min(capacity, old + GROWTH) if growths else first
+    parts = {"prefill cache": prompts * prompt_len * per_slot,
+             "prompt repeated per completion": sequences * prompt_len * per_slot if generations > 1 else 0,
+             "decode buffers": sequences * final * per_slot,
+             "growth copy": sequences * old // 2 * per_slot}
+    at_start = parts["prompt repeated per completion"] + sequences * first * per_slot
+    parts["peak"] = parts["prefill cache"] + max(at_start, parts["decode buffers"] + parts["growth copy"])
+    return parts
+
+
+def one_token_decodes(config, shape: ModelShape) -> bool:
+    """Whether the rollout may take the one-token decoder (its growing cache): ``rollout_engine`` one_token, or
+    auto on Qwen2-VL / Qwen2.5-VL (``generation.decoder.supports``)."""
+    return config.rollout_engine == "one_token" or (
+        config.rollout_engine == "auto" and shape.family in ("qwen2_vl", "qwen2_5_vl"))
+
+
+def undo_copy_bytes(config, shape: ModelShape, gpus: int) -> int:
+    """Host bytes of the update guard's copy on one rank (``step_guard.StepSnapshot``): the weights its step writes
+    (every trainable one; under stage 1 its share) in the weights' dtype, and the AdamW state it holds (float32 m and
+    v, and a float32 master weight for 16-bit weights; under sharding its share)."""
+    w = DTYPE_BYTES[config.dtype]
+    params = count_parameters(shape)
+    trainable = lora_parameters(shape, config.lora_rank) if config.lora else \
+        params.total - (params.vision if config.freeze_vision else 0)
+    sharding = config.sharding if gpus > 1 else ""
+    share = gpus if sharding else 1
+    written = trainable / (gpus if sharding == "stage1" else 1)  # stage 2 broadcasts, and checks, every weight
+    return int(written * w + trainable * (8 + (4 if w < 4 else 0)) / share)
+
+
+def undo_copy_kept(setting, copy_bytes: int) -> bool:
+    """Whether ``undo_non_finite_updates`` (true, false, "auto") keeps a copy of ``copy_bytes`` on a rank: the rule
+    the trainer applies (``sharding.Update.choose_undo``) and the estimate shows."""
+    return copy_bytes <= UNDO_COPY_BUDGET_GIB * GIB if setting == "auto" else setting
+
+
+def _host_rows(config, shape: ModelShape, gpus: int, checkpoint_dtype: str) -> list:
+    """Per rank, host RAM: the update guard's copy (as ``undo_non_finite_updates`` decides) and the checkpoint being
+    loaded."""
+    copy = undo_copy_bytes(config, shape, gpus)
+    kept = undo_copy_kept(config.undo_non_finite_updates, copy)
+    setting = str(config.undo_non_finite_updates).lower()
+    if config.undo_non_finite_updates == "auto":
+        how = (f"auto: {copy / GIB:.1f} GiB, {'within' if kept else 'over'} the {UNDO_COPY_BUDGET_GIB:g} GiB budget"
+               + ("" if kept else ": no copy, a non-finite update stops the run"))
+    else:
+        how = f"undo_non_finite_updates {setting}" + (": no copy" if not kept else "")
+    params = count_parameters(shape).total
+    checkpoint = params * DTYPE_BYTES.get(checkpoint_dtype, DTYPE_BYTES[config.dtype])
+    return [("update guard copy", copy / GIB if kept else 0.0, how + " (weights, AdamW m, v, master)"),
+            ("checkpoint while loading", checkpoint / GIB, f"{params / 1e9:.2f}B params read in {checkpoint_dtype}")]
+
+
 def _vision_tokens(shape: ModelShape, max_pixels: int) -> tuple[int, int]:
     """(patches the vision tower sees, merged tokens the decoder sees) for one image at ``max_pixels``."""
     factor = shape.patch_size * shape.merge_size
@@ -232,11 +363,13 @@ def _vision_tokens(shape: ModelShape, max_pixels: int) -> tuple[int, int]:
     return merged * shape.merge_size**2, merged
 
 
-def _rows(config, shape: ModelShape, gpus: int) -> list:
-    """The table's rows, GiB each; indented rows are the phases' parts (the phase total counts once)."""
+def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True) -> list:
+    """The table's rows, GiB each; indented rows are the phases' parts (the phase total counts once; deeper ones are
+    the parts of a part)."""
     w = DTYPE_BYTES[config.dtype]
     params = count_parameters(shape)
-    eager = _attention(config) == "eager"
+    path = attention_path(config, flash_attention)
+    eager = path == "eager"
     sharding = config.sharding if gpus > 1 else ""
     if config.lora:
         trainable = lora_parameters(shape, config.lora_rank)
@@ -254,7 +387,7 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
     tool_results = config.max_turns - 1  # one image each
     completion = config.max_turns * config.max_completion_length + tool_results * (TOOL_TEXT_TOKENS + image_tokens)
     length = prompt_len + completion
-    activations, train_scores = decoder_training_bytes(shape, sequences, length, w, eager,
+    activations, train_scores = decoder_training_bytes(shape, sequences, length, w, path,
                                                        config.gradient_checkpointing)
     logprob_chunk = min(config.logprob_chunk_size, sequences * completion) * shape.vocab * (w + 12)
 
@@ -270,11 +403,19 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
     else:
         vision = vision_layer * (2 if vision_trains else 1) + image_scores * scores_transient_bytes(w)
 
-    kv_cache = 2 * shape.layers * sequences * length * shape.kv_dim * w
-    prefill_scores = sequences * shape.heads * prompt_len**2 * scores_transient_bytes(w) if eager else 0
-    rollout = kv_cache + prefill_scores + vision
+    # the auto engine's decoder depends on the device's layers: the larger of the two caches
+    kv = max((rollout_kv_parts(shape, prompts, config.generations_per_device, prompt_len, completion, w, growing)
+              for growing in {False, one_token_decodes(config, shape)}), key=lambda parts: parts["peak"])
+    prefilled = sequences if tool_results else prompts  # later turns prefill their tool results on every row
+    per_score = {"eager": scores_transient_bytes(w), "math": 3 * w, "flash": 0}[path]
+    prefill_scores = prefilled * shape.heads * prompt_len**2 * per_score
+    # sdpa without flash copies one layer's K/V to every query head per call: over the whole cache in a decode step
+    expanded = sequences * length * 2 * (shape.q_dim or shape.hidden) * w \
+        if path == "math" and expands_kv(shape) else 0
+    rollout = kv["peak"] + prefill_scores + expanded + vision
     training = activations + train_scores + logprob_chunk + vision
-    attention = "eager [H, L, L] scores" if eager else "sdpa: no score matrix"
+    attention = {"eager": "eager [H, L, L] scores", "flash": "sdpa, flash attention: no score matrix",
+                 "math": "sdpa without flash attention (sm < 80): math path's [H, L, L] scores"}[path]
     recompute = "each layer recomputed" if config.gradient_checkpointing else "all layers kept"
     return [
         ("weights (policy)", params.total * w / GIB, f"{params.total / 1e9:.2f}B params x {w} B"),
@@ -288,8 +429,16 @@ def _rows(config, shape: ModelShape, gpus: int) -> list:
         ("working memory: max(rollout, train)", max(rollout, training) / GIB,
          f"{sequences} sequences x {length} tokens ({image_tokens} image tokens from max_pixels"
          + (f"; episodes of {config.max_turns} turns, {tool_results} tool images)" if tool_results else ")")),
-        ("  rollout KV cache", kv_cache / GIB, "2 x layers x kv width x tokens"),
+        ("  rollout KV cache (peak)", kv["peak"] / GIB,
+         "prefill + max(repeated prompt + first buffers, buffers + growth copy); 2 x layers x kv width per token"),
+        ("    prefill cache", kv["prefill cache"] / GIB, f"{prompts} prompts x {prompt_len} tokens, kept to the end"),
+        ("    prompt repeated per completion", kv["prompt repeated per completion"] / GIB,
+         f"{sequences} rows x {prompt_len} tokens, while the decoder is made"),
+        ("    decode buffers", kv["decode buffers"] / GIB, f"{sequences} rows, prompt + completion slots"),
+        ("    growth copy", kv["growth copy"] / GIB, "the one-token decoder's last growth: half the old buffers"),
         ("  rollout prefill attention", prefill_scores / GIB, attention),
+        ("  rollout K/V expanded to heads", expanded / GIB,
+         "sdpa without flash: one layer's cache per decode step" if expanded else "none"),
         ("  train activations", activations / GIB, recompute),
         ("  train attention scores", train_scores / GIB, attention),
         ("  log-prob chunk", logprob_chunk / GIB, f"{config.logprob_chunk_size} tokens x vocab, float32"),
@@ -329,16 +478,23 @@ def _cheapest_fix(config, gpus: int, fits) -> Optional[dict]:
     return best and best[1]
 
 
-def estimate(config, gpus: int, gpu_memory_gib: float, model_config: Optional[dict] = None) -> Estimate:
-    """Per-GPU table for ``config`` (a GRPOConfig) on ``gpus`` GPUs of ``gpu_memory_gib`` each. When it does not
-    fit, ``suggestions`` holds the cheapest config changes that make it fit, or all of them and a note to lower
-    the sizes when none do."""
-    shape = ModelShape.from_config(model_config or read_model_config(config.model_name_or_path))
+def estimate(config, gpus: int, gpu_memory_gib: float, model_config: Optional[dict] = None,
+             flash_attention: bool = True, host_memory_gib: Optional[float] = None,
+             ranks_per_host: Optional[int] = None) -> Estimate:
+    """Per-GPU table for ``config`` (a GRPOConfig) on ``gpus`` GPUs of ``gpu_memory_gib`` each (``flash_attention``:
+    whether sdpa can take it: sm80 and newer), and per rank host RAM, ``ranks_per_host`` (default: all ``gpus``) of
+    them sharing ``host_memory_gib`` (None: not compared). When the GPU part does not fit, ``suggestions`` holds the
+    cheapest config changes that make it fit, or all of them and a note to lower the sizes when none do."""
+    model_config = model_config or read_model_config(config.model_name_or_path)
+    shape = ModelShape.from_config(model_config)
+    checkpoint_dtype = model_config.get("torch_dtype") or model_config.get("dtype") or config.dtype
 
     def fits(cfg) -> bool:
-        return Estimate(_rows(cfg, shape, gpus), gpus, gpu_memory_gib).fits
+        return Estimate(_rows(cfg, shape, gpus, flash_attention), gpus, gpu_memory_gib).fits
 
-    result = Estimate(_rows(config, shape, gpus), gpus, gpu_memory_gib)
+    result = Estimate(_rows(config, shape, gpus, flash_attention), gpus, gpu_memory_gib,
+                      host_rows=_host_rows(config, shape, gpus, checkpoint_dtype),
+                      ranks_per_host=ranks_per_host or gpus, host_memory_gib=host_memory_gib)
     if not result.fits:
         changes = _cheapest_fix(config, gpus, fits)
         if changes is None:
@@ -349,9 +505,34 @@ def estimate(config, gpus: int, gpu_memory_gib: float, model_config: Optional[di
     return result
 
 
+def machine_memory_gib() -> float:
+    """This machine's RAM."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+
+
+def check_host(result: Estimate, config) -> Optional[str]:
+    """When the ranks on this machine need more RAM than it has: a ConfigError when the update guard's copy was
+    asked for (``undo_non_finite_updates: true``) and is the larger part, else a warning (returned, for the log);
+    both name the key. None when it fits."""
+    from .errors import ConfigError
+
+    if result.host_fits:
+        return None
+    text = (f"the {result.ranks_per_host} rank(s) on this machine need {result.host_gib * result.ranks_per_host:.0f} "
+            f"GiB of host RAM, more than its {result.host_memory_gib:.0f} GiB:\n{result.table()}\n")
+    copy = result.host_rows[0][1]
+    if config.undo_non_finite_updates is True and copy >= result.host_gib:
+        raise ConfigError(text + "set undo_non_finite_updates: auto (or false) to take no host copy of the weights "
+                                 "and AdamW state, or shard the optimizer state (sharding: stage1)",
+                          keys=("undo_non_finite_updates",))
+    return "warning: " + text + ("the update guard's copy is kept (undo_non_finite_updates); set it to false to "
+                                 "take none" if copy else "the checkpoint is read by every rank while loading")
+
+
 def check_fits(config, gpus: int) -> Optional[Estimate]:
     """Start-up preflight on GPU: raise a ConfigError carrying the table and the keys to change when the run
-    cannot fit this GPU's memory; on CPU nothing is checked (None)."""
+    cannot fit this GPU's memory (counting attention without flash attention before sm80), or this machine's RAM
+    (``check_host``: a warning unless the update guard's copy was asked for); on CPU nothing is checked (None)."""
     import paddle
 
     from .errors import ConfigError
@@ -359,9 +540,14 @@ def check_fits(config, gpus: int) -> Optional[Estimate]:
     if not paddle.get_device().startswith("gpu"):
         return None
     total = paddle.device.cuda.get_device_properties().total_memory / GIB
-    result = estimate(config, gpus, total)
+    major, _ = paddle.device.cuda.get_device_capability()
+    result = estimate(config, gpus, total, flash_attention=major >= 8, host_memory_gib=machine_memory_gib(),
+                      ranks_per_host=min(gpus, paddle.device.cuda.device_count()))
     if not result.fits:
         raise ConfigError(f"this run needs more memory than the GPU has:\n{result.table()}")
+    warning = check_host(result, config)
+    if warning:
+        print(warning)
     return result
 
 

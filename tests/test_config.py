@@ -322,3 +322,19 @@ def test_a_key_a_job_declares_again_keeps_its_range():
             cls(per_device_train_batch_size=0)
         with pytest.raises(ConfigError, match=r"'learning_rate': must be finite and >= 0, got nan"):
             cls(learning_rate=float("nan"))
+
+
+def test_undo_non_finite_updates_takes_true_false_or_auto(tmp_path):
+    """Old configs' true and false keep their meaning, in a file and on the command line (a bare flag is true);
+    auto is the default; any other word is refused, naming the key and the three values."""
+    path = tmp_path / "c.yaml"
+    path.write_text("undo_non_finite_updates: false\n")
+    assert load_config(GRPOConfig, str(path)).undo_non_finite_updates is False
+    assert load_config(GRPOConfig, str(path), ["--undo_non_finite_updates", "true"]).undo_non_finite_updates is True
+    assert load_config(GRPOConfig, str(path), ["--undo_non_finite_updates"]).undo_non_finite_updates is True
+    assert load_config(GRPOConfig, str(path), ["--undo_non_finite_updates", "auto"]).undo_non_finite_updates == "auto"
+    assert GRPOConfig().undo_non_finite_updates == "auto"
+    with pytest.raises(ConfigError, match="'undo_non_finite_updates': 'sometimes' is not one of true, false, auto"):
+        GRPOConfig(undo_non_finite_updates="sometimes")
+    with pytest.raises(ConfigError, match="'undo_non_finite_updates' expects true or false \\(bool\\) or a string"):
+        GRPOConfig(undo_non_finite_updates=1)

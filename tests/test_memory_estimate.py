@@ -14,7 +14,7 @@ from paddle_r1.memory import (ModelShape, allocate_optimizer_state, check_fits, 
                               read_model_config)
 from paddle_r1.models.loading import load_model
 from paddle_r1.models.published import PUBLISHED_CONFIGS
-from paddle_r1.testing.tiny import make_tiny_model
+from paddle_r1.testing.tiny import TinySize, make_tiny_model
 
 QWEN25_7B, QWEN25_3B = "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct"
 
@@ -98,12 +98,13 @@ def test_the_table_follows_the_memory_options():
     assert _rows(estimate(_config(gradient_checkpointing=False), 8, 80))["train activations"] > \
         4 * plain["train activations"]
     assert _rows(estimate(_config(freeze_vision=False), 8, 80))["vision tower"] > plain["vision tower"]
-    assert _rows(estimate(_config(max_pixels=4 * 1003520), 8, 80))["rollout KV cache"] > plain["rollout KV cache"]
+    bigger_images = _rows(estimate(_config(max_pixels=4 * 1003520), 8, 80))
+    assert bigger_images["rollout KV cache (peak)"] > plain["rollout KV cache (peak)"]
     assert "1280 image tokens" in estimate(_config(), 8, 80).table()
     # PaddleMIX's 2 completions per device of a group of 8 (the rest on 3 other GPUs): 2 sequences, a quarter of 8's
     quarter = estimate(_config(per_device_train_batch_size=2), 8, 80)
     assert "2 sequences x" in quarter.table()
-    assert _rows(quarter)["rollout KV cache"] == pytest.approx(plain["rollout KV cache"] / 4)
+    assert _rows(quarter)["decode buffers"] == pytest.approx(plain["decode buffers"] / 4)
 
 
 def test_episodes_count_their_turns_and_tool_images():
@@ -113,7 +114,7 @@ def test_episodes_count_their_turns_and_tool_images():
     single, multi = _rows(plain), _rows(episodes)
     prompt = 128 + 1280  # text + the image's 1280 tokens at max_pixels 1003520
     episode = 3 * 1024 + 2 * (32 + 1280)
-    assert multi["rollout KV cache"] == pytest.approx(single["rollout KV cache"] * (prompt + episode) / (prompt + 1024))
+    assert multi["decode buffers"] == pytest.approx(single["decode buffers"] * (prompt + episode) / (prompt + 1024))
     assert f"{prompt + episode} tokens" in episodes.table() and "episodes of 3 turns, 2 tool images" in episodes.table()
     assert multi["vision tower"] > 2 * single["vision tower"]
 
@@ -185,3 +186,87 @@ def test_stage1_ranks_create_only_their_share(tmp_path):
     for report in reports:
         assert 0 < report["owned"] < 4 * (16 * 16 + 16)
         assert report["allocated"] == report["owned"] * 8 + report["tensors"] * 2 * 4  # fp32 m, v; two beta powers
+
+
+@pytest.mark.parametrize("engine", ["one_token", "layers"])
+def test_the_rollout_kv_estimate_bounds_a_real_rollout(engine, tmp_path, rec_samples):
+    """The KV cache's copies that coexist (the prefill's cache, its rows repeated per completion, the decode buffers,
+    the growing cache's last growth) against the host allocator's peak over a real rollout of a tiny 8-layer model on
+    CPU (its KV cache is most of the rollout's memory): the estimate is at least the peak minus 10%, at most 10% over
+    it, and counting the buffers once would be far below."""
+    from paddle.base import core
+
+    from paddle_r1.generation.generator import build_prompt_batch
+    from paddle_r1.generation.rollout import SamplingParams, sample_completions
+    from paddle_r1.memory import rollout_kv_parts
+    from paddle_r1.models.loading import load_processor
+
+    folder = make_tiny_model(str(tmp_path / "model"), size=TinySize(num_hidden_layers=8))
+    model, processor = load_model(folder), load_processor(folder)
+    prompt, _ = build_prompt_batch(rec_samples[:2], processor, "{Question} Answer with a box.")
+    generations, new_tokens = 4, 300  # the one-token decoder's cache grows twice
+    before = core.host_memory_stat_current_value("Allocated", 0)
+    core.host_memory_stat_reset_peak_value("Allocated", 0)
+    rollout = sample_completions(model, prompt, generations, SamplingParams(max_new_tokens=new_tokens, temperature=0.0,
+                                                                            engine=engine), [10**6], 0)  # no EOS
+    measured = core.host_memory_stat_peak_value("Allocated", 0) - before
+    assert rollout.completion_ids.shape == [8, new_tokens]
+    parts = rollout_kv_parts(ModelShape.from_config(read_model_config(folder)), 2, generations,
+                             prompt.input_ids.shape[1], new_tokens, 4, growing=engine == "one_token")
+    assert 0.9 * measured <= parts["peak"] <= 1.1 * measured, (measured, parts)
+    assert parts["decode buffers"] < 0.85 * measured  # the cache counted once
+    assert (parts["growth copy"] > 0) == (engine == "one_token")
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_guard_copy_in_the_estimate_equals_the_snapshot_buffers(lora, tiny_model_dir, rec_samples, tmp_path):
+    """The host bytes ``estimate-memory`` shows for the update guard equal the buffers ``StepSnapshot`` allocates for
+    the trainer's real optimizer (weights, AdamW moments, beta powers), full fine-tune or LoRA."""
+    from paddle_r1.memory import undo_copy_bytes
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), num_generations=2,
+                        per_device_train_batch_size=2, max_completion_length=4, max_steps=1, use_visualdl=False,
+                        disable_tqdm=True, beta=0.0, lora=lora, freeze_vision=lora)
+    trainer = GRPOTrainer(config, samples=rec_samples)
+    trainer.update.snapshot.take()
+    copied = sum(int(b.numel()) * b.element_size() for b in trainer.update.snapshot.buffers.values())
+    betas = 2 * 4 * len(trainer.update.parameters)  # two float32 beta powers per weight: not in the estimate
+    assert undo_copy_bytes(config, ModelShape.from_config(read_model_config(tiny_model_dir)), 1) == copied - betas
+    row = estimate(config, 1, 80, read_model_config(tiny_model_dir)).host_rows[0]
+    assert row[0] == "update guard copy" and row[1] * 2**30 == pytest.approx(copied - betas)
+
+
+def test_host_memory_is_checked_and_names_the_key():
+    """The guard's copy of a 7B full fine-tune: auto takes none (over the budget), so 8 ranks need only the checkpoint
+    being loaded; asked for with true it is 99 GiB a rank, which a 512 GiB machine refuses, naming the key; a
+    machine that only holds the checkpoints gets a warning."""
+    from paddle_r1.errors import ConfigError
+    from paddle_r1.memory import UNDO_COPY_BUDGET_GIB, check_host
+
+    auto = estimate(_config(), 8, 80, host_memory_gib=512)
+    copy, loading = auto.host_rows
+    assert copy[1] == 0 and "over the 8 GiB budget" in copy[2] and auto.host_fits
+    assert loading[1] == pytest.approx(8.292e9 * 2 / 2**30, rel=1e-3)
+    forced = estimate(_config(undo_non_finite_updates=True), 8, 80, host_memory_gib=512)
+    assert forced.host_gib == pytest.approx(7.616e9 * 14 / 2**30, rel=1e-3) and not forced.host_fits
+    with pytest.raises(ConfigError, match="undo_non_finite_updates: auto"):
+        check_host(forced, _config(undo_non_finite_updates=True))
+    assert "update guard copy" in forced.table() and "does NOT fit in 512 GiB of RAM" in forced.table()
+    small = estimate(_config(), 8, 80, host_memory_gib=64)
+    assert "checkpoint is read by every rank" in check_host(small, _config())
+    sharded = _config(sharding="stage1", lora=True)  # LoRA's adapters: well within the budget, kept
+    assert 0 < estimate(sharded, 8, 80).host_rows[0][1] < UNDO_COPY_BUDGET_GIB
+    assert estimate(_config(undo_non_finite_updates=False, lora=True), 8, 80).host_rows[0][1] == 0
+
+
+def test_without_flash_attention_the_estimate_counts_the_math_path():
+    """Before sm80 (V100, T4) sdpa has no flash attention: the math path's score matrices and the K/V copied to every
+    query head (Qwen2.5-VL-7B: 28 query heads over 4 KV heads) are counted."""
+    flash, math_path = _rows(estimate(_config(), 8, 80)), _rows(estimate(_config(), 8, 80, flash_attention=False))
+    assert flash["train attention scores"] == flash["rollout K/V expanded to heads"] == 0
+    sequences, length, heads = 8, 128 + 1280 + 1024, 28
+    assert math_path["train attention scores"] * 2**30 == pytest.approx(2 * sequences * heads * length**2 * 2)
+    assert math_path["rollout K/V expanded to heads"] * 2**30 == pytest.approx(sequences * length * 2 * 3584 * 2)
+    assert math_path["train activations"] > flash["train activations"]  # the expanded K/V kept for backward
+    assert math_path["rollout prefill attention"] > 0

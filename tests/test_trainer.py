@@ -250,3 +250,23 @@ def test_a_resumed_run_logs_one_history(tiny_model_dir, rec_samples, tmp_path):
     assert steps == [1, 2, 3, 4]
     completion_steps = [json.loads(line)["step"] for line in open(tmp_path / "completions.jsonl")]
     assert completion_steps == sorted(completion_steps) and len(completion_steps) == 4 * 2 * 3
+
+
+def test_auto_keeps_the_undo_copy_only_within_its_budget(tiny_model_dir, rec_samples, tmp_path, monkeypatch):
+    """undo_non_finite_updates: auto (the default) keeps the host copy while it fits the budget on every rank, so
+    the tiny model's bad update is undone (the test above); with the budget below the copy's size it takes no copy
+    and the same update stops the run, naming the budget."""
+    from paddle_r1 import memory
+    from paddle_r1.trainer.base import TrainingDiverged
+
+    config = _config(tiny_model_dir, tmp_path, learning_rate=1e39, max_grad_norm=0.0, max_steps=4, save_steps=1)
+    assert config.undo_non_finite_updates == "auto"
+    kept = GRPOTrainer(config, samples=rec_samples)
+    assert kept.update.undo_non_finite
+    size = sum(int(p.numel()) * p.element_size() for p in kept.update.parameters)  # the weights alone: below the copy
+    monkeypatch.setattr(memory, "UNDO_COPY_BUDGET_GIB", size / memory.GIB)
+    trainer = GRPOTrainer(config.with_values(output_dir=str(tmp_path / "over")), samples=rec_samples)
+    with pytest.raises(TrainingDiverged, match="step 1: the update made weights non-finite and undo_non_finite_updates "
+                                               "is auto and the host copy .* is over its .* GiB budget"):
+        trainer.train()
+    assert "snapshot" not in vars(trainer.update)

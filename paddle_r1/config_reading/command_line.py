@@ -10,7 +10,7 @@ import yaml
 
 from ..errors import ConfigError
 from .files import DuplicateKey, load_yaml
-from ..config_values import split_optional
+from ..config_values import alternatives, split_optional
 
 
 def _split_overrides(args: list[str]) -> dict[str, list[str]]:
@@ -44,13 +44,13 @@ def _read_text(key: str, text: str, annotation) -> Any:
 
 
 def _read_texts(key: str, texts: list[str], annotation) -> Any:
-    """The value of ``--key texts...`` as TRL's HfArgumentParser takes it: no text is true for a true/false key (a
-    flag) or a key ``cls`` lacks (a peer's flag, see ``SOURCE_KEYS``), and an error for any other; yaml's null unsets
+    """The value of ``--key texts...`` as TRL's HfArgumentParser takes it: no text is true for a key that may be
+    true/false (a flag) or a key ``cls`` lacks (a peer's flag, see ``SOURCE_KEYS``), and an error for any other; yaml's null unsets
     a key that may be null (``--data_path null``); a list key takes every text as one item, or one yaml list
     ``"[a, b]"`` (a text in brackets; ``"[qk]_proj"`` is an item); any other key one value."""
     inner, optional = split_optional(annotation)
     if not texts:
-        if annotation is not None and inner is not bool:
+        if annotation is not None and bool not in alternatives(inner):
             raise ConfigError(f"command line: --{key} needs a value (only a true/false key may be given alone)",
                               keys=(key,))
         return True

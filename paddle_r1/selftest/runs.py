@@ -113,9 +113,11 @@ MEMORY_MODEL = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=
 
 def memory_estimate(ws) -> str:
     """``memory.check_fits`` on this GPU for one GRPO step of a 93M-parameter model (8 completions x up to 512
-    tokens, ``MEMORY_MODEL``), against the step's measured peak (``paddle.device.cuda.max_memory_allocated`` over
-    loading, rollout, training and the optimizer step). The estimate without its reserve for the CUDA context and
-    workspaces must be at least the measured peak."""
+    tokens, ``MEMORY_MODEL``), against the step's measured peaks over loading, rollout, training and the optimizer
+    step. The estimate bounds reserved memory (``max_memory_reserved``: what the allocator took from the GPU, what an
+    out-of-memory error is about): the estimate with its reserve (for the CUDA context, workspaces and the
+    allocator's fragmentation) must be at least the reserved peak, and without the reserve at least the allocated
+    peak (``max_memory_allocated``: the tensors alone)."""
     import paddle
 
     from ..config import GRPOConfig
@@ -132,7 +134,9 @@ def memory_estimate(ws) -> str:
                                        max_pixels=12544))
     paddle.device.cuda.synchronize()
     before = paddle.device.cuda.memory_allocated()
+    reserved_before = paddle.device.cuda.memory_reserved()
     paddle.device.cuda.reset_max_memory_allocated()
+    paddle.device.cuda.reset_max_memory_reserved()
     try:
         estimate = check_fits(config, 1)
     except ConfigError as e:
@@ -142,12 +146,14 @@ def memory_estimate(ws) -> str:
         GRPOTrainer(config).train()
         paddle.device.cuda.synchronize()
         peak = (paddle.device.cuda.max_memory_allocated() - before) / GIB
+        reserved = (paddle.device.cuda.max_memory_reserved() - reserved_before) / GIB
     finally:
         paddle.device.cuda.empty_cache()  # the cached blocks back to the GPU, for the ranks checks' processes
     bound = estimate.total_gib - RESERVE_GIB
-    figure = (f"estimate {bound:.2f} GiB (+ {RESERVE_GIB:g} GiB reserve), measured peak {peak:.2f} GiB "
-              f"({peak / bound:.0%} of the estimate)")
-    if peak > bound:
+    figure = (f"estimate {bound:.2f} GiB + {RESERVE_GIB:g} GiB reserve; measured peak allocated {peak:.2f} GiB "
+              f"({peak / bound:.0%} of the estimate), reserved {reserved:.2f} GiB "
+              f"({reserved / estimate.total_gib:.0%} of the estimate with its reserve)")
+    if peak > bound or reserved > estimate.total_gib:
         raise CheckFailed(f"{figure}: the estimate is below what one step used\n{estimate.table()}")
     return figure
 

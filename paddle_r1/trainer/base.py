@@ -108,8 +108,7 @@ class Trainer:
         if sharding and self.world_size == 1:
             print(f"sharding {sharding}: one process, nothing to shard; the optimizer state stays whole")
         # the training forward (wrapped when sharding needs to see it) and the step over ranks
-        self.forward, self.update = build_update(sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size,
-                                                 undo_non_finite=cfg.undo_non_finite_updates)
+        self.forward, self.update = build_update(sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size)
         self.optimizer = self.update.optimizer
         self.scaler = self.update.wrap_scaler(self.precision.make_grad_scaler())  # float16 only
         # one global sequence of prompt batches; each rank takes its own slice of every batch
@@ -124,6 +123,9 @@ class Trainer:
                 print(layout_note(self.resume_path, saved_layout, layout, self.sampler.state_dict(),
                                   len(self.samples), self.step, self.total_steps, epochs_based=cfg.max_steps <= 0))
         allocate_optimizer_state(self.optimizer)  # an optimizer that cannot fit fails now, not after a rollout
+        undo_note = self.update.choose_undo(cfg.undo_non_finite_updates)  # auto: by the copy's size, now known
+        if self.is_main:
+            print(undo_note)
         # after a resume the logs keep only the rows of the steps the run now continues from
         self.logger = MetricsLogger(cfg.output_dir, trackers=cfg.trackers, config=dataclasses.asdict(cfg),
                                     resume_step=self.step if self.resume_path else None) if self.is_main else None
@@ -269,7 +271,7 @@ class Trainer:
         self.step += 1
         if self.update.weights_broken:
             raise TrainingDiverged(
-                f"step {self.step}: the update made weights non-finite and undo_non_finite_updates is false, so it "
+                f"step {self.step}: the update made weights non-finite and {self.update.no_undo_reason}, so it "
                 "cannot be put back; stopping before anything is saved. " + self._newest_checkpoint_words()
                 + "Lower learning_rate, or set undo_non_finite_updates: true to skip such steps.")
         restored = self.update.weights_restored

@@ -40,7 +40,8 @@ import paddle
 from .distributed import GRADIENT_BUCKET_BYTES, GradientReducer, sum_across_ranks
 from .conversation import ConversationBatch
 from .logprobs import completion_logprobs, conversation_logprobs
-from .step_guard import StepSnapshot, finite_flags
+from .. import memory
+from .step_guard import StepSnapshot, copy_bytes, finite_flags
 
 def fleet_strategy(world_size: int):
     """A fleet strategy whose only parallel axis is sharding over all ranks (needed by the stage-1 optimizer)."""
@@ -105,12 +106,31 @@ class Update:
     def snapshot(self) -> StepSnapshot:
         return StepSnapshot(self.optimizer, self.stepped_parameters())
 
-    undo_non_finite = True  # config key undo_non_finite_updates: keep a host copy to put a bad step back
+    undo_non_finite = True  # keep a host copy to put a bad step back (``choose_undo``)
+    no_undo_reason = ""  # why there is no copy, for the message that stops the run
+
+    def choose_undo(self, setting) -> str:
+        """Set ``undo_non_finite`` from the config key ``undo_non_finite_updates`` (true, false, or "auto": the rule
+        of ``memory.undo_copy_kept`` on every rank, agreed over ranks, since under stage 1 the shares differ and a
+        rank that restores while another stops would hang). Call once the optimizer state exists (it is most of the
+        copy). Returns the line the log shows."""
+        size = copy_bytes(self.optimizer, self.stepped_parameters())
+        over = sum_across_ranks(float(not memory.undo_copy_kept(setting, size)), self.world_size,
+                                "the update guard's choice of a host copy")
+        self.undo_non_finite = over == 0
+        gib = size / memory.GIB
+        self.no_undo_reason = "undo_non_finite_updates is false" if setting is False else (
+            f"undo_non_finite_updates is auto and the host copy ({gib:.2f} GiB on this rank) is over its "
+            f"{memory.UNDO_COPY_BUDGET_GIB:g} GiB budget")
+        if self.undo_non_finite:
+            return (f"update guard: a step that writes NaN/inf is undone from a host copy of {gib:.2f} GiB per rank "
+                    f"(undo_non_finite_updates {str(setting).lower()})")
+        return f"update guard: a step that writes NaN/inf stops the run ({self.no_undo_reason})"
 
     def _guarded_step(self, scaler) -> bool:
         """The optimizer step (through float16's ``scaler`` when there is one), undone on every rank (weights and
         optimizer state) when a weight it wrote is not finite on any rank; whether it was kept. Without
-        ``undo_non_finite`` no copy is taken and such a step leaves ``weights_broken`` set (the run must stop)."""
+        ``undo_non_finite`` (``choose_undo``) no copy is taken and such a step leaves ``weights_broken`` set (the run must stop)."""
         if self.undo_non_finite:
             self.snapshot.take()
         if scaler is not None:
@@ -264,11 +284,9 @@ UPDATES = {  # sharding's names (paddle_r1.algorithms.SHARDING_STAGES) -> the up
     "": ReplicatedUpdate, "stage1": ShardedStateUpdate, "stage2": ShardedGradientsUpdate}
 
 
-def build_update(stage: str, optimizer, policy, max_grad_norm: float, world_size: int, undo_non_finite: bool = True):
+def build_update(stage: str, optimizer, policy, max_grad_norm: float, world_size: int):
     """(the training forward, the update) for ``stage``; on a single process every stage is the plain update.
-    The trainer calls the forward itself; stage 2 wraps it so Paddle's hooks see every training forward.
-    ``undo_non_finite``: a step that writes a non-finite weight is put back from a host copy taken before each step
-    (else it is only detected)."""
+    The trainer calls the forward itself; stage 2 wraps it so Paddle's hooks see every training forward. Whether a
+    step that writes a non-finite weight is undone is set once the optimizer state exists (``Update.choose_undo``)."""
     update = UPDATES["" if world_size == 1 else stage](optimizer, policy, max_grad_norm, world_size)
-    update.undo_non_finite = undo_non_finite
     return update.wrap(PolicyLogprobs(policy)), update

@@ -10,6 +10,18 @@ Why a copy: AdamW's update cannot be undone from its result (a NaN weight keeps 
 checking before writing would mean running the update twice. The copy is kept off the accelerator (GPU memory is
 what limits model size; host memory is larger) and, under sharding, covers this rank's share only. Its cost and the
 check's, per step: ``python benchmarks/update_guard.py`` (docs/reference.md, Reliability).
+
+Why the copy has a budget (config key ``undo_non_finite_updates: auto``, the default): the copy is about 14 bytes
+per trainable weight (a 16-bit weight, float32 m, v and master weight), so a 7B full fine-tune without sharding
+copies ~115 GB to pageable host memory on every rank before every step: more RAM than many machines have per GPU,
+and tens of seconds a step. The check itself (``finite_flags``) costs one pass over the weights on the device and
+one read of a few bytes; only the undo needs the copy. ``auto`` keeps the copy when it is at most
+``memory.UNDO_COPY_BUDGET_GIB`` on every rank (LoRA, small models, a sharded share) and otherwise only detects: a
+step that writes a non-finite weight stops the run before anything is saved, naming the newest checkpoint, which is
+what a resume needs (the same as ``false``). The other designs weighed: copying a 1/N share on each replicated
+rank and broadcasting it back on undo still moves 14/N bytes per weight each step and needs a collective per
+tensor on the rare restore; an undo from the update's own inputs (AdamW's step run backwards from the gradient)
+is not exact in floating point and is impossible once a moment is NaN. ``true`` and ``false`` keep their meaning.
 """
 from __future__ import annotations
 
@@ -31,24 +43,35 @@ def finite_flags(tensors: list) -> np.ndarray:
     return np.isfinite(sums.numpy())
 
 
+def step_tensors(optimizer, parameters: list) -> dict:
+    """Everything a step of ``optimizer`` (the wrapper or the one that steps) writes, by a name that stays the same
+    from step to step: ``parameters`` and the optimizer's state tensors (which may be replaced, by a resume's
+    ``set_state_dict``, so they are looked up each time)."""
+    optimizer = stepping_optimizer(optimizer)
+    named = {f"param/{p.name}": p for p in parameters}
+    for kind, per_param in optimizer._accumulators.items():
+        named.update({f"{kind}/{name}": t for name, t in per_param.items()})
+    named.update({f"master/{name}": t for name, t in getattr(optimizer, "_master_weights", {}).items()})
+    return named
+
+
+def copy_bytes(optimizer, parameters: list) -> int:
+    """Host bytes of a ``StepSnapshot`` of ``optimizer`` and ``parameters`` (once the optimizer state exists)."""
+    return sum(int(t.numel()) * t.element_size() for t in step_tensors(optimizer, parameters).values())
+
+
 class StepSnapshot:
     """Copies of ``parameters`` and of ``optimizer``'s state (moments, beta powers, master weights), taken before a
     step by ``take`` and written back by ``restore``. The host buffers are allocated at the first ``take`` and
     reused: a step costs one copy of those tensors, no allocation."""
 
     def __init__(self, optimizer, parameters: list):
-        self.optimizer = stepping_optimizer(optimizer)
+        self.optimizer = optimizer
         self.parameters = parameters
         self.buffers: dict[str, paddle.Tensor] = {}
 
     def _tensors(self) -> dict:
-        """Everything a step writes, by a name that stays the same from step to step (the optimizer's state
-        tensors may be replaced, by a resume's ``set_state_dict``, so they are looked up each time)."""
-        named = {f"param/{p.name}": p for p in self.parameters}
-        for kind, per_param in self.optimizer._accumulators.items():
-            named.update({f"{kind}/{name}": t for name, t in per_param.items()})
-        named.update({f"master/{name}": t for name, t in getattr(self.optimizer, "_master_weights", {}).items()})
-        return named
+        return step_tensors(self.optimizer, self.parameters)
 
     @paddle.no_grad()
     def take(self) -> None:
