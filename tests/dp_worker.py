@@ -145,3 +145,12 @@ def reduce_and_dump(dump_dir: str) -> None:
             b.set_value(a.numpy())
     with open(os.path.join(dump_dir, f"rank{rank}_reducer.json"), "w") as f:
         json.dump(report, f)
+
+
+def overflow_each(stages: list, dtype: str, out: str) -> None:
+    """``selftest.overflow.overflow_steps`` for each sharding stage in turn, in one process group, reports in
+    ``out/<stage or replicated>/``."""
+    from paddle_r1.selftest.overflow import overflow_steps
+
+    for stage in stages:
+        overflow_steps(stage, dtype, os.path.join(out, stage or "replicated"))

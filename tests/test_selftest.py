@@ -45,6 +45,7 @@ def test_cpu_selftest_passes_every_cpu_check_and_skips_each_gpu_check_with_its_r
     # each comparison states its limit, and the measured distance is within it
     assert "limit" in checks["attention"]["figure"] and "math x" in checks["attention"]["figure"]
     assert "gloo, stage1" in checks["ranks_stage1"]["figure"] and "AdamW state per rank" in checks["ranks_stage1"]["figure"]
+    assert "skipped on every rank, loss scale 32768 -> 16384 on all" in checks["ranks_overflow_stage1"]["figure"]
     environment = report["environment"]
     assert environment["paddle"]["version"] == paddle.__version__ and environment["gpus"] == []
     assert environment["precision"]["dtype"] == "float32" and environment["no_gpu_reason"] == NO_CUDA
@@ -75,6 +76,23 @@ def _decode_off_by_a_little(monkeypatch):
         step(self, token)))
 
 
+def _ranks_that_disagree_on_an_overflow(monkeypatch):
+    """Launched ranks reporting what stage 1 did when only the overflowing rank saw found_inf (as measured on 2 gloo
+    ranks before the fix): rank 0 stepped on the overflow and kept its loss scale, rank 1 skipped and halved it."""
+    from paddle_r1.selftest import runs
+
+    def launched(ws, logs, module):
+        reports = module[module.index("--out") + 1]
+        os.makedirs(reports)
+        for rank, scale in ((0, 32768.0), (1, 16384.0)):
+            steps = [{"applied": True, "scale": 32768.0, "weights": "a"}, {"applied": rank == 0, "scale": scale,
+                     "weights": "b"}, {"applied": True, "scale": scale, "weights": "c"}]
+            with open(os.path.join(reports, f"rank{rank}.json"), "w") as f:
+                json.dump({"initial": {"scale": 32768.0, "weights": "0"}, "steps": steps}, f)
+
+    monkeypatch.setattr(runs, "_launch", launched)
+
+
 @pytest.mark.parametrize("check, breaks, error, advice", [
     ("attention", _broken_attention_kernel, "RuntimeError: CUDA error: no kernel image is available",
      "--attn_implementation eager"),
@@ -82,7 +100,11 @@ def _decode_off_by_a_little(monkeypatch):
      "holds with one prompt per device): sdpa's log-probs are", "--attn_implementation eager"),
     ("one_token_decode", _decode_off_by_a_little, "CheckFailed: logits vs the layers' (relative to the largest) "
      "0.001 (limit 1e-04): over the limit", "--rollout_engine layers"),
-], ids=["attention kernel raises", "attention top-left after a cache", "decode step off by 1e-3"])
+    ("ranks_overflow_stage1", _ranks_that_disagree_on_an_overflow, "CheckFailed: a gradient overflowed on rank 1 "
+     "only: ranks [1] skipped the step, the others applied it; loss scales after it [32768.0, 16384.0]",
+     "train float16 without --sharding"),
+], ids=["attention kernel raises", "attention top-left after a cache", "decode step off by 1e-3",
+        "ranks part on an overflow"])
 def test_a_branch_broken_on_purpose_is_a_fail_with_its_error_and_exit_code_1(check, breaks, error, advice, tmp_path,
                                                                              monkeypatch, capsys):
     breaks(monkeypatch)
@@ -117,3 +139,4 @@ def test_a_failed_selftest_stops_the_launch_before_training(tmp_path):
     assert result.returncode == 1
     assert "invalid choice: 'no_such_check'" in result.stdout and "selftest failed: not training" in result.stderr
     assert "CPU smoke run" not in result.stdout and not os.path.exists(out / "metrics.jsonl")
+

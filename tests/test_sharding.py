@@ -1,5 +1,8 @@
-"""The single-process parts of sharding: clipping by a global norm, and the stages a config may name.
-(2-process stage-1 training is in test_distributed.py.)"""
+"""Sharding: clipping by a global norm, the stages a config may name, and float16's loss scaler over ranks (an
+overflow on one rank: 2 gloo ranks, and stage 2's step in one process). (2-process stage-1 training is in
+test_distributed.py.)"""
+import json
+
 import numpy as np
 import paddle
 import pytest
@@ -53,3 +56,47 @@ def test_gradients_are_reduced_in_bounded_buckets_of_one_dtype():
     buckets = gradient_buckets(grads, bucket_bytes=2048)
     assert buckets == [[0, 1], [2], [3], [4]]
     assert [grads[b[0]].dtype for b in buckets][2:] == [paddle.bfloat16, paddle.float32]
+
+
+def test_an_overflow_on_one_rank_is_skipped_by_every_rank_at_the_same_lowered_scale(tmp_path):
+    """``selftest.overflow``: 3 steps on 2 gloo ranks with a GradScaler (float32 weights: Paddle's CPU build runs its
+    kernels), the middle one with an infinite gradient on rank 1 only (under stage 1 after the reduce, in its own
+    share: what NCCL's reduce leaves a float16 overflow in the sum)."""
+    import paddle.distributed as dist
+    from dp_worker import overflow_each
+
+    stages = ["stage1", ""]
+    dist.spawn(overflow_each, args=(stages, "float32", str(tmp_path)), nprocs=2, backend="gloo")
+    for stage in stages:
+        ranks = [json.load(open(tmp_path / (stage or "replicated") / f"rank{r}.json"))["steps"] for r in range(2)]
+        assert [[s["applied"] for s in steps] for steps in ranks] == [[True, False, True]] * 2, stage
+        assert [[s["scale"] for s in steps] for steps in ranks] == [[2.0**15, 2.0**14, 2.0**14]] * 2, stage
+        weights = [[s["weights"] for s in steps] for steps in ranks]
+        assert weights[0] == weights[1], stage  # every rank holds the same weights after every step
+        assert weights[0][1] == weights[0][0] != weights[0][2], stage  # the overflowing step changed none
+
+
+def test_a_step_the_scaler_skipped_is_not_reported_as_applied():
+    """Stage 2's step (``scaler.step`` then the guard) in one process with a real GradScaler: its update class runs
+    here with a plain AdamW; Paddle's group-sharded wrapper and scaler run on GPU/XPU only."""
+    from paddle_r1.models.precision import choose_precision
+    from paddle_r1.selftest.overflow import grad_scaler
+    from paddle_r1.trainer.sharding import ShardedGradientsUpdate
+
+    layer = _layer_with_grads(0)
+    layer.clear_gradients()
+    update = ShardedGradientsUpdate(paddle.optimizer.AdamW(parameters=layer.parameters()), layer, 1.0, 1)
+    scaler = grad_scaler(choose_precision("float32", None))
+    x = paddle.ones([2, 6])
+    steps = []
+    for overflow in (True, False):
+        before = [p.numpy().copy() for p in layer.parameters()]
+        with paddle.amp.auto_cast(enable=False, dtype="float16"):  # what keeps GradScaler.scale from turning it off
+            loss = layer(x).sum() * (float("inf") if overflow else 1.0)
+        scaler.scale(loss).backward()
+        scale = float(scaler.state_dict()["scale"][0])
+        _, applied = update.step(True, scaler)
+        update.clear_grad()
+        moved = any(not np.array_equal(a, p.numpy()) for a, p in zip(before, layer.parameters()))
+        steps.append((applied, moved, float(scaler.state_dict()["scale"][0]) / scale))
+    assert steps == [(False, False, 0.5), (True, True, 1.0)]

@@ -47,6 +47,10 @@ CHECKS = [
           f"train without --sharding until it is fixed and {SEND} {RANK_LOGS}"),
     Check("ranks_stage2", functools.partial(runs.ranks, name="stage2", sharding="stage2"), True,
           f"train with --sharding stage1 instead and {SEND} {RANK_LOGS}"),
+    Check("ranks_overflow_stage1", functools.partial(runs.ranks_overflow, sharding="stage1"), False,
+          f"train float16 without --sharding (or on a GPU with bfloat16) until it is fixed and {SEND} {RANK_LOGS}"),
+    Check("ranks_overflow_stage2", functools.partial(runs.ranks_overflow, sharding="stage2"), True,
+          f"train float16 with --sharding stage1 instead and {SEND} {RANK_LOGS}"),
 ]
 CHECK_NAMES = [check.name for check in CHECKS]
 

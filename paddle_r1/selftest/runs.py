@@ -170,18 +170,25 @@ def _failed_rank_log(logs: str) -> str:
 
 
 def launch(ws, name: str, sharding: str) -> Run:
-    """``ws.nproc`` ranks, one prompt each, through ``python -m paddle.distributed.launch ... paddle-r1 train``: one
-    process per GPU (NCCL), or ``--nproc_per_node`` processes on CPU (gloo)."""
+    """``ws.nproc`` ranks, one prompt each, through ``python -m paddle.distributed.launch ... paddle-r1 train``."""
     output_dir, logs = ws.fresh(f"run-{ws.nproc}-ranks-{name}"), ws.fresh(f"run-{ws.nproc}-ranks-{name}-logs")
     os.makedirs(logs, exist_ok=True)
     config = os.path.join(logs, "config.json")
     with open(config, "w", encoding="utf-8") as f:
         json.dump(run_settings(ws, output_dir, 1, sharding=sharding), f)
+    _launch(ws, logs, ["paddle_r1.cli", "train", "--config", config])
+    return Run(output_dir, _metrics(output_dir))
+
+
+def _launch(ws, logs: str, module: list) -> None:
+    """``python -m <module...>`` on ``ws.nproc`` ranks through ``paddle.distributed.launch``, logs in ``logs``: one
+    process per GPU (NCCL), or ``--nproc_per_node`` processes on CPU (gloo)."""
+    os.makedirs(logs, exist_ok=True)
     devices = (["--devices", ",".join(str(i) for i in range(ws.nproc))] if ws.machine.gpus
                else ["--nproc_per_node", str(ws.nproc)])
-    # a non-.py launch target is run as it is: the interpreter, then paddle-r1's own command line
+    # a non-.py launch target is run as it is: the interpreter, then the module's own command line
     command = [sys.executable, "-m", "paddle.distributed.launch", *devices, "--log_dir", logs,
-               sys.executable, "-m", "paddle_r1.cli", "train", "--config", config]
+               sys.executable, "-m", *module]
     with open(os.path.join(logs, "launcher.log"), "w", encoding="utf-8") as out:
         # its own process group, so that nothing it started outlives a timeout or an interrupted selftest
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -195,7 +202,6 @@ def launch(ws, name: str, sharding: str) -> Run:
                 process.wait()
     if code != 0:
         raise CheckFailed(f"paddle.distributed.launch exited with {code}; " + _failed_rank_log(logs))
-    return Run(output_dir, _metrics(output_dir))
 
 
 def _optimizer_shards(checkpoint: str) -> list[int]:
@@ -203,14 +209,18 @@ def _optimizer_shards(checkpoint: str) -> list[int]:
             if n.startswith("optimizer.shard")]
 
 
-def ranks(ws, name: str, sharding: str) -> str:
-    """The run of ``grpo_run`` split over ``ws.nproc`` launched ranks (one prompt each) with ``sharding``: each step's
-    loss and gradient norm and the trained weights equal the 1-rank run's; with sharding, every rank saved a share
-    of the AdamW state, none more than 3/4 of it."""
+def _skip_without_ranks(ws) -> None:
     if ws.nproc < 2:
         raise Skip(f"--nproc {ws.nproc}: a multi-rank check needs 2 or more ranks")
     if ws.machine.gpus and ws.machine.gpus < ws.nproc:
         raise Skip(f"{ws.machine.gpus} GPU(s) visible; {ws.nproc} ranks need {ws.nproc} (--nproc)")
+
+
+def ranks(ws, name: str, sharding: str) -> str:
+    """The run of ``grpo_run`` split over ``ws.nproc`` launched ranks (one prompt each) with ``sharding``: each step's
+    loss and gradient norm and the trained weights equal the 1-rank run's; with sharding, every rank saved a share
+    of the AdamW state, none more than 3/4 of it."""
+    _skip_without_ranks(ws)
     (single, trained), launched = single_run(ws), launch(ws, name, sharding)
     tolerance = ws.tolerance
     if [row["step"] for row in launched.metrics] != [row["step"] for row in single.metrics]:
@@ -230,3 +240,44 @@ def ranks(ws, name: str, sharding: str) -> str:
             raise CheckFailed(f"optimizer shards saved by the ranks: {shards} bytes")
         figure.append(f"AdamW state per rank {'/'.join(f'{s / 2**20:.2f}' for s in shards)} MB")
     return "; ".join(figure)
+
+
+def ranks_overflow(ws, sharding: str) -> str:
+    """float16's loss scaler on ``ws.nproc`` launched ranks with ``sharding`` (``selftest.overflow``): a normal step,
+    one whose gradient overflows on the last rank only, a normal step. Every rank must skip the overflowing step,
+    leave the weights as they were, lower its loss scale to the same value, and apply the next step. On CPU Paddle
+    turns GradScaler off; it runs there forced on, over float32 weights."""
+    from .overflow import OVERFLOW_STEP
+
+    _skip_without_ranks(ws)
+    if ws.machine.gpus and not ws.machine.precision.grad_scaler:
+        raise Skip(f"training here runs {ws.dtype}, without a loss scaler (--dtype float16 runs this check)")
+    logs = ws.fresh(f"run-{ws.nproc}-ranks-overflow-{sharding}-logs")
+    reports = os.path.join(logs, "reports")
+    _launch(ws, logs, ["paddle_r1.selftest.overflow", "--stage", sharding, "--dtype", ws.dtype, "--out", reports])
+    ranks = [json.load(open(os.path.join(reports, f"rank{r}.json"), encoding="utf-8")) for r in range(ws.nproc)]
+    initial, steps = ranks[0]["initial"], list(zip(*(r["steps"] for r in ranks)))
+    overflow = steps[OVERFLOW_STEP]
+    skipped = [r for r, step in enumerate(overflow) if not step["applied"]]
+    scales = sorted({step["scale"] for step in overflow})
+    if len(skipped) != ws.nproc or len(scales) != 1:
+        raise CheckFailed(f"a gradient overflowed on rank {ws.nproc - 1} only: ranks {skipped} skipped the step, the "
+                          f"others applied it; loss scales after it {[step['scale'] for step in overflow]} (from "
+                          f"{initial['scale']:g}). Under float16 the ranks' loss scales part and later overflows "
+                          "leave some ranks stepping alone")
+    if not scales[0] < initial["scale"]:
+        raise CheckFailed(f"the loss scale stayed {scales[0]:g} after an overflow: every overflowing step would be "
+                          "skipped at the same scale")
+    for number, step in enumerate(steps):
+        if len({rank["weights"] for rank in step}) != 1:
+            raise CheckFailed(f"after step {number + 1} the ranks hold different weights")
+    before = steps[OVERFLOW_STEP - 1][0]["weights"] if OVERFLOW_STEP else initial["weights"]
+    if overflow[0]["weights"] != before:
+        raise CheckFailed("the step whose gradient overflowed changed the weights")
+    after = steps[OVERFLOW_STEP + 1]
+    if not all(step["applied"] for step in after) or after[0]["weights"] == overflow[0]["weights"]:
+        raise CheckFailed("the step after the overflow was not applied on every rank")
+    how = "float16" if ws.machine.gpus else f"{ws.dtype} weights, GradScaler forced on (Paddle's is off on CPU)"
+    return (f"{ws.nproc} ranks ({'NCCL' if ws.machine.gpus else 'gloo'}, {sharding}, {how}): an overflow on rank "
+            f"{ws.nproc - 1} skipped on every rank, loss scale {initial['scale']:g} -> {scales[0]:g} on all, weights "
+            "equal and unchanged; the next step applied on all")

@@ -28,6 +28,11 @@ been run (GPU/XPU only); stage 1's, and the share selection both use, are tested
 
 Every stage guards its optimizer step (``step_guard``): the weights this rank's step wrote are checked for NaN and
 infinity, the verdict is agreed over ranks, and a step that wrote any is undone on every rank.
+
+float16's loss scaler (``paddle.amp.GradScaler``) skips a step whose gradients hold inf/NaN and lowers its scale. Every
+rank must see the same verdict, or some step while others skip and their scales part: replicated ranks unscale the
+same all-reduced gradients; stage 1 agrees on it after unscaling (``ShardedStateUpdate.unscale``); stage 2's
+``GroupShardedScaler`` all-reduces it itself. A step counts as applied only when the optimizer really stepped.
 """
 from __future__ import annotations
 
@@ -145,7 +150,7 @@ class Update:
             self.resync_parameters()
         self.weights_restored = not finite and self.undo_non_finite
         self.weights_broken = not finite and not self.undo_non_finite
-        return finite
+        return finite and not (scaler is not None and scaler_skipped(scaler))
 
     def wrap(self, forward: "PolicyLogprobs") -> paddle.nn.Layer:
         """The training forward as the trainer calls it (only stage 2 wraps it)."""
@@ -156,14 +161,18 @@ class Update:
         return contextlib.nullcontext()
 
     def wrap_scaler(self, scaler):
-        """float16's loss scaler as this update needs it (replicated: as it is, every rank unscales the same
-        all-reduced gradients, so all find the same inf/NaN)."""
+        """float16's loss scaler as this update needs it (as it is, but for stage 2's)."""
         return scaler
+
+    def unscale(self, scaler) -> None:
+        """The gradients divided by the loss scale, ``scaler`` noting whether any is inf/NaN (replicated: every rank
+        unscales the same all-reduced gradients, so all note the same)."""
+        scaler.unscale_(self.optimizer)
 
     def _clip_and_step(self, parameters, world_size: int, finite_loss: bool, scaler) -> tuple[float, bool]:
         self.weights_restored = False
         if scaler is not None:
-            scaler.unscale_(self.optimizer)
+            self.unscale(scaler)
         norm = clip_by_global_norm(parameters, self.max_grad_norm, world_size)
         applied = finite_loss and math.isfinite(norm) and self._guarded_step(scaler)
         if scaler is not None:
@@ -221,14 +230,16 @@ class ShardedStateUpdate(Update):
         self.hcg = fleet.get_hybrid_communicate_group()
         self.optimizer = DygraphShardingOptimizer(optimizer, self.hcg)
 
-    def wrap_scaler(self, scaler):
-        """Each rank unscales only the gradients of its share, so whether any is inf/NaN must be agreed over
-        ranks (else one rank steps while another skips): fleet's ``distributed_scaler`` all-reduces it."""
-        if scaler is None:
-            return None
-        from paddle.distributed import fleet
-
-        return fleet.distributed_scaler(scaler)
+    def unscale(self, scaler) -> None:
+        """Each rank's gradients differ (the owner holds a weight's reduced gradient, the others their own), so whether
+        any is inf/NaN is agreed over ranks here, after unscaling: else one rank steps while another skips, and only
+        the second lowers its scale. Not fleet's ``distributed_scaler``: it replaces the scaler's ``_unscale``, which
+        ``GradScaler.unscale_`` does not call (it calls the base class's, ``super()._unscale``; Paddle 3.3.1), and
+        calling the replacement instead leaves the optimizer marked not unscaled, so ``step()`` would unscale again."""
+        super().unscale(scaler)
+        overflow = sum_across_ranks(float(bool(scaler._found_inf)), self.world_size,
+                                    "the check for overflowing gradients") > 0
+        scaler._found_inf = paddle.to_tensor([overflow])  # what step() reads: skip, and tell update()
 
     def stepped_parameters(self) -> list:
         return self.optimizer.filter_parameters(self.parameters, self.hcg)
@@ -273,6 +284,13 @@ class ShardedGradientsUpdate(Update):
         if scaler is not None:
             scaler.update()
         return float("nan"), applied
+
+
+def scaler_skipped(scaler) -> bool:
+    """Whether ``scaler``'s last ``step`` skipped the optimizer (its gradients held inf/NaN): what its ``update()``
+    reads to lower the scale, which Paddle 3.3.1 keeps only in this attribute (as it keeps an unscale's verdict only
+    in ``_found_inf``)."""
+    return bool(scaler._cache_found_inf)
 
 
 def optimizer_clips(stage: str, world_size: int) -> bool:
