@@ -42,7 +42,9 @@ class Precision:
 
     def compute(self):
         """The context the forward passes (rollout, log-probs, loss) run in: Paddle's O1 auto_cast for float16
-        training, else nothing. Backward and the optimizer step run outside it, as in Paddle's AMP examples."""
+        training, else nothing. Backward and the optimizer step run outside it, as in Paddle's AMP examples. Entering
+        it also records float16 as Paddle's amp dtype, which ``GradScaler.scale`` reads: it switches dynamic loss
+        scaling off for any other amp dtype (Paddle 3.3.1), so the scaler works because the forward ran in here."""
         if self.autocast is None:
             return contextlib.nullcontext()
         import paddle
