@@ -117,7 +117,8 @@ def memory_estimate(ws) -> str:
     step. The estimate bounds reserved memory (``max_memory_reserved``: what the allocator took from the GPU, what an
     out-of-memory error is about): the estimate with its reserve (for the CUDA context, workspaces and the
     allocator's fragmentation) must be at least the reserved peak, and without the reserve at least the allocated
-    peak (``max_memory_allocated``: the tensors alone)."""
+    peak (``max_memory_allocated``: the tensors alone). The update guard's host copy (``StepSnapshot``'s buffers,
+    kept or not as ``undo_non_finite_updates`` decides) must be within the estimate's host row."""
     import paddle
 
     from ..config import GRPOConfig
@@ -125,6 +126,7 @@ def memory_estimate(ws) -> str:
     from ..memory import GIB, RESERVE_GIB, check_fits
     from ..testing.tiny import TinySize, make_tiny_model
     from ..trainer.grpo import GRPOTrainer
+    from ..trainer.step_guard import copy_bytes
 
     folder = ws.once(("model", "memory"), lambda: make_tiny_model(ws.path("memory-model"),
                                                                   size=TinySize(**MEMORY_MODEL)))
@@ -143,7 +145,8 @@ def memory_estimate(ws) -> str:
         total = next(line for line in str(e).splitlines() if line.startswith("total"))
         raise Skip(f"the check's own config does not fit this GPU: {' '.join(total.split())}") from None
     try:
-        GRPOTrainer(config).train()
+        trainer = GRPOTrainer(config)
+        trainer.train()
         paddle.device.cuda.synchronize()
         peak = (paddle.device.cuda.max_memory_allocated() - before) / GIB
         reserved = (paddle.device.cuda.max_memory_reserved() - reserved_before) / GIB
@@ -155,6 +158,13 @@ def memory_estimate(ws) -> str:
               f"({reserved / estimate.total_gib:.0%} of the estimate with its reserve)")
     if peak > bound or reserved > estimate.total_gib:
         raise CheckFailed(f"{figure}: the estimate is below what one step used\n{estimate.table()}")
+    # the update guard's host copy: what the trainer's snapshot holds against the estimate's host row
+    guard = trainer.update
+    held = copy_bytes(guard.optimizer, guard.stepped_parameters()) / GIB if guard.undo_non_finite else 0.0
+    counted = estimate.host_rows[0][1]
+    figure += f"; update guard host copy {held:.3f} GiB, estimated {counted:.3f}"
+    if held > counted * 1.01 + 1e-3:
+        raise CheckFailed(f"{figure}: the estimate's host row is below the guard's copy\n{estimate.table()}")
     return figure
 
 
