@@ -289,8 +289,9 @@ class ShardedGradientsUpdate(Update):
 def scaler_skipped(scaler) -> bool:
     """Whether ``scaler``'s last ``step`` skipped the optimizer (its gradients held inf/NaN): what its ``update()``
     reads to lower the scale, which Paddle 3.3.1 keeps only in this attribute (as it keeps an unscale's verdict only
-    in ``_found_inf``)."""
-    return bool(scaler._cache_found_inf)
+    in ``_found_inf``). A scaler Paddle turned off (on CPU, or for another amp dtype) only calls the optimizer's
+    step and never sets it: it skipped nothing."""
+    return scaler.is_enable() and bool(scaler._cache_found_inf)
 
 
 def optimizer_clips(stage: str, world_size: int) -> bool:
