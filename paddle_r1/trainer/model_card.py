@@ -36,8 +36,9 @@ def write_model_card(folder: str, config, job: str, family: str, step: int, tota
     front.update(library_name="transformers", pipeline_tag="image-text-to-text",
                  tags=["paddle_r1", job.lower(), family])
     lines = ["---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "",
-             f"# {os.path.basename(os.path.normpath(config.output_dir))}, step {step} of {total_steps}", "",
-             f"{job} fine-tune of {_base_model_words(source, front)}, trained with paddle_r1.", "",
+             f"# {os.path.basename(os.path.normpath(config.output_dir))}: checkpoint-{step}", "",
+             f"{job} fine-tune of {_base_model_words(source, front)}, trained with paddle_r1 for {step} of "
+             f"{total_steps} steps.", "",
              *_bullets("Data", _data(config)),
              *_bullets("Rewards", _rewards(config)),
              *_bullets("Settings", [f"`{key}`: {_value(getattr(config, key))}" for key in _settings(config)]),
