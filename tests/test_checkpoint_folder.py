@@ -1,5 +1,5 @@
-"""A checkpoint's model folder is its source's, but for the weights and what the run changed (``models/source_files.py``):
-config.json, the generation config and the processor's files byte for byte, the run's pixel limits in the source's
+"""A checkpoint's model folder is its source's, but for the weights and what the run changed
+(``models/source_files.py``): config.json, the generation config and the processor's files byte for byte, the run's pixel limits in the source's
 own spelling; and a model card made from the run (``trainer/model_card.py``). For a plain and a LoRA-merged model.
 What transformers makes of such folders: tests/test_checkpoint_goldens.py."""
 import json
@@ -112,4 +112,5 @@ def test_a_hub_id_is_the_cards_base_model(tmp_path):
     write_model_card(str(tmp_path), config, "GRPO", "qwen2_5_vl", 5, 10, str(tmp_path / "metrics.jsonl"))
     _, front, body = (tmp_path / "README.md").read_text().split("---\n", 2)
     assert yaml.safe_load(front)["base_model"] == "Qwen/Qwen2.5-VL-3B-Instruct"
-    assert "trained with paddle_r1 for 5 of 10 steps" in body and "None logged up to this step (no eval_data_path was given)." in body
+    assert "trained with paddle_r1 for 5 of 10 steps" in body
+    assert "None logged up to this step (no eval_data_path was given)." in body
