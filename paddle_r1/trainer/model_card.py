@@ -79,9 +79,8 @@ def _rewards(config) -> list[str]:
 
 
 def _settings(config) -> list[str]:
-    keys = [key for key in ALGORITHM_KEYS if getattr(config, key, None) is not None]
-    return keys + (list(key for key in LORA_KEYS if getattr(config, key, None) is not None)
-                   if getattr(config, "lora", False) else [])
+    keys = ALGORITHM_KEYS + (LORA_KEYS if getattr(config, "lora", False) else ())
+    return [key for key in keys if getattr(config, key, None) is not None]
 
 
 def _value(value) -> str:
