@@ -12,6 +12,14 @@ from paddle_r1.trainer import checkpoint as ckpt
 from paddle_r1.trainer.metrics import MetricsLogger
 
 
+def model_folder_writer(model, processor):
+    """Writes what the trainer's model folder holds from paddleformers (a source that is no local folder)."""
+    def write(folder):
+        model.save_pretrained(folder)
+        processor.save_pretrained(folder)
+    return write
+
+
 @pytest.fixture
 def saver(tiny):
     """save(output_dir, step) writes a real checkpoint of the tiny model, as the trainer does."""
@@ -21,7 +29,7 @@ def saver(tiny):
     def save(output_dir, step, limit=None):
         tmp = ckpt.begin_checkpoint(str(output_dir), step)
         return ckpt.finish_checkpoint(tmp, ckpt.checkpoint_dir(str(output_dir), step),
-                                      write_model=model.save_pretrained, policy=model, processor=processor,
+                                      write_model=model_folder_writer(model, processor), policy=model,
                                       optimizer=optimizer, trainer_state={"global_step": step},
                                       save_total_limit=limit)
     return save
@@ -82,8 +90,8 @@ def test_a_full_disk_removes_the_partial_save_and_names_the_newest_complete_chec
     optimizer = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
     with pytest.raises(ckpt.NoSpaceError, match="no space left while saving checkpoint-2; checkpoint-1 is the "
                                                 "newest complete one"):
-        ckpt.finish_checkpoint(tmp, ckpt.checkpoint_dir(str(tmp_path), 2), write_model=model.save_pretrained,
-                               policy=model, processor=processor, optimizer=optimizer,
+        ckpt.finish_checkpoint(tmp, ckpt.checkpoint_dir(str(tmp_path), 2),
+                               write_model=model_folder_writer(model, processor), policy=model, optimizer=optimizer,
                                trainer_state={"global_step": 2})
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-1"]
 

@@ -18,7 +18,7 @@ import os
 import paddle
 
 from ..errors import ConfigError
-from .source_files import carry_over_source_files
+from .source_files import write_source_files
 
 # The decoder projections as paddleformers names them: the Qwen-VL models' (q, k, v fused into qkv_proj; gate and up
 # into up_gate_proj) and PaddleOCR-VL's ERNIE-4.5 decoder at ``model.layers`` (unfused); the vision tower is left alone.
@@ -34,7 +34,7 @@ def apply_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modu
     from paddleformers.peft import LoRAConfig, LoRAModel
 
     config = LoRAConfig(target_modules=list(target_modules or DEFAULT_TARGETS), r=rank, lora_alpha=alpha,
-                        lora_dropout=dropout, merge_weights=False, dtype=str(model.parameters()[0].dtype).split(".")[-1])
+                        lora_dropout=dropout, merge_weights=False, dtype=_dtype_name(model))
     wrapper = LoRAModel(model, config)  # replaces the layers inside `model` and freezes everything else
     if not lora_layers(model):
         raise ConfigError(f"config key 'lora_target_modules': {config.target_modules} matched no linear layer",
@@ -125,10 +125,11 @@ def load_adapter(model, folder: str) -> None:
         param.set_value(paddle.to_tensor(saved[name], dtype=param.dtype))
 
 
-def write_model_folder(model, folder: str, config) -> None:
+def write_model_folder(model, processor, folder: str, config) -> None:
     """The trained model as a folder ``from_pretrained`` loads as it is: with ``config.lora`` the merged weights
-    plus ``adapter/`` (the adapter alone, with the settings that made it, for resuming); the source folder's
-    generation config carried over (``source_files.py``)."""
+    plus ``adapter/`` (the adapter alone, with the settings that made it, for resuming); config.json, the generation
+    config and the processor's files taken from the source folder (``source_files.py``), with the run's pixel
+    limits."""
     if config.lora:
         save_merged(model, folder)
         save_adapter(model, os.path.join(folder, ADAPTER_DIR),
@@ -136,7 +137,13 @@ def write_model_folder(model, folder: str, config) -> None:
                       "target_modules": config.lora_target_modules})
     else:
         model.save_pretrained(folder)
-    carry_over_source_files(config.model_name_or_path, folder)
+    write_source_files(config.model_name_or_path, folder, processor, dtype=_dtype_name(model),
+                       min_pixels=config.min_pixels, max_pixels=config.max_pixels)
+
+
+def _dtype_name(model) -> str:
+    """The weights' dtype as config.json spells it (``bfloat16``, ``float32``)."""
+    return str(model.parameters()[0].dtype).split(".")[-1]
 
 
 def save_merged(model, folder: str) -> None:
@@ -148,8 +155,7 @@ def save_merged(model, folder: str) -> None:
     from .loading import model_class
 
     state = merged_state_dict(model)
-    dtype = str(model.parameters()[0].dtype).split(".")[-1]
-    with device_guard("cpu"), dtype_guard(dtype), no_init_weights():
+    with device_guard("cpu"), dtype_guard(_dtype_name(model)), no_init_weights():
         base = model_class(model.config.model_type)(model.config)
         base.set_state_dict(state)
         base.save_pretrained(folder)

@@ -35,6 +35,7 @@ from .distributed import (barrier, decided_by_main, explain_failure, gather_obje
                           phase, replica_io, sum_across_ranks)
 from .job import prepare_job
 from .metrics import MetricsLogger
+from .model_card import write_model_card
 from .optim import build_optimizer
 from .resume import BatchLayout, layout_note, prompts_taken, steps_to_finish_epochs
 from .sampler import PromptSampler, rank_share
@@ -144,6 +145,14 @@ class Trainer:
     def trainer_state(self) -> dict:
         """What the job adds to a checkpoint's trainer state."""
         return {}
+
+    def write_model_folder(self, folder: str) -> None:
+        """The checkpoint's model folder: what ``from_pretrained`` loads (``models/lora.write_model_folder``) and
+        the model card (``model_card.py``)."""
+        cfg = self.config
+        write_model_folder(self.policy, self.processor, folder, cfg)
+        write_model_card(folder, cfg, self.name, self.policy.config.model_type, self.step, self.total_steps,
+                         self.logger.metrics_path)
 
     def save_rank_files(self, folder: str) -> None:
         """Files each rank adds to a checkpoint (every rank calls it)."""
@@ -332,8 +341,7 @@ class Trainer:
                      "world_size": self.world_size, "skipped_steps": self.skipped_steps,
                      "config": dataclasses.asdict(cfg), **self.trainer_state()}
             with replica_io(self.world_size):
-                ckpt.finish_checkpoint(tmp, final, write_model=lambda folder: write_model_folder(self.policy, folder, cfg),
-                                       policy=self.policy, processor=self.processor,
+                ckpt.finish_checkpoint(tmp, final, write_model=self.write_model_folder, policy=self.policy,
                                        optimizer=None if sharded or cfg.save_only_model else self.optimizer,
                                        trainer_state=state,
                                        reference=self.reference if self.saves_reference and not cfg.save_only_model

@@ -1,7 +1,8 @@
 """Checkpoints: a folder ``from_pretrained`` loads as it is, plus the state an exact resume needs.
 
 ``checkpoint-N/`` holds the model (config, safetensors), the processor files (tokenizer, chat
-template, preprocessor config), ``optimizer.pdopt`` (AdamW moments and the LR scheduler, keyed by
+template, preprocessor config; those of a local source folder are its own, ``models/source_files.py``), a model
+card, ``optimizer.pdopt`` (AdamW moments and the LR scheduler, keyed by
 structured parameter names so they survive a new process; with sharding one ``optimizer.shardR.pdopt``
 per rank, each holding that rank's share), ``rng_state.pkl``, ``trainer_state.json``
 (step and data position) and, when needed, ``ref_model/`` and the rollout buffer. It is written to
@@ -192,15 +193,14 @@ def removed_if_disk_fills(tmp: str):
         raise NoSpaceError(errno.ENOSPC, f"no space left while saving {name}; {newest}") from e
 
 
-def finish_checkpoint(tmp: str, final: str, *, write_model, policy, processor, optimizer, trainer_state: dict,
+def finish_checkpoint(tmp: str, final: str, *, write_model, policy, optimizer, trainer_state: dict,
                       reference=None, save_total_limit: Optional[int] = None) -> str:
-    """Write the model (``write_model(folder)``), processor, optimizer (None: each rank wrote its shard), RNG
-    and trainer state (plus its ``save_order``) into ``tmp``, then the manifest of all of it, then put it in place of
+    """Write the model folder (``write_model(folder)``: weights, config, processor files, model card), optimizer
+    (None: each rank wrote its shard), RNG and trainer state (plus its ``save_order``) into ``tmp``, then the manifest of all of it, then put it in place of
     ``final`` and keep the ``save_total_limit`` most recently written checkpoints."""
     output_dir = os.path.dirname(final)
     with removed_if_disk_fills(tmp):
         write_model(tmp)
-        processor.save_pretrained(tmp)
         if reference is not None:
             reference.save_pretrained(os.path.join(tmp, "ref_model"))
         if optimizer is not None:
