@@ -1,4 +1,4 @@
-"""What verifying a checkpoint costs: SHA-256 over its files, as ``paddle_r1.trainer.manifest`` hashes them.
+"""What verifying a checkpoint costs: SHA-256 over its files, as ``paddle_r1.checkpoints.manifest`` hashes them.
 
     python benchmarks/checkpoint_hashing.py                       # 2 GB of written files, 4 of them
     python benchmarks/checkpoint_hashing.py --gb 8 --files 8
@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from paddle_r1.trainer.manifest import files_under, sha256_of, sha256_of_files
+from paddle_r1.checkpoints.manifest import files_under, sha256_of, sha256_of_files
 
 LARGE_READ = 16 << 20
 

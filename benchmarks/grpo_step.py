@@ -115,7 +115,7 @@ class PhaseClock:
 
 def _paddle_trainer(model_dir: str, work: str, total_steps: int, generations: int, new_tokens: int, side: int,
                     tune_cpu_math: bool = True):
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.trainer.grpo import GRPOTrainer
 
     sys.path.insert(0, HERE)  # the reward below is found as grpo_step:length_reward

@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 
-from paddle_r1.config import GRPOConfig, SFTConfig
+from paddle_r1.config.jobs import GRPOConfig, SFTConfig
 
 QUESTION_TEMPLATE = "{Question}"  # the tiny model learns from scratch: the shortest prompt trains fastest
 SOLVED = 0.95  # held-out score that counts as solving the task (steps-to-solve column)
@@ -120,7 +120,7 @@ def summary_table(results: list[dict]) -> str:
 def with_settings(preset, items: list[str]):
     """``preset`` (a dataclass of settings and dicts of them) with each ``PART.KEY=VALUE`` of ``--set`` applied,
     values read as the command line reads them (benchmarks/tool_learning.py shares it)."""
-    from paddle_r1.config_reading.command_line import parse_overrides
+    from paddle_r1.config.reading.command_line import parse_overrides
 
     for item in items:
         key, raw = item.split("=", 1)

@@ -2,7 +2,7 @@
 
     python benchmarks/logprob_memory.py [--rows 8 --tokens 1024 --hidden 64 --vocab 151936 --chunks 128 512]
 
-Runs ``paddle_r1.trainer.loss.chunked_token_logprobs`` over rows x tokens hidden states (gradients on, as in the
+Runs ``paddle_r1.algorithms.logprobs.chunked_token_logprobs`` over rows x tokens hidden states (gradients on, as in the
 policy's forward) and prints the rise of Paddle's host allocator peak (``host_memory_stat_peak_value``) in the
 forward and in the backward, beside one chunk's float32 logits and the full [rows, tokens, vocab] logits.
 A bounded peak stays a small multiple of one chunk's logits whatever the number of tokens.
@@ -33,7 +33,7 @@ def main() -> None:
     from paddle.base import core
 
     from paddle_r1.cpu_math import tune_cpu_math
-    from paddle_r1.trainer.logprobs import chunked_token_logprobs
+    from paddle_r1.algorithms.logprobs import chunked_token_logprobs
 
     tune_cpu_math()  # as a CPU job makes it (glibc's heap settings shape the peaks measured here)
     paddle.seed(0)

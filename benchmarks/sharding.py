@@ -30,7 +30,7 @@ def run_rank(settings: dict, report_dir: str) -> None:
     warnings.filterwarnings("ignore")
     import paddle.distributed as dist
 
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.quiet import quiet_libraries
     from paddle_r1.trainer.grpo import GRPOTrainer

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from learning import run_seeds, with_settings  # benchmarks/learning.py, beside this file
 
-from paddle_r1.config import GRPOConfig, SFTConfig
+from paddle_r1.config.jobs import GRPOConfig, SFTConfig
 
 QUESTION_TEMPLATE = "{Question}"  # the tiny model learns from scratch: the shortest prompt trains fastest
 SFT_SEED_OFFSET = 20_000  # the SFT episodes come from their own seed, apart from GRPO's prompts and the held-out set

@@ -1,4 +1,4 @@
-"""What guarding the optimizer step costs (``paddle_r1/trainer/step_guard.py``), beside the AdamW step itself.
+"""What guarding the optimizer step costs (``paddle_r1/parallel/step_guard.py``), beside the AdamW step itself.
 
     python benchmarks/update_guard.py [--repeats 20]
 
@@ -37,10 +37,10 @@ def _median_ms(fn, repeats: int) -> float:
 def measure(size: dict, repeats: int) -> dict:
     import paddle
 
-    from paddle_r1.memory import allocate_optimizer_state
+    from paddle_r1.parallel.optimizer_state import allocate_optimizer_state
     from paddle_r1.models.loading import load_model
     from paddle_r1.testing.tiny import TinySize, make_tiny_model
-    from paddle_r1.trainer.step_guard import StepSnapshot, finite_flags
+    from paddle_r1.parallel.step_guard import StepSnapshot, finite_flags
 
     with tempfile.TemporaryDirectory() as folder:
         model = load_model(make_tiny_model(folder + "/m", size=TinySize(**size)))

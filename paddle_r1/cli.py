@@ -9,8 +9,8 @@ from .quiet import quiet_libraries
 
 
 def _train(args, extra: list[str]) -> int:
-    from .config import GRPOConfig
-    from .config_reading.loading import load_config
+    from .config.jobs import GRPOConfig
+    from .config.reading.loading import load_config
     from .evaluation.heldout import heldout_for
     from .trainer.grpo import GRPOTrainer
 
@@ -22,8 +22,8 @@ def _train(args, extra: list[str]) -> int:
 
 
 def _sft(args, extra: list[str]) -> int:
-    from .config import SFTConfig
-    from .config_reading.loading import load_config
+    from .config.jobs import SFTConfig
+    from .config.reading.loading import load_config
     from .trainer.sft import SFTTrainer
 
     result = SFTTrainer(load_config(SFTConfig, args.config, extra)).train()
@@ -78,8 +78,8 @@ def _serve(args, extra: list[str]) -> int:
 
 
 def _check_data(args, extra: list[str]) -> int:
-    from .config import GRPOConfig
-    from .config_reading.loading import load_config
+    from .config.jobs import GRPOConfig
+    from .config.reading.loading import load_config
     from .data.loader import load_from_config
 
     config = load_config(GRPOConfig, args.config, extra)
@@ -90,8 +90,8 @@ def _check_data(args, extra: list[str]) -> int:
 
 
 def _demo(args, extra: list[str]) -> int:
-    from .config import GRPOConfig
-    from .config_reading.command_line import parse_overrides
+    from .config.jobs import GRPOConfig
+    from .config.reading.command_line import parse_overrides
     from .demo import run_demo
 
     run_demo(args.output_dir, args.family, sft_steps=args.sft_steps, **parse_overrides(extra, GRPOConfig))
@@ -99,8 +99,8 @@ def _demo(args, extra: list[str]) -> int:
 
 
 def _estimate_memory(args, extra: list[str]) -> int:
-    from .config import GRPOConfig
-    from .config_reading.loading import load_config
+    from .config.jobs import GRPOConfig
+    from .config.reading.loading import load_config
     from .memory import estimate
 
     result = estimate(load_config(GRPOConfig, args.config, extra), args.gpus, args.gpu_memory,
@@ -134,8 +134,8 @@ def _selftest(args, extra: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .config import GRPOConfig, SFTConfig
-    from .config_help import KeysHelpParser
+    from .config.jobs import GRPOConfig, SFTConfig
+    from .config.help import KeysHelpParser
 
     parser = argparse.ArgumentParser(prog="paddle-r1", description="GRPO fine-tuning of Qwen-VL models on Paddle")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=KeysHelpParser)
@@ -234,8 +234,8 @@ def _run_errors() -> tuple:
     reaches ``main`` (the rewards package takes seconds to import, and most commands never score)."""
     from .rewards.manager import RewardError
     from .trainer.base import TrainingDiverged
-    from .trainer.checkpoint import NoSpaceError
-    from .trainer.rank_watch import RankFailure
+    from .checkpoints.folders import NoSpaceError
+    from .parallel.rank_watch import RankFailure
 
     return RewardError, TrainingDiverged, NoSpaceError, RankFailure
 
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     full report and exit code 1; any other exception is a bug and keeps its traceback."""
     from .errors import ConfigError
     from .data.samples import DataError
-    from .trainer.manifest import CheckpointError
+    from .checkpoints.manifest import CheckpointError
 
     args, extra = build_parser().parse_known_args(argv)
     quiet_libraries()

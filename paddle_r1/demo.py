@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .config import GRPOConfig, SFTConfig
+from .config.jobs import GRPOConfig, SFTConfig
 from .data.synthetic import make_synthetic_splits
 from .testing.tiny import make_tiny_model
 

@@ -31,7 +31,7 @@ PROMPT = "Locate the red square in the image."
 
 def build(name: str, root: str) -> tuple[str, str]:
     """(source folder, checkpoint folder) of build ``name`` under ``root/name`` (emptied first)."""
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.data.loader import load_samples
     from paddle_r1.data.synthetic import make_synthetic_rec
     from paddle_r1.testing.tiny import make_tiny_model

@@ -23,10 +23,10 @@ def save_corrupt_and_resume(settings: dict, dump_dir: str) -> None:
     warnings.filterwarnings("ignore")
     import paddle.distributed as dist
 
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.trainer.grpo import GRPOTrainer
-    from paddle_r1.trainer import manifest
-    from paddle_r1.trainer.manifest import CheckpointError
+    from paddle_r1.checkpoints import manifest
+    from paddle_r1.checkpoints.manifest import CheckpointError
 
     GRPOTrainer(GRPOConfig(**settings)).train()
     rank = dist.get_rank()

@@ -13,10 +13,10 @@ def train_and_dump(settings: dict, dump_dir: str) -> None:
     warnings.filterwarnings("ignore")
     import paddle.distributed as dist
 
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.evaluation.heldout import heldout_for
     from paddle_r1.trainer.grpo import GRPOTrainer
-    from paddle_r1.trainer.sharding import ReplicatedUpdate
+    from paddle_r1.parallel.sharding import ReplicatedUpdate
 
     settings = dict(settings)
     ReplicatedUpdate.bucket_bytes = settings.pop("bucket_bytes", ReplicatedUpdate.bucket_bytes)
@@ -83,7 +83,7 @@ def reduce_and_dump(dump_dir: str) -> None:
     import paddle.distributed as dist
     from paddle.distributed.fleet.utils import recompute
 
-    from paddle_r1.trainer.distributed import GradientReducer
+    from paddle_r1.parallel.distributed import GradientReducer
 
     dist.init_parallel_env()
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -10,7 +10,7 @@ from safetensors.numpy import load_file, save_file
 
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
-from paddle_r1.trainer.logprobs import completion_logprobs
+from paddle_r1.algorithms.logprobs import completion_logprobs
 
 
 def assert_completion_logprobs_match_forward(model, processor, samples) -> None:

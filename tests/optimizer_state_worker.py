@@ -11,8 +11,8 @@ def allocate_and_report(report: str) -> None:
     from paddle.distributed.fleet.meta_optimizers.dygraph_optimizer.dygraph_sharding_optimizer import \
         DygraphShardingOptimizer
 
-    from paddle_r1.memory import allocate_optimizer_state
-    from paddle_r1.trainer.sharding import fleet_strategy
+    from paddle_r1.parallel.optimizer_state import allocate_optimizer_state
+    from paddle_r1.parallel.sharding import fleet_strategy
 
     fleet.init(is_collective=True, strategy=fleet_strategy(2))
     paddle.seed(0)

@@ -8,13 +8,13 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.models.loading import load_model
-from paddle_r1.trainer.dynamic_sampling import kept_groups
-from paddle_r1.trainer.groups import GroupTable
+from paddle_r1.algorithms.dynamic_sampling import kept_groups
+from paddle_r1.algorithms.groups import GroupTable
 from paddle_r1.trainer.grpo import GRPOTrainer
-from paddle_r1.trainer.advantages import advantages_for, longest_turns, overlong_penalty
-from paddle_r1.trainer.loss import LossSettings, grpo_loss, kl_divergence
+from paddle_r1.algorithms.advantages import advantages_for, longest_turns, overlong_penalty
+from paddle_r1.algorithms.loss import LossSettings, grpo_loss, kl_divergence
 
 T = paddle.to_tensor
 
@@ -203,12 +203,12 @@ def test_each_option_changes_what_it_should(tiny_model_dir, rec_samples, tmp_pat
 
 
 def test_every_algorithm_name_has_an_implementation_and_every_implementation_a_name():
-    """The names config checks its keys against (paddle_r1/algorithms.py) are the keys of the implementations'
+    """The names config checks its keys against (paddle_r1/algorithms/names.py) are the keys of the implementations'
     tables: a name added to one side only fails here."""
-    from paddle_r1 import algorithms
-    from paddle_r1.trainer.advantages import ADVANTAGE_ESTIMATORS, group_advantages
-    from paddle_r1.trainer.loss import KL_ESTIMATES, LOG_RATIO_LEVELS, LOSS_TYPE_RULES
-    from paddle_r1.trainer.sharding import UPDATES
+    from paddle_r1.algorithms import names as algorithms
+    from paddle_r1.algorithms.advantages import ADVANTAGE_ESTIMATORS, group_advantages
+    from paddle_r1.algorithms.loss import KL_ESTIMATES, LOG_RATIO_LEVELS, LOSS_TYPE_RULES
+    from paddle_r1.parallel.sharding import UPDATES
 
     assert set(LOSS_TYPE_RULES) == set(algorithms.LOSS_TYPES)
     assert set(ADVANTAGE_ESTIMATORS) == set(algorithms.ADV_ESTIMATORS)

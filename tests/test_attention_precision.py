@@ -11,7 +11,7 @@ from paddle_r1.generation.rollout import SamplingParams, sample_completions
 from paddle_r1.models.loading import load_model, load_processor
 from paddle_r1.models.precision import choose_precision
 from paddle_r1.testing.tiny import make_tiny_model
-from paddle_r1.trainer.logprobs import completion_logprobs
+from paddle_r1.algorithms.logprobs import completion_logprobs
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl"])
@@ -86,7 +86,7 @@ def test_float16_training_runs_every_forward_under_auto_cast(tiny_model_dir, rec
     entered, not float16 numbers (those run in ``paddle-r1 selftest`` on the GPU)."""
     from paddle.amp.auto_cast import amp_state
 
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.trainer import base
     from paddle_r1.trainer.grpo import GRPOTrainer
 
@@ -110,7 +110,7 @@ def test_16_bit_training_on_cpu_is_refused_before_the_model_loads(tiny_model_dir
                                                                   monkeypatch):
     """It used to load the model and then fail at the first rollout: ``kernel conv3d ... bfloat16 is not
     registered``."""
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.trainer import base
     from paddle_r1.trainer.grpo import GRPOTrainer
 

@@ -1,6 +1,6 @@
 """A checkpoint's model folder is its source's, but for the weights and what the run changed
 (``models/source_files.py``): config.json, the generation config and the processor's files byte for byte, the run's pixel limits in the source's
-own spelling; and a model card made from the run (``trainer/model_card.py``). For a plain and a LoRA-merged model.
+own spelling; and a model card made from the run (``checkpoints/model_card.py``). For a plain and a LoRA-merged model.
 What transformers makes of such folders: tests/test_checkpoint_goldens.py."""
 import json
 import os
@@ -9,12 +9,12 @@ import shutil
 import pytest
 import yaml
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.evaluation.heldout import heldout_for
 from paddle_r1.models.loading import load_processor
 from paddle_r1.models.source_files import CARRIED_OVER, write_source_files
 from paddle_r1.trainer.grpo import GRPOTrainer
-from paddle_r1.trainer.model_card import write_model_card
+from paddle_r1.checkpoints.model_card import write_model_card
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 # as Qwen2.5-VL-3B-Instruct publishes it (its token ids moved into the tiny vocabulary): two end tokens and the

@@ -32,7 +32,7 @@ def built(request, tmp_path_factory):
 
 
 def test_the_files_transformers_read_are_the_ones_written_now(built):
-    from paddle_r1.trainer.manifest import sha256_of
+    from paddle_r1.checkpoints.manifest import sha256_of
 
     name, _, checkpoint, golden, _ = built
     assert {file: sha256_of(os.path.join(checkpoint, file)) for file in golden["files"]} == golden["files"], \

@@ -12,11 +12,11 @@ import pytest
 
 from checkpoint_worker import flip_byte, save_corrupt_and_resume
 from paddle_r1.cli import main as paddle_r1_main
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.evaluation.cli import main as eval_main
-from paddle_r1.trainer.checkpoint import STATE_FILE, resolve_checkpoint, verify_checkpoint
+from paddle_r1.checkpoints.folders import STATE_FILE, resolve_checkpoint, verify_checkpoint
 from paddle_r1.trainer.grpo import GRPOTrainer
-from paddle_r1.trainer.manifest import MANIFEST_FILE, CheckpointError
+from paddle_r1.checkpoints.manifest import MANIFEST_FILE, CheckpointError
 from test_cli import paddle_r1
 
 # 3 steps, a checkpoint each; step 3 is mid-way through num_iterations 2, so it also holds each rank's rollout buffer

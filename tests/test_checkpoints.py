@@ -8,8 +8,8 @@ import paddle
 import pytest
 
 from paddle_r1.errors import ConfigError
-from paddle_r1.trainer import checkpoint as ckpt
-from paddle_r1.trainer.metrics import MetricsLogger
+from paddle_r1.checkpoints import folders as ckpt
+from paddle_r1.telemetry.metrics import MetricsLogger
 
 
 def model_folder_writer(model, processor):
@@ -203,7 +203,7 @@ def test_resumed_logs_drop_the_rows_of_redone_steps(tmp_path):
 
 
 def test_a_resumed_grpo_run_rotates_out_the_abandoned_higher_step(tiny_model_dir, rec_samples, tmp_path):
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.trainer.grpo import GRPOTrainer
 
     def run(**kw):

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -16,13 +16,13 @@ hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is in the test
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from paddle_r1 import algorithms  # noqa: E402
+from paddle_r1.algorithms import names as algorithms  # noqa: E402
 from paddle_r1.cli import build_parser  # noqa: E402
-from paddle_r1.config import GRPOConfig  # noqa: E402
-from paddle_r1.config_keys import LR_SCHEDULERS, ROLLOUT_ENGINES, SHARDING_STAGES, declared  # noqa: E402
-from paddle_r1.config_reading.command_line import YAML_NULLS  # noqa: E402
-from paddle_r1.config_reading.files import EXPONENT_FLOAT  # noqa: E402
-from paddle_r1.config_reading.loading import load_config  # noqa: E402
+from paddle_r1.config.jobs import GRPOConfig  # noqa: E402
+from paddle_r1.config.keys import LR_SCHEDULERS, ROLLOUT_ENGINES, SHARDING_STAGES, declared  # noqa: E402
+from paddle_r1.config.reading.command_line import YAML_NULLS  # noqa: E402
+from paddle_r1.config.reading.files import EXPONENT_FLOAT  # noqa: E402
+from paddle_r1.config.reading.loading import load_config  # noqa: E402
 
 # the string keys whose value is one of a few words (every other string key takes any text); dataset_name is also
 # PaddleMIX's (any other name is read as data_path, see SOURCE_KEYS), attn_implementation TRL's (flash_attention_2)

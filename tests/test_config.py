@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
-from paddle_r1.config_reading.loading import load_config
-from paddle_r1.config_reading.command_line import parse_overrides
+from paddle_r1.config.reading.loading import load_config
+from paddle_r1.config.reading.command_line import parse_overrides
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -222,7 +222,7 @@ def test_per_device_train_batch_size_counts_completions_as_in_trl():
                                           "ranks x per_device_train_batch_size \\(4\\) must be a multiple of "
                                           "num_generations, as in TRL"):
         paddlemix.check_ranks(2)
-    from paddle_r1.config import SFTConfig
+    from paddle_r1.config.jobs import SFTConfig
 
     assert SFTConfig(per_device_train_batch_size=4).prompts_per_device == 4  # SFT counts samples
 
@@ -260,7 +260,7 @@ def test_a_key_given_twice_in_a_file_names_the_key_and_both_lines(tmp_path, name
 def test_a_yaml_merge_may_override_what_it_merges(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("base: &base {iou: {a: 1}}\nreward_kwargs:\n  <<: *base\n  iou: {a: 2}\n")
-    from paddle_r1.config_reading.files import read_config_file
+    from paddle_r1.config.reading.files import read_config_file
 
     assert read_config_file(str(path))["reward_kwargs"] == {"iou": {"a": 2}}
 
@@ -303,8 +303,8 @@ def test_a_value_out_of_range_on_the_command_line_stops_before_anything_loads(tm
 def test_every_numeric_key_has_its_range():
     import typing
 
-    from paddle_r1.config import SFTConfig
-    from paddle_r1.config_keys import declared
+    from paddle_r1.config.jobs import SFTConfig
+    from paddle_r1.config.keys import declared
 
     for cls in (GRPOConfig, SFTConfig):
         numeric = {key for key, annotation in typing.get_type_hints(cls).items()
@@ -315,7 +315,7 @@ def test_every_numeric_key_has_its_range():
 def test_a_key_a_job_declares_again_keeps_its_range():
     """GRPO and SFT each redeclare per_device_train_batch_size and learning_rate (their own defaults and help); the
     range declared with the shared key still holds for both."""
-    from paddle_r1.config import SFTConfig
+    from paddle_r1.config.jobs import SFTConfig
 
     for cls in (GRPOConfig, SFTConfig):
         with pytest.raises(ConfigError, match=r"'per_device_train_batch_size': must be >= 1, got 0"):

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from paddle_r1.cli import build_parser, main
-from paddle_r1.config import GRPOConfig, SFTConfig
-from paddle_r1.config_help import CONFIG_DOC, WRITE_COMMAND, config_reference, key_groups
+from paddle_r1.config.jobs import GRPOConfig, SFTConfig
+from paddle_r1.config.help import CONFIG_DOC, WRITE_COMMAND, config_reference, key_groups
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.parametrize("cls", [GRPOConfig, SFTConfig])
 def test_every_key_has_one_help_string(cls):
     missing = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("help", "").strip()]
-    assert not missing, f"keys without help (give them key(default, 'help') in paddle_r1/config_keys.py): {missing}"
+    assert not missing, f"keys without help (give them key(default, 'help') in paddle_r1/config/keys.py): {missing}"
 
 
 @pytest.mark.parametrize("command, cls", [("train", GRPOConfig), ("sft", SFTConfig), ("estimate-memory", GRPOConfig)])
@@ -54,7 +54,7 @@ def test_the_keys_in_help_leave_parsing_to_the_overrides():
 def test_the_config_reference_is_generated_from_the_help_strings():
     with open(os.path.join(ROOT, CONFIG_DOC), encoding="utf-8") as f:
         written = f.read()
-    assert written == config_reference(), (f"{CONFIG_DOC} differs from the keys' declarations in paddle_r1/config_keys.py: "
+    assert written == config_reference(), (f"{CONFIG_DOC} differs from the keys' declarations in paddle_r1/config/keys.py: "
                                            f"run `{WRITE_COMMAND}` and commit it")
     for cls in (GRPOConfig, SFTConfig):
         for field in dataclasses.fields(cls):

@@ -46,7 +46,7 @@ def test_importing_paddle_r1_changes_nothing_in_the_process():
     # the libraries that add warning filters of their own when imported (scipy, urllib3, requests) come first
     check = ("import paddle, paddleformers, os, warnings, scipy.optimize, scipy.sparse, scipy.special, urllib3, requests; "
              "e = dict(os.environ); f = list(warnings.filters); "
-             "import paddle_r1, paddle_r1.config, paddle_r1.rewards, paddle_r1.trainer.grpo, paddle_r1.cli; "
+             "import paddle_r1, paddle_r1.config.jobs, paddle_r1.rewards, paddle_r1.trainer.grpo, paddle_r1.cli; "
              "assert dict(os.environ) == e, set(os.environ.items()) ^ set(e.items()); "
              "assert warnings.filters == f, 'warning filters changed'")
     env = {k: v for k, v in os.environ.items() if k != "MKL_DEBUG_CPU_TYPE"}
@@ -55,7 +55,7 @@ def test_importing_paddle_r1_changes_nothing_in_the_process():
 
 
 def test_a_cpu_job_chooses_the_avx2_kernels_unless_told_not_to(tmp_path, tiny_model_dir, rec_jsonl, monkeypatch):
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.trainer.job import check_before_loading
 
     cpuinfo = tmp_path / "cpuinfo"

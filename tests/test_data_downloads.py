@@ -8,7 +8,7 @@ import shutil
 import pytest
 from PIL import Image
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.data.loader import load_from_config, load_samples
 from paddle_r1.data.samples import DataError
 from paddle_r1.generation.generator import build_messages

@@ -6,7 +6,7 @@ import zlib
 import pytest
 from PIL import Image
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.data.images import load_image
 from paddle_r1.data.loader import load_from_config, load_samples
 from paddle_r1.data.samples import DataError

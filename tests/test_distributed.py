@@ -161,7 +161,7 @@ def test_stage1_sharding_splits_the_optimizer_state_and_trains_the_same(stage1, 
     sizes = [sum(v.size for v in shard.values()) for shard in shards]
     assert max(sizes) < 0.75 * sum(sizes), sizes  # split roughly evenly, not all on one rank
     # the merged shards are the single process's state (read back as a resume on any number of ranks reads it)
-    from paddle_r1.trainer.checkpoint import read_optimizer_state
+    from paddle_r1.checkpoints.folders import read_optimizer_state
 
     merged = _moments(read_optimizer_state(str(checkpoint)))
     for key, value in full.items():
@@ -286,7 +286,7 @@ def test_another_global_batch_says_how_it_goes_on_and_takes_the_prompts_left(tmp
                                                                              rec_jsonl, capsys):
     """Saved after 1 step of 2 prompts; resumed with 1 prompt per step for half an epoch of the 12 prompts: the 4
     prompts left take 4 more steps, and the sampler ends exactly at prompt 6."""
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.trainer.grpo import GRPOTrainer
 
     trainer = GRPOTrainer(GRPOConfig(**_resume_settings(

@@ -8,7 +8,7 @@ import pytest
 from paddleformers.nn import norm as paddleformers_norm
 from paddleformers.nn.norm import RMSNorm
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.generation import decoder as decoders
 from paddle_r1.generation.decoder import LayerDecoder, OneTokenDecoder, make_decoder, supports
 from paddle_r1.generation.generator import build_prompt_batch

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.data.loader import load_samples
 from paddle_r1.data.synthetic import BACKGROUND, HELDOUT_SEED_OFFSET, make_synthetic_counting, make_synthetic_splits

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import paddle
 
-from paddle_r1.trainer.logprobs import chunked_token_logprobs, completion_logprobs
+from paddle_r1.algorithms.logprobs import chunked_token_logprobs, completion_logprobs
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
 

@@ -8,9 +8,9 @@ import paddle
 import pytest
 
 from paddle_r1.rewards.manager import RewardManager
-from paddle_r1.trainer.advantages import advantages_for, group_advantages, normalize_then_sum_advantages
-from paddle_r1.trainer.loss import LossSettings, entropy_threshold, grpo_loss, high_entropy_mask
-from paddle_r1.trainer.groups import GroupTable
+from paddle_r1.algorithms.advantages import advantages_for, group_advantages, normalize_then_sum_advantages
+from paddle_r1.algorithms.loss import LossSettings, entropy_threshold, grpo_loss, high_entropy_mask
+from paddle_r1.algorithms.groups import GroupTable
 
 T = paddle.to_tensor
 

@@ -9,10 +9,10 @@ import paddle
 import pytest
 
 from paddle_r1.cli import main
-from paddle_r1.config import GRPOConfig
-from paddle_r1.memory import (ModelShape, allocate_optimizer_state, check_fits, count_parameters, estimate,
-                              read_model_config)
+from paddle_r1.config.jobs import GRPOConfig
+from paddle_r1.memory import ModelShape, check_fits, count_parameters, estimate, read_model_config
 from paddle_r1.models.loading import load_model
+from paddle_r1.parallel.optimizer_state import allocate_optimizer_state
 from paddle_r1.models.published import PUBLISHED_CONFIGS
 from paddle_r1.testing.tiny import TinySize, make_tiny_model
 

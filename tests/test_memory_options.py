@@ -5,7 +5,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.models.loading import load_model
 from paddle_r1.models.lora import adapter_state, adapters_disabled, apply_lora, lora_layers, merged_state_dict

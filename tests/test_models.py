@@ -151,7 +151,7 @@ def test_family_from_config_json_not_folder_name(qwen2_vl_dir, tmp_path):
 def test_qwen2_vl_grpo_steps_then_eval(qwen2_vl_dir, rec_samples, tmp_path):
     """The training loop and the eval runner take a Qwen2-VL folder as they take a Qwen2.5-VL one; its
     boxes are read in 0-1000 units."""
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.evaluation.runner import EvalOptions, Evaluator
     from paddle_r1.evaluation.tasks import TASKS
     from paddle_r1.trainer.grpo import GRPOTrainer

@@ -14,7 +14,7 @@ from safetensors.numpy import load_file
 from paddle_r1.generation.rollout import PromptBatch, SamplingParams, sample_completions
 from paddle_r1.models.loading import load_model, load_processor, model_family
 from paddle_r1.testing.tiny import make_tiny_model
-from paddle_r1.trainer.logprobs import completion_logprobs
+from paddle_r1.algorithms.logprobs import completion_logprobs
 from model_checks import assert_completion_logprobs_match_forward, tied_copy
 
 
@@ -121,7 +121,7 @@ def test_grpo_steps_save_the_published_layout_that_paddleformers_loads(ocr_dir, 
     class (which needs the packing table the published weights carry)."""
     from paddleformers.transformers.paddleocr_vl.modeling import PaddleOCRVLForConditionalGeneration
 
-    from paddle_r1.config import GRPOConfig
+    from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.trainer.grpo import GRPOTrainer
 
     config = GRPOConfig(model_name_or_path=ocr_dir, output_dir=str(tmp_path / "run"), num_generations=2,
@@ -160,7 +160,7 @@ def test_a_tied_head_is_the_embeddings(ocr_dir, tmp_path):
 def test_lora_adapts_only_the_decoder_and_sft_trains(ocr_dir, rec_samples, tmp_path):
     """LoRA's default targets on PaddleOCR-VL: the ERNIE decoder's seven projections per layer, nothing in the vision
     tower; then SFT steps through the same log-prob path, and the merged checkpoint reloads to the adapted model."""
-    from paddle_r1.config import SFTConfig
+    from paddle_r1.config.jobs import SFTConfig
     from paddle_r1.models.lora import apply_lora, lora_layers
     from paddle_r1.trainer.sft import SFTTrainer
 

@@ -10,7 +10,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.models.loading import load_model, load_models, model_family

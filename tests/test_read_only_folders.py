@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.models import loading
 from paddle_r1.models.loading import load_model, load_models
 from paddle_r1.trainer.grpo import GRPOTrainer

@@ -3,7 +3,7 @@ completions, and reward failures that name the reward."""
 import numpy as np
 import pytest
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.rewards.manager import RewardError, RewardManager, reward_columns
 

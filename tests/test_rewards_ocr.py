@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from paddle_r1.config import ConfigError
+from paddle_r1.config.jobs import ConfigError
 from paddle_r1.rewards import BadSolution, load_builtin_rewards
 from paddle_r1.rewards.manager import bind_reward
 

@@ -7,8 +7,8 @@ import sys
 import pytest
 import yaml
 
-from paddle_r1.config import GRPOConfig, SFTConfig
-from paddle_r1.config_reading.loading import load_config
+from paddle_r1.config.jobs import GRPOConfig, SFTConfig
+from paddle_r1.config.reading.loading import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -17,7 +17,7 @@ from paddle_r1.models.causal_mask import sdpa_causality
 from paddle_r1.models.forward import RepeatedPrompt, recomputes_layers, repeat_rows, text_decoder, text_positions
 from paddle_r1.models.loading import load_model, load_processor
 from paddle_r1.testing.tiny import FAMILIES, make_tiny_model
-from paddle_r1.trainer.logprobs import completion_logprobs
+from paddle_r1.algorithms.logprobs import completion_logprobs
 
 GENERATIONS, TOKENS = 2, 5
 EQUAL = dict(atol=1e-5, rtol=0)

@@ -7,12 +7,11 @@ import paddle
 import pytest
 from PIL import Image
 
-from paddle_r1.config import GRPOConfig, SFTConfig
+from paddle_r1.config.jobs import GRPOConfig, SFTConfig
 from paddle_r1.errors import ConfigError
-from paddle_r1.config_reading.loading import load_config
+from paddle_r1.config.reading.loading import load_config
 from paddle_r1.models.loading import load_model
-from paddle_r1.trainer.logprobs import completion_logprobs
-from paddle_r1.trainer.logprobs import completion_logprobs
+from paddle_r1.algorithms.logprobs import completion_logprobs
 from paddle_r1.trainer.sft import SFTTrainer, answer_for, build_sft_batch, sft_loss
 
 from test_cli import paddle_r1

@@ -8,13 +8,13 @@ import sys
 import numpy as np
 import pytest
 
-from paddle_r1.config import SFTConfig
+from paddle_r1.config.jobs import SFTConfig
 from paddle_r1.data.episodes import episode_messages, tool_result_message, tool_role
 from paddle_r1.data.loader import load_samples
 from paddle_r1.data.synthetic import make_synthetic_splits
 from paddle_r1.generation.generator import build_messages, load_sample_images
 from paddle_r1.generation.rollout import SamplingParams
-from paddle_r1.trainer.logprobs import conversation_logprobs
+from paddle_r1.algorithms.logprobs import conversation_logprobs
 from paddle_r1.trainer.sft import SFTTrainer, build_episode_batch, sft_loss
 
 CONFIG = SFTConfig(model_name_or_path="unused", question_template="{Question}")

@@ -7,9 +7,9 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
-from paddle_r1.trainer.sharding import clip_by_global_norm
+from paddle_r1.parallel.sharding import clip_by_global_norm
 
 
 def _layer_with_grads(seed: int):
@@ -49,7 +49,7 @@ def test_stage2_on_cpu_is_refused_before_loading(rec_jsonl):
 def test_gradients_are_reduced_in_bounded_buckets_of_one_dtype():
     import paddle
 
-    from paddle_r1.trainer.distributed import gradient_buckets
+    from paddle_r1.parallel.distributed import gradient_buckets
 
     grads = [paddle.zeros([256], dtype="float32"), paddle.zeros([256], dtype="float32"),
              paddle.zeros([1024], dtype="float32"), paddle.zeros([8], dtype="bfloat16"), paddle.zeros([8])]
@@ -81,7 +81,7 @@ def test_a_step_the_scaler_skipped_is_not_reported_as_applied():
     here with a plain AdamW; Paddle's group-sharded wrapper and scaler run on GPU/XPU only."""
     from paddle_r1.models.precision import choose_precision
     from paddle_r1.selftest.overflow import grad_scaler
-    from paddle_r1.trainer.sharding import ShardedGradientsUpdate
+    from paddle_r1.parallel.sharding import ShardedGradientsUpdate
 
     layer = _layer_with_grads(0)
     layer.clear_gradients()

@@ -5,9 +5,9 @@ import os
 import pytest
 import yaml
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
-from paddle_r1.config_reading.loading import load_config
+from paddle_r1.config.reading.loading import load_config
 from test_cli import paddle_r1
 from test_trackers import offline_trackers
 

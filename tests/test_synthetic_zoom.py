@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from paddle_r1.config import SFTConfig
+from paddle_r1.config.jobs import SFTConfig
 from paddle_r1.data.loader import load_from_config, load_samples
 from paddle_r1.data.samples import DataError
 from paddle_r1.data.synthetic_zoom import BACKGROUND, PATTERNS, TINY_RESIZER, make_synthetic_zoom, pattern_pixels

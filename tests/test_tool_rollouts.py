@@ -10,7 +10,7 @@ import paddle
 import pytest
 from PIL import Image
 
-from paddle_r1.config import GRPOConfig, SFTConfig
+from paddle_r1.config.jobs import GRPOConfig, SFTConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.generation import episodes as episodes_module
 from paddle_r1.generation.generator import build_prompt_batch, eos_token_ids, load_sample_images
@@ -23,8 +23,8 @@ from paddle_r1.tools.builtins import ToolContext, crop
 from paddle_r1.tools.calls import ToolCall, parse_tool_calls
 from paddle_r1.tools.toolbox import Toolbox
 from paddle_r1.trainer.grpo import GRPOTrainer
-from paddle_r1.trainer.logprobs import completion_logprobs
-from paddle_r1.trainer.loss import LossSettings, grpo_loss
+from paddle_r1.algorithms.logprobs import completion_logprobs
+from paddle_r1.algorithms.loss import LossSettings, grpo_loss
 
 CALL = '<tool_call>{{"name": "{}", "arguments": {}}}</tool_call>'
 
@@ -269,7 +269,7 @@ def test_episode_logprobs_and_the_carried_cache_equal_one_pass_over_the_episode(
 def test_dynamic_sampling_picks_and_joins_whole_episodes(tiny, rec_samples):
     """Groups picked out of a multi-turn rollout and joined in another order (dynamic sampling) keep each episode's
     tokens, masks and images: the same log-probs row for row."""
-    from paddle_r1.trainer.dynamic_sampling import concat_rollouts, select_groups
+    from paddle_r1.algorithms.dynamic_sampling import concat_rollouts, select_groups
 
     model, processor = tiny
     rollout = _episodes(tiny, rec_samples)[0].rollout

@@ -9,9 +9,9 @@ import sys
 import pytest
 import yaml
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
-from paddle_r1.config_reading.loading import load_config
+from paddle_r1.config.reading.loading import load_config
 from test_cli import paddle_r1
 
 
@@ -136,7 +136,7 @@ def test_a_missing_tracker_library_is_named_with_its_extra_before_any_model_load
 
 
 def test_a_tracker_that_cannot_start_is_one_line_naming_it(monkeypatch, tmp_path):
-    from paddle_r1.trainer.trackers import start_trackers
+    from paddle_r1.telemetry.trackers import start_trackers
 
     pytest.importorskip("swanlab", reason="pip install 'paddle_r1[swanlab]'")
     monkeypatch.setenv("SWANLAB_MODE", "bogus")  # a value SwanLab's own settings refuse at init

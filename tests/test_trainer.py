@@ -8,10 +8,10 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.models.loading import load_model
-from paddle_r1.trainer.checkpoint import list_checkpoints, resolve_checkpoint, rng_state
+from paddle_r1.checkpoints.folders import list_checkpoints, resolve_checkpoint, rng_state
 from paddle_r1.trainer.grpo import GRPOTrainer
 
 

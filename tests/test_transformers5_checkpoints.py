@@ -21,7 +21,7 @@ from safetensors.paddle import load_file, save_file
 from paddle_r1.errors import ConfigError
 from paddle_r1.generation.rollout import PromptBatch, Rollout
 from paddle_r1.models.loading import load_model, load_processor, model_family
-from paddle_r1.trainer.logprobs import completion_logprobs
+from paddle_r1.algorithms.logprobs import completion_logprobs
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 WRITTEN = os.path.join(FIXTURES, "transformers5")

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import pytest
 
 from paddle_r1.cli import main
-from paddle_r1.config import GRPOConfig
+from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.evaluation.runner import write_results
 from paddle_r1.rewards.families.boxes import answer_box
 from paddle_r1.trainer.grpo import GRPOTrainer

@@ -150,8 +150,7 @@ def load_samples(data_path: str, *, image_root: Optional[str] = None, data_forma
 
 def load_from_config(config) -> tuple[list[dict], DataReport]:
     """The samples a job config names: a built-in synthetic set, or ``data_path`` with its options."""
-    from ..config_reading.peer_keys import BUILTIN_DATASETS
-    from .synthetic import make_synthetic_rec, make_synthetic_zoom
+    from .synthetic import BUILTIN_DATASETS, make_synthetic_rec, make_synthetic_zoom
 
     set_max_image_pixels(config.max_image_pixels)
     if config.dataset_name == "synthetic_rec":

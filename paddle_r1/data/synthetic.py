@@ -20,6 +20,7 @@ from .records import write_jsonl
 from .synthetic_ocr import make_synthetic_ocr_lines, make_synthetic_ocr_tables
 from .synthetic_zoom import make_synthetic_zoom
 
+BUILTIN_DATASETS = ("synthetic_rec", "synthetic_zoom")  # the config key dataset_name's values
 COLORS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}
 SHAPES = ("square", "circle")
 BACKGROUND = (245, 245, 245)

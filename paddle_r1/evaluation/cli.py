@@ -8,7 +8,7 @@ import sys
 
 from .protocols import PROTOCOLS, get_protocol
 from .tasks import SCRIPT_TASKS, TASKS, task_for_dataset
-from ..trainer.checkpoint import verify_checkpoint
+from ..checkpoints.folders import verify_checkpoint
 
 
 def build_parser(kind: str) -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import paddle
 
-from ..config import GRPOConfig
+from ..config.jobs import GRPOConfig
 from ..data.loader import load_samples
 from ..rewards.manager import RewardManager, config_folders, reward_columns
 from ..generation.generator import Generator

@@ -52,7 +52,7 @@ def checkpoint_label(model_path: str) -> str:
 
 def expand_model_paths(paths: list[str]) -> list[str]:
     """A training run's output folder stands for its checkpoints, in the order the run wrote them."""
-    from ..trainer.checkpoint import list_checkpoints
+    from ..checkpoints.folders import list_checkpoints
 
     expanded = []
     for path in paths:
@@ -71,7 +71,7 @@ def benchmark_file(data_root: str, dataset: str) -> str:
 
 def trained_template(model_path: str) -> Optional[str]:
     """The question template a paddle_r1 checkpoint was trained with (its trainer_state.json's config), or None."""
-    from ..trainer.checkpoint import STATE_FILE
+    from ..checkpoints.folders import STATE_FILE
 
     path = os.path.join(model_path, STATE_FILE)
     if not os.path.isfile(path):
@@ -84,7 +84,7 @@ def template_for(options: EvalOptions, task: str, model_path: str, default: Opti
     """--question_template; else the protocol's own prompt for the task; else, for --method r1, the template the
     checkpoint was trained with, or for a model not trained here the task's ``default`` (else the training
     default); baseline: the question."""
-    from ..config import GRPOConfig
+    from ..config.jobs import GRPOConfig
 
     if options.question_template:
         return options.question_template

@@ -26,7 +26,7 @@ def _as_float32(tensor) -> np.ndarray:
 
 def _logprobs(model, rollout, backward: bool = False):
     """(masked per-token log-probs [rows, T], {name: gradient} when ``backward``) through the trainer's log-probs."""
-    from ..trainer.logprobs import completion_logprobs
+    from ..algorithms.logprobs import completion_logprobs
 
     mask = rollout.completion_mask.astype("float32")
     logp = completion_logprobs(model, rollout, CHUNK).astype("float32") * mask
@@ -71,16 +71,16 @@ def training_step(ws) -> str:
     float16``), float32 on CPU. Under
     float16 a first step's gradients are made to overflow (the loss times 1e6): it must be skipped, the weights left
     as they were and the loss scale lowered."""
-    from ..config import GRPOConfig
-    from ..trainer.logprobs import completion_logprobs
+    from ..config.jobs import GRPOConfig
+    from ..algorithms.logprobs import completion_logprobs
     from ..trainer.optim import build_optimizer
-    from ..trainer.sharding import build_update
+    from ..parallel.sharding import build_update
 
     model, processor = ws.load()
     rollout = ws.rollout(model, processor)
     config = GRPOConfig(model_name_or_path=ws.tiny_model(), dtype=ws.dtype, learning_rate=1e-3)
     optimizer, _ = build_optimizer([p for p in model.parameters() if not p.stop_gradient], config, 2, clip=False)
-    _, update = build_update("", optimizer, model, config.max_grad_norm, 1)
+    update = build_update("", optimizer, model, config.max_grad_norm, 1)
     scaler = update.wrap_scaler(ws.machine.precision.make_grad_scaler())
     mask = rollout.completion_mask.astype("float32")
 
@@ -230,7 +230,7 @@ def lora_merge(ws) -> str:
     adapted model's log-probs; the ``adapter/`` folder loaded into a fresh LoRA model gives them too."""
     import paddle
 
-    from ..config import GRPOConfig
+    from ..config.jobs import GRPOConfig
     from ..models.loading import load_model
     from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, lora_layers, write_model_folder
 

@@ -88,12 +88,12 @@ def overflow_steps(stage: str, dtype: str, out: str) -> None:
     (``weights``: a digest of every weight as this rank holds it)."""
     import paddle
 
-    from ..config import GRPOConfig
-    from ..memory import stepping_optimizer_and_owned_weights
+    from ..config.jobs import GRPOConfig
+    from ..parallel.optimizer_state import stepping_optimizer_and_owned_weights
     from ..models.precision import precision_for_this_device
-    from ..trainer.distributed import init_distributed
+    from ..parallel.distributed import init_distributed
     from ..trainer.optim import build_optimizer
-    from ..trainer.sharding import build_update, fleet_strategy, optimizer_clips
+    from ..parallel.sharding import build_update, fleet_strategy, optimizer_clips
 
     rank, world = init_distributed(fleet_strategy if stage else None, collective_timeout=300.0)
     precision = precision_for_this_device(dtype)
@@ -102,7 +102,7 @@ def overflow_steps(stage: str, dtype: str, out: str) -> None:
     model.to(dtype=precision.dtype)
     config = GRPOConfig(model_name_or_path="unused", dtype=precision.dtype, learning_rate=1e-2, max_grad_norm=1.0)
     optimizer, _ = build_optimizer(model.parameters(), config, STEPS, clip=optimizer_clips(stage, world))
-    _, update = build_update(stage, optimizer, model, config.max_grad_norm, world)
+    update = build_update(stage, optimizer, model, config.max_grad_norm, world)
     forward = update.wrap(model)  # stage 2: Paddle's wrapper, whose hooks reduce the gradients
     scaler = update.wrap_scaler(grad_scaler(precision))
     owned = stepping_optimizer_and_owned_weights(update.optimizer)[1]

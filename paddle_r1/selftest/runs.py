@@ -66,7 +66,7 @@ def single_run(ws) -> tuple[Run, dict]:
     """One process over the global batch the ranks checks split (``ws.nproc`` prompts per step), made once: the run
     and the weights the trainer ended with."""
     def train():
-        from ..config import GRPOConfig
+        from ..config.jobs import GRPOConfig
         from ..trainer.grpo import GRPOTrainer
 
         output_dir = ws.fresh("run-1-rank")
@@ -121,12 +121,12 @@ def memory_estimate(ws) -> str:
     kept or not as ``undo_non_finite_updates`` decides) must be within the estimate's host row."""
     import paddle
 
-    from ..config import GRPOConfig
+    from ..config.jobs import GRPOConfig
     from ..errors import ConfigError
     from ..memory import GIB, RESERVE_GIB, check_fits
     from ..testing.tiny import TinySize, make_tiny_model
     from ..trainer.grpo import GRPOTrainer
-    from ..trainer.step_guard import copy_bytes
+    from ..parallel.step_guard import copy_bytes
 
     folder = ws.once(("model", "memory"), lambda: make_tiny_model(ws.path("memory-model"),
                                                                   size=TinySize(**MEMORY_MODEL)))

@@ -215,7 +215,7 @@ def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, mod
     from ..generation.generator import Generator
     from ..memory import read_model_config
     from ..models.loading import default_coord_system, load_model, load_processor, model_family
-    from ..trainer.checkpoint import verify_checkpoint
+    from ..checkpoints.folders import verify_checkpoint
 
     verify_checkpoint(checkpoint, model_only=True)
     model = load_model(checkpoint, dtype=dtype)

@@ -3,7 +3,7 @@ progress bar, logging, held-out evaluation and checkpoint cadence, resume, and t
 
 A job says only how a step is made (``training_step``), how many steps use one batch (``steps_per_batch``), and
 what it adds to a checkpoint (``trainer_state``, ``save_rank_files``); a step's batch over all ranks is the config's
-``BatchLayout`` (``trainer/resume.py``).
+``BatchLayout`` (``checkpoints/resume.py``).
 
 The update is guarded: a step whose loss or gradient norm is not finite changes neither the weights nor the
 optimizer state, and a step that wrote a non-finite weight is undone (``step_guard``); it is logged
@@ -27,21 +27,23 @@ from ..data.samples import DataError
 from ..generation.generator import Generator
 from ..generation.generator import load_sample_images
 from ..models.loading import default_coord_system, load_models
-from ..memory import allocate_optimizer_state, check_fits, stepping_optimizer_and_owned_weights
+from ..memory import check_fits
+from ..parallel.optimizer_state import allocate_optimizer_state, stepping_optimizer_and_owned_weights
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
 from ..models.precision import check_dtype_runs_here, precision_for_this_device
-from . import checkpoint as ckpt
-from .distributed import (barrier, decided_by_main, explain_failure, gather_objects, in_rank_order, init_distributed,
+from ..checkpoints import folders as ckpt
+from ..parallel.distributed import (barrier, decided_by_main, explain_failure, gather_objects, in_rank_order, init_distributed,
                           phase, replica_io, sum_across_ranks)
 from .job import prepare_job
-from .metrics import MetricsLogger
-from .model_card import write_model_card
+from ..telemetry.metrics import MetricsLogger
+from ..checkpoints.model_card import write_model_card
 from .optim import build_optimizer
-from .resume import BatchLayout, layout_note, prompts_taken, steps_to_finish_epochs
+from ..checkpoints.resume import BatchLayout, layout_note, prompts_taken, steps_to_finish_epochs
 from .sampler import PromptSampler, rank_share
-from .sharding import build_update, fleet_strategy, optimizer_clips
-from .step_metrics import Stat, Sum, as_stat, merge, reduce_step_metrics
-from .step_guard import finite_flags
+from ..algorithms.logprobs import PolicyLogprobs
+from ..parallel.sharding import build_update, fleet_strategy, optimizer_clips
+from ..parallel.step_metrics import Stat, Sum, as_stat, merge, reduce_step_metrics
+from ..parallel.step_guard import finite_flags
 
 
 @dataclasses.dataclass
@@ -109,7 +111,8 @@ class Trainer:
         if sharding and self.world_size == 1:
             print(f"sharding {sharding}: one process, nothing to shard; the optimizer state stays whole")
         # the training forward (wrapped when sharding needs to see it) and the step over ranks
-        self.forward, self.update = build_update(sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size)
+        self.update = build_update(sharding, optimizer, self.policy, cfg.max_grad_norm, self.world_size)
+        self.forward = self.update.wrap(PolicyLogprobs(self.policy))
         self.optimizer = self.update.optimizer
         self.scaler = self.update.wrap_scaler(self.precision.make_grad_scaler())  # float16 only
         # one global sequence of prompt batches; each rank takes its own slice of every batch

@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 import paddle
 
-from ..config import GRPOConfig
+from ..config.jobs import GRPOConfig
 from ..errors import ConfigError
 from ..generation.decoder import ONE_TOKEN_RUNS, supports as decoder_supports
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
@@ -26,14 +26,14 @@ from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, config_folders, reward_columns
 from ..tools.toolbox import toolbox_for
 from .base import Draw, Trainer
-from .distributed import gather_objects, phase, sum_across_ranks
-from .dynamic_sampling import concat_rollouts, kept_groups, select_groups
-from .groups import GroupTable, gather_groups
-from .advantages import longest_turns, overlong_penalty
-from .logprobs import completion_logprobs
-from .loss import LossSettings, entropy_threshold, grpo_loss, high_entropy_mask, kl_divergence
-from .resume import BatchLayout
-from .step_metrics import Max, Mean, Same, Std, Sum
+from ..parallel.distributed import gather_objects, phase, sum_across_ranks
+from ..algorithms.dynamic_sampling import concat_rollouts, kept_groups, select_groups
+from ..algorithms.groups import GroupTable, gather_groups
+from ..algorithms.advantages import longest_turns, overlong_penalty
+from ..algorithms.logprobs import completion_logprobs
+from ..algorithms.loss import LossSettings, entropy_threshold, grpo_loss, high_entropy_mask, kl_divergence
+from ..checkpoints.resume import BatchLayout
+from ..parallel.step_metrics import Max, Mean, Same, Std, Sum
 
 
 @dataclass

@@ -14,7 +14,7 @@ from ..cpu_math import tune_cpu_math
 from ..data.loader import load_from_config
 from ..models.coords import COORD_SYSTEMS
 from ..models.loading import model_family
-from .trackers import check_installed
+from ..telemetry.trackers import check_installed
 
 
 def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:

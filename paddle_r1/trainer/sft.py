@@ -7,7 +7,7 @@ is masked. The targets take the place of sampled completions in a ``Rollout``, s
 the same chunked forward pass GRPO uses (``completion_logprobs``).
 
 A sample with a scripted multi-turn ``episode`` (tool calls, the tools' results with their images, the answer) is
-taught as one whole conversation instead (``trainer/conversation.py``): the loss covers every assistant turn's
+taught as one whole conversation instead (``generation/conversation.py``): the loss covers every assistant turn's
 tokens and nothing of the prompt or the tool results; a batch holding one such sample goes that way whole (the
 others as one-turn conversations of their target).
 
@@ -22,14 +22,14 @@ from typing import Optional
 
 import paddle
 
-from ..config import SFTConfig
+from ..config.jobs import SFTConfig
 from ..generation.generator import PromptFacts, build_prompt_batch, load_sample_images
 from ..generation.rollout import Rollout, pad_rows
 from ..models.coords import as_box, box_from_original
 from ..rewards.families.multibox import read_groups
 from .base import Trainer
-from .conversation import ConversationBatch, build_conversation_batch
-from .step_metrics import Max, Mean, Same, Sum
+from ..generation.conversation import ConversationBatch, build_conversation_batch
+from ..parallel.step_metrics import Max, Mean, Same, Sum
 
 
 def answer_for(solution, coord_system: str, image_size=None, input_size=None) -> str:
@@ -75,7 +75,7 @@ def build_sft_batch(samples: list[dict], processor, config: SFTConfig, coord_sys
 
 def build_episode_batch(samples: list[dict], processor, config: SFTConfig, coord_system: str,
                         images: Optional[list] = None) -> ConversationBatch:
-    """Each sample as one conversation (``trainer/conversation.py``): its scripted episode, or its target as the one
+    """Each sample as one conversation (``generation/conversation.py``): its scripted episode, or its target as the one
     assistant turn; the targets are every assistant turn's tokens."""
     images = images if images is not None else [load_sample_images(s) for s in samples]
     answers = [None] * len(samples)

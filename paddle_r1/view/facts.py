@@ -21,7 +21,7 @@ MISSING_FACTS_NOTE = (
 
 def find_model_dir(run_dir: str) -> Optional[str]:
     """The run's newest complete checkpoint (a model folder), else None."""
-    from ..trainer.checkpoint import list_checkpoints
+    from ..checkpoints.folders import list_checkpoints
 
     found = [c for c in list_checkpoints(run_dir) if os.path.isfile(os.path.join(c, "preprocessor_config.json"))]
     return found[-1] if found else None

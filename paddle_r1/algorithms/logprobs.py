@@ -17,6 +17,7 @@ import paddle
 from paddle.autograd import PyLayer
 from paddle.distributed.fleet.utils import recompute
 
+from ..generation.conversation import ConversationBatch
 from ..generation.rollout import Rollout
 from ..models.forward import (RepeatedPrompt, embed_inputs, recomputes_layers, repeat_rows, rope_positions,
                               text_decoder, text_positions)
@@ -208,3 +209,18 @@ def conversation_logprobs(model, batch, chunk_size: int, temperature: float = 1.
     positions, _ = rope_positions(model, batch.input_ids, batch.attention_mask, batch.image_grid_thw)
     hidden = _decoder_states(model, embeds, positions, batch.attention_mask)
     return chunked_token_logprobs(model.lm_head, hidden[:, :-1], batch.input_ids[:, 1:], chunk_size, temperature)
+
+
+class PolicyLogprobs(paddle.nn.Layer):
+    """The training forward as one layer, so a sharding wrapper around it sees every training forward."""
+
+    def __init__(self, policy: paddle.nn.Layer):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, rollout, chunk_size: int, temperature: float, with_entropy: bool = False,
+                entropy_gradient: bool = False):
+        """A ``Rollout``'s completion log-probs, or a ``ConversationBatch``'s (SFT on episodes) next-token ones."""
+        if isinstance(rollout, ConversationBatch):
+            return conversation_logprobs(self.policy, rollout, chunk_size, temperature)
+        return completion_logprobs(self.policy, rollout, chunk_size, temperature, with_entropy, entropy_gradient)

@@ -1,11 +1,11 @@
 """Every config key shown from its one help string, default and range (the dataclass field's metadata, see
-``config_keys.key``): in ``paddle-r1 train/sft/estimate-memory --help``, grouped by concern as TRL's HfArgumentParser
-shows them, and in docs/config.md (``python -m paddle_r1.config_help docs/config.md`` writes it; a test fails when it
-and config_keys.py differ).
+``config.keys.key``): in ``paddle-r1 train/sft/estimate-memory --help``, grouped by concern as TRL's HfArgumentParser
+shows them, and in docs/config.md (``python -m paddle_r1.config.help docs/config.md`` writes it; a test fails when it
+and config/keys.py differ).
 
 A key group is the dataclass that declares the key first (``ModelKeys``, ``RolloutKeys``, ...); its docstring's first
 line is the group's title, the rest its description. The help only shows the keys: the command line is still read by
-``config_reading.command_line`` (argparse passes every ``--key value`` it does not know through to it).
+``config.reading.command_line`` (argparse passes every ``--key value`` it does not know through to it).
 """
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import json
 import sys
 import typing
 
-from .config import GRPOConfig, SFTConfig
-from .config_keys import declared
-from .config_values import alternatives, split_optional
+from .jobs import GRPOConfig, SFTConfig
+from .keys import declared
+from .values import alternatives, split_optional
 
 JOBS = {"train": GRPOConfig, "sft": SFTConfig}
 CONFIG_DOC = "docs/config.md"
-WRITE_COMMAND = f"python -m paddle_r1.config_help {CONFIG_DOC}"
+WRITE_COMMAND = f"python -m paddle_r1.config.help {CONFIG_DOC}"
 
 
 @dataclasses.dataclass
@@ -105,7 +105,7 @@ class KeysHelpParser(argparse.ArgumentParser):
 def config_reference() -> str:
     """docs/config.md: every key of both jobs, by group, with type, default and help."""
     lines = ["# Config keys", "",
-             f"Generated from the keys' declarations in `paddle_r1/config_keys.py` by `{WRITE_COMMAND}`; do not edit by hand. "
+             f"Generated from the keys' declarations in `paddle_r1/config/keys.py` by `{WRITE_COMMAND}`; do not edit by hand. "
              "`paddle-r1 train --help` and `paddle-r1 sft --help` show the same. Keys go in the yaml/json config "
              "file or on the command line as `--key value`.", ""]
     for command, cls in JOBS.items():

@@ -19,8 +19,8 @@ import paddle
 
 from ..data.episodes import episode_images, episode_messages, tool_role
 from ..data.images import load_image
-from ..generation.generator import build_messages, load_sample_images
-from ..generation.rollout import pad_rows
+from .generator import build_messages, load_sample_images
+from .rollout import pad_rows
 
 
 @dataclass

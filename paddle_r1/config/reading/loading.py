@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from .command_line import parse_overrides
 from .files import read_config_file
 from .peer_keys import from_easydistill, from_source_keys

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
-from ..algorithms import SCALE_REWARDS
+from .names import SCALE_REWARDS
 
 
 def _nan_mean(x: paddle.Tensor, valid: paddle.Tensor, axis=None) -> paddle.Tensor:

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 import paddle
 
-from .distributed import gather_objects
+from ..parallel.distributed import gather_objects
 from .advantages import advantages_for, normalize_then_sum_advantages
 
 

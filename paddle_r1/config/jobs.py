@@ -1,8 +1,8 @@
 """The job configs: ``GRPOConfig`` (``paddle-r1 train``) and ``SFTConfig`` (``paddle-r1 sft``), each made of the
-key groups of ``config_keys`` (the keys both jobs take are declared once there), and the rules between their keys.
+key groups of ``keys.py`` (the keys both jobs take are declared once there), and the rules between their keys.
 
 Every value is checked against its key's declared type, range and choices, and every rule between keys, in one step
-(``validate``), before anything loads; an error names the key, and ``config_reading.load_config`` (which reads files
+(``validate``), before anything loads; an error names the key, and ``reading.load_config`` (which reads files
 and command lines) adds the file or command line it came from. A config is not changed once validated.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from .config_keys import (REPORT_TO, AnswerKeys, DataKeys, HeldoutKeys, ModelKeys, ObjectiveKeys, OptimizerKeys,
+from .keys import (REPORT_TO, AnswerKeys, DataKeys, HeldoutKeys, ModelKeys, ObjectiveKeys, OptimizerKeys,
                           OutputKeys, RewardKeys, RolloutKeys, StepKeys, VariantKeys, declared, key)
-from .config_values import apply_types, check_bounds
-from .errors import ConfigError
+from .values import apply_types, check_bounds
+from ..errors import ConfigError
 
 
 class JobKeys:

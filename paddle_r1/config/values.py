@@ -8,7 +8,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
                dict: "a mapping"}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
-from ..memory import stepping_optimizer
+from .optimizer_state import stepping_optimizer
 
 
 @paddle.no_grad()

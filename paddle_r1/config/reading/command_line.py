@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from .files import DuplicateKey, load_yaml
-from ..config_values import alternatives, split_optional
+from ..values import alternatives, split_optional
 
 
 def _split_overrides(args: list[str]) -> dict[str, list[str]]:

@@ -9,9 +9,10 @@ from typing import Any
 
 import yaml
 
-from ..config_keys import DEFAULT_QUESTION_TEMPLATE
-from ..errors import ConfigError
-from ..config_values import one_or_many
+from ...data.synthetic import BUILTIN_DATASETS
+from ..keys import DEFAULT_QUESTION_TEMPLATE
+from ...errors import ConfigError
+from ..values import one_or_many
 
 
 # EasyDistill job configs (seed 000): {"job_type", "dataset": {...}, "models": {...}, "training": {...}}
@@ -54,7 +55,6 @@ def from_easydistill(values: dict, source: str, known: set) -> dict:
 # ---- the peers' keys: PaddleMIX r1_mllm, VLM-R1 (open-r1-multimodal), R1-V, TRL -------------------------------
 # Each key is translated to paddle_r1's keys with its source's meaning, or accepted with one printed line saying
 # what it does here. A converter takes (value, every key given) and returns ({paddle_r1 key: value}, note).
-BUILTIN_DATASETS = ("synthetic_rec", "synthetic_zoom")
 VLM_R1_TEMPLATES = {  # VLM-R1's Qwen question template per --task_type (vlm_modules/qwen_module.py); others: the default
     "rec": DEFAULT_QUESTION_TEMPLATE + " Output the final answer in JSON format.",
     "ic": "{Question} First thinks about the reasoning process in the mind and then provides the user with the answer. "

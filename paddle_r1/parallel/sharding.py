@@ -17,11 +17,11 @@ With gradients split over ranks, the global gradient norm is summed over them: `
 paddle's ``ClipGradByGlobalNorm`` for that case, and it returns the norm the step logs.
 
 Checkpoints: under stage 1 and stage 2 each rank saves its optimizer's ``state_dict()`` as
-``optimizer.shard<rank>.pdopt`` (``checkpoint.save_optimizer``). Both Paddle wrappers return their inner optimizer's
+``optimizer.shard<rank>.pdopt`` (``checkpoints.folders.save_optimizer``). Both Paddle wrappers return their inner optimizer's
 state, this rank's share: for stage 2 that is what Paddle's ``save_group_sharded_model`` writes, but it writes one
 ``model.pdopt`` that every rank overwrites. A resume gives ``set_state_dict`` the share of the weights this rank
-keeps under the new run's layout (``memory.stepping_optimizer_and_owned_weights``, read by
-``checkpoint.read_optimizer_state``), after wrapping: Paddle's note asks for the state before
+keeps under the new run's layout (``optimizer_state.stepping_optimizer_and_owned_weights``, read by
+``checkpoints.folders.read_optimizer_state``), after wrapping: Paddle's note asks for the state before
 ``group_sharded_parallel``, but stage 2's wrapping then replaces restored float32 master weights with casts of the
 bfloat16 weights (``GroupShardedOptimizerStage2._generate_master_params``). Stage 2's save and resume have not
 been run (GPU/XPU only); stage 1's, and the share selection both use, are tested on CPU.
@@ -43,8 +43,6 @@ import math
 import paddle
 
 from .distributed import GRADIENT_BUCKET_BYTES, GradientReducer, sum_across_ranks
-from .conversation import ConversationBatch
-from .logprobs import completion_logprobs, conversation_logprobs
 from .. import memory
 from .step_guard import StepSnapshot, copy_bytes, finite_flags
 
@@ -70,21 +68,6 @@ def clip_by_global_norm(parameters, max_norm: float, world_size: int = 1) -> flo
         for g in grads:
             g.scale_(max_norm / norm)
     return norm
-
-
-class PolicyLogprobs(paddle.nn.Layer):
-    """The training forward as one layer, so a sharding wrapper around it sees every training forward."""
-
-    def __init__(self, policy: paddle.nn.Layer):
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, rollout, chunk_size: int, temperature: float, with_entropy: bool = False,
-                entropy_gradient: bool = False):
-        """A ``Rollout``'s completion log-probs, or a ``ConversationBatch``'s (SFT on episodes) next-token ones."""
-        if isinstance(rollout, ConversationBatch):
-            return conversation_logprobs(self.policy, rollout, chunk_size, temperature)
-        return completion_logprobs(self.policy, rollout, chunk_size, temperature, with_entropy, entropy_gradient)
 
 
 class Update:
@@ -152,7 +135,7 @@ class Update:
         self.weights_broken = not finite and not self.undo_non_finite
         return finite and not (scaler is not None and scaler_skipped(scaler))
 
-    def wrap(self, forward: "PolicyLogprobs") -> paddle.nn.Layer:
+    def wrap(self, forward: paddle.nn.Layer) -> paddle.nn.Layer:
         """The training forward as the trainer calls it (only stage 2 wraps it)."""
         return forward
 
@@ -262,7 +245,7 @@ class ShardedGradientsUpdate(Update):
 
     shards_optimizer_state = True
 
-    def wrap(self, forward: PolicyLogprobs) -> paddle.nn.Layer:
+    def wrap(self, forward: paddle.nn.Layer) -> paddle.nn.Layer:
         """The training forward inside Paddle's wrapper (its reduce hooks are set on each forward)."""
         from paddle.distributed.sharding import group_sharded_parallel
 
@@ -299,13 +282,12 @@ def optimizer_clips(stage: str, world_size: int) -> bool:
     return stage == "stage2" and world_size > 1
 
 
-UPDATES = {  # sharding's names (paddle_r1.algorithms.SHARDING_STAGES) -> the update over ranks
+UPDATES = {  # the config key sharding's names (SHARDING_STAGES) -> the update over ranks
     "": ReplicatedUpdate, "stage1": ShardedStateUpdate, "stage2": ShardedGradientsUpdate}
 
 
-def build_update(stage: str, optimizer, policy, max_grad_norm: float, world_size: int):
-    """(the training forward, the update) for ``stage``; on a single process every stage is the plain update.
-    The trainer calls the forward itself; stage 2 wraps it so Paddle's hooks see every training forward. Whether a
-    step that writes a non-finite weight is undone is set once the optimizer state exists (``Update.choose_undo``)."""
-    update = UPDATES["" if world_size == 1 else stage](optimizer, policy, max_grad_norm, world_size)
-    return update.wrap(PolicyLogprobs(policy)), update
+def build_update(stage: str, optimizer, policy, max_grad_norm: float, world_size: int) -> Update:
+    """The update for ``stage``; on a single process every stage is the plain update. The trainer calls its training
+    forward through ``update.wrap`` (stage 2 wraps it so Paddle's hooks see every training forward). Whether a step
+    that writes a non-finite weight is undone is set once the optimizer state exists (``Update.choose_undo``)."""
+    return UPDATES["" if world_size == 1 else stage](optimizer, policy, max_grad_norm, world_size)

@@ -1,7 +1,7 @@
 """Every config key, declared once: its type, default, help string, and the values it may take (``key``'s bounds
-for a number, choices for a word), in groups by concern. The job configs (``paddle_r1.config``) are made of these
+for a number, choices for a word), in groups by concern. The job configs (``paddle_r1.config.jobs``) are made of these
 groups and add the rules between keys; ``paddle-r1 train --help`` and docs/config.md show the groups
-(``paddle_r1.config_help``).
+(``paddle_r1.config.help``).
 
 Names follow TRL's ``GRPOConfig`` and PaddleMIX's r1_mllm arguments so users can carry their settings over.
 """
@@ -11,10 +11,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from .algorithms import (ADV_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
+from ..algorithms.names import (ADV_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
                          MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS, SHARDING_STAGES)
-from .config_values import Bounds, above, at_least
-from .memory import UNDO_COPY_BUDGET_GIB
+from .values import Bounds, above, at_least
+from ..memory import UNDO_COPY_BUDGET_GIB
 
 
 DEFAULT_QUESTION_TEMPLATE = (
@@ -27,7 +27,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 ROLLOUT_ENGINES = ("auto", "one_token", "layers")  # see paddle_r1.generation.decoder
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")  # paddleformers' SchedulerType
 REFERENCE_UPDATES = ("", "none", "sync", "ema")  # "": sync when sync_ref_model, else none
-REPORT_TO = ("visualdl", "swanlab", "wandb", "none")  # see paddle_r1.trainer.trackers
+REPORT_TO = ("visualdl", "swanlab", "wandb", "none")  # see paddle_r1.telemetry.trackers
 SEEDS = Bounds(0, 2 ** 32, high_open=True, why="the seeds numpy takes")
 UNIT = Bounds(0, 1)  # a fraction or probability, both ends allowed
 
@@ -35,7 +35,7 @@ UNIT = Bounds(0, 1)  # a fraction or probability, both ends allowed
 def key(default=dataclasses.MISSING, help: str = "", *, factory=dataclasses.MISSING, bounds: Optional[Bounds] = None,
         choices: Optional[tuple] = None):
     """A config key: its default (``factory`` for a list or dict), its one help string, which ``paddle-r1 train
-    --help`` and docs/config.md show (``paddle_r1.config_help``), and the values it may take: ``bounds`` for a number
+    --help`` and docs/config.md show (``paddle_r1.config.help``), and the values it may take: ``bounds`` for a number
     (a list key's items each; never a NaN or infinity), ``choices`` for a word. ``JobKeys.validate`` checks them; a key
     a job class declares again keeps its base's bounds and choices. A key group's docstring's first line is its title
     in the help."""
@@ -163,7 +163,7 @@ class OutputKeys:
     report_to: list[str] = key(help="TRL's: trackers the run also reports to (the config, each logged step's metrics, "
                                "a table of the completions): visualdl, swanlab, wandb (pip install "
                                "'paddle_r1[swanlab]' / '[wandb]'); none: none, VisualDL included. VisualDL is on "
-                               "while use_visualdl is true; where the runs go: paddle_r1/trainer/trackers.py",
+                               "while use_visualdl is true; where the runs go: paddle_r1/telemetry/trackers.py",
                                factory=list)
     disable_tqdm: bool = key(False, "no progress bar")
     resume_from_checkpoint: Optional[str] = key(None, "a checkpoint folder; latest: output_dir's newest (an error "
@@ -288,7 +288,7 @@ class ObjectiveKeys:
 class VariantKeys:
     """Algorithm variants
 
-    Formulas in paddle_r1/trainer/loss.py and dynamic_sampling.py."""
+    Formulas in paddle_r1/algorithms/loss.py and dynamic_sampling.py."""
 
     adv_estimator: str = key("grpo", "EasyR1's names: grpo ((r - mean_group) / std as scale_rewards says) | rloo "
                              "(r_i - mean_{j != i} r_j) | reinforce_plus_plus ((r - mu) / sigma over all completion "

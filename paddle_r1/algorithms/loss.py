@@ -20,14 +20,14 @@ def kl_divergence(logp: paddle.Tensor, ref_logp: paddle.Tensor, estimator: str =
     return KL_ESTIMATES[estimator](ref_logp - logp)
 
 
-KL_ESTIMATES = {  # kl_estimator's names (paddle_r1.algorithms.KL_ESTIMATORS) -> the estimate from d = ref - logp
+KL_ESTIMATES = {  # kl_estimator's names (paddle_r1.algorithms.names.KL_ESTIMATORS) -> the estimate from d = ref - logp
     "k1": lambda delta: -delta,
     "k2": lambda delta: 0.5 * delta * delta,
     "k3": lambda delta: paddle.exp(delta) - delta - 1,
 }
 
 
-LOG_RATIO_LEVELS = {  # importance_sampling_level's names (paddle_r1.algorithms) -> (log_ratio, mask) -> its level
+LOG_RATIO_LEVELS = {  # importance_sampling_level's names (paddle_r1.algorithms.names) -> (log_ratio, mask) -> its level
     "token": lambda log_ratio, mask: log_ratio,
     # GSPO (arXiv 2507.18071): every token of completion i weighted by exp(sum_t m (logp - old) / sum_t m)
     "sequence": lambda log_ratio, mask: (log_ratio * mask).sum(axis=1, keepdim=True)
@@ -165,7 +165,7 @@ class LossType:
     per_micro_batch: bool = True  # divided by gradient_accumulation_steps (not when normalised by the step's tokens)
 
 
-LOSS_TYPE_RULES = {  # loss_type's names (paddle_r1.algorithms.LOSS_TYPES, TRL 1.16's) -> objective, normalisation
+LOSS_TYPE_RULES = {  # loss_type's names (paddle_r1.algorithms.names.LOSS_TYPES, TRL 1.16's) -> objective, normalisation
     "grpo": LossType(clipped_objective, per_sequence_mean),
     "bnpo": LossType(clipped_objective, token_mean),
     "dr_grpo": LossType(clipped_objective, fixed_length_mean),

@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 
 class DuplicateKey(ValueError):
