@@ -1,4 +1,4 @@
-"""The levers weighed for the rollout's decode step and the log-prob attention (issue 29), each against what it
+"""The levers weighed for the rollout's decode step and the log-prob attention, each against what it
 replaced, on this machine.
 
     python benchmarks/decode_levers.py [--rounds 3] [--length 1024] [--no-cache]

@@ -1,4 +1,4 @@
-"""Issue 17's algorithm options, each against values computed by hand, and dynamic sampling through the trainer
+"""The algorithm options, each against values computed by hand, and dynamic sampling through the trainer
 (deterministic, resumable)."""
 import json
 import math

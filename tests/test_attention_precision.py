@@ -1,4 +1,4 @@
-"""Attention kernel and precision choice (issue 20): fused attention equals eager on CPU, and the decision
+"""Attention kernel and precision choice: fused attention equals eager on CPU, and the decision
 table that picks dtype / attention / loss scaling from a GPU's compute capability."""
 import numpy as np
 import paddle

@@ -39,7 +39,7 @@ def test_intel_and_processors_without_avx2_are_left_to_mkl():
 
 
 def test_importing_paddle_r1_changes_nothing_in_the_process():
-    """Issue 30: no environment variable set, nothing asked of glibc, at import; a CPU job makes the settings."""
+    """No environment variable set, nothing asked of glibc, at import; a CPU job makes the settings."""
     import subprocess
     import sys
 

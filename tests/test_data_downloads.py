@@ -1,4 +1,4 @@
-"""Data as users download it (issue 14): a `huggingface-cli download --local-dir` folder of parquet shards, single
+"""Data as users download it: a `huggingface-cli download --local-dir` folder of parquet shards, single
 parquet and arrow files, product tables as .xlsx, and VLM-R1's image placement. The files are written with
 `datasets` / pandas in the shape the published ones have."""
 import io

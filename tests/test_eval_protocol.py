@@ -1,5 +1,5 @@
 """Evaluation protocols: counting under paddle_r1's lenient reader (the training reward) and the peers' published rule,
-<answer>\\s*(\\d+)\\s*</answer> (issue 21 item 5); PaddleMIX r1_mllm's eval scripts as users run them (issue 14)."""
+<answer>\\s*(\\d+)\\s*</answer>; PaddleMIX r1_mllm's eval scripts as users run them."""
 import json
 import os
 import random

@@ -1,4 +1,4 @@
-"""LoRA save of a bfloat16 model with an untied lm_head (issue 20): merged on the host in the model's dtype."""
+"""LoRA save of a bfloat16 model with an untied lm_head: merged on the host in the model's dtype."""
 import json
 import os
 import struct

@@ -1,4 +1,4 @@
-"""Memory preflight (issue 20): parameter counts from config.json alone, the per-GPU table, the keys it
+"""Memory preflight: parameter counts from config.json alone, the per-GPU table, the keys it
 suggests, the CLI, and AdamW state created before the first step."""
 import json
 import os

@@ -19,8 +19,10 @@ from paddle_r1.trainer.grpo import GRPOTrainer
 from model_checks import assert_completion_logprobs_match_forward
 
 PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.json", "preprocessor_config.json")
-# transformers 4.57 (the parity reference) in its own environment; the reload check is skipped without it
-REFERENCE_PYTHON = os.environ.get("PADDLE_R1_QWEN3_REFERENCE_PYTHON", "/work/torchvenv2/bin/python")
+# transformers 4.57 (the parity reference) in its own environment, by default a venv beside the checkout
+# (tests/fixtures/make_reference.py says how to make it); the reload check is skipped without it
+REFERENCE_PYTHON = os.environ.get("PADDLE_R1_QWEN3_REFERENCE_PYTHON", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "refenv-4.57", "bin", "python"))
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +111,9 @@ def test_save_pretrained_published_layout(qwen3, qwen3_dir, rec_samples, tmp_pat
                      for m in (model, reloaded))
     np.testing.assert_array_equal(got, want)
     if not os.path.exists(REFERENCE_PYTHON):
-        pytest.skip(f"no transformers 4.57 environment at {REFERENCE_PYTHON}")
+        pytest.skip(f"needs transformers 4.57 in its own environment: {REFERENCE_PYTHON} (python3 -m venv ../refenv-4.57 "
+                    "&& ../refenv-4.57/bin/pip install torch==2.13.0 transformers==4.57.1 safetensors pillow numpy), or "
+                    "PADDLE_R1_QWEN3_REFERENCE_PYTHON naming another")
     script = ("import sys, torch, transformers\n"
               "m, info = transformers.Qwen3VLForConditionalGeneration.from_pretrained(sys.argv[1], "
               "output_loading_info=True)\n"

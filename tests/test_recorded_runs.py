@@ -1,9 +1,8 @@
 """A GRPO run and an SFT run with valid settings compute what they computed before the trainer's structure
-changed (issue 12): their metrics are compared with ``fixtures/recorded_runs.json``, recorded by
+changed: their metrics are compared with ``fixtures/recorded_runs.json``, recorded by
 ``fixtures/record_runs.py`` on the code before the refactor. The standard deviations (``reward_std``,
-``rewards/<name>/std``) were re-recorded when they became TRL 1.16's ``nanstd`` over the gathered batch (issue 25:
-before, ``reward_std`` was the mean of the groups' stds and ``rewards/<name>/std`` the population std);
-``test_step_metrics.py`` checks them against the completions."""
+``rewards/<name>/std``) were re-recorded when they became TRL 1.16's ``nanstd`` over the gathered batch (they had
+been the mean of the groups' stds and the population std); ``test_loss.py`` checks them against the rewards."""
 import json
 import math
 import os

@@ -185,7 +185,7 @@ def test_math_timeout_scores_zero_in_bounded_time():
 
 
 def test_a_batch_of_slow_answers_shares_one_deadline():
-    """issue 27: each comparison used to wait its own timeout, so a batch of k slow answers cost k timeouts and k
+    """Each comparison used to wait its own timeout, so a batch of k slow answers cost k timeouts and k
     worker restarts; now one call's comparisons share ``batch_timeout_seconds``, the rest are not sent, and every
     comparison left without a verdict is counted."""
     reward, counts = counted(REWARDS["math"](timeout_seconds=1.0, batch_timeout_seconds=2.0))
@@ -262,7 +262,7 @@ def test_accuracy_garbage_scores_zero():
         assert accuracy(GARBAGE, solution=_rows(solution, n), reward_method=_rows(method, n)) == [0.0] * n
 
 
-# ---- GeoQA answers (issue 21 item 1): the shapes of R1-V's geoqa_test_prompts ground truths ------------------
+# ---- GeoQA answers: the shapes of R1-V's geoqa_test_prompts ground truths ------------------
 
 @pytest.mark.parametrize("answer, solution, expected", [
     ("2\\sqrt{3}", "2√{3}", 1.0), ("2", "2√{3}", 0.0),  # math-verify alone read 2√{3} as 2
@@ -288,7 +288,7 @@ def test_geoqa_eval_scores_through_the_normalized_math_reward():
     assert TASKS["geoqa"].score(texts, {"solution": ["2√{3}", "2√{3}", "140°"]}) == [True, False, True]
 
 
-# ---- accuracy after math-verify said no (issue 21 item 3, issue 19 item 2) --------------------------------
+# ---- accuracy after math-verify said no --------------------------------
 
 @pytest.mark.parametrize("answer, solution", [
     ("1", "1/2"), ("1.0", "1/2"), ("\\boxed{1}", "1/2"), ("x^2+1", "2\\sqrt{3}"),

@@ -79,7 +79,7 @@ def test_multi_iou_drops_pairs_below_min_iou():
 @pytest.mark.parametrize("single, multi", [("gaussian_point", "multi_gaussian_point"),
                                            ("gaussian_plane", "multi_gaussian_plane")])
 def test_multi_gaussian_keeps_the_credit_of_a_shifted_box(single, multi):
-    # issue 12 item 4: a box shifted off its target (IoU 1/3) kept no credit under the IoU gate, while the
+    # a box shifted off its target (IoU 1/3) kept no credit under the IoU gate, while the
     # single-box Gaussian reward gives it exp(-0.5) (point: one sigma_x off) -- one box, one label: equal scores
     truth, shifted = [0, 0, 100, 100], [50, 0, 150, 100]
     single_score = REWARDS[single]([dumps(shifted)], **columns(1, truth, (1000, 500)))
@@ -110,7 +110,7 @@ EASYDISTILL_ANSWER = "<answer>{0: [], 1: [], 2: [[619, 410, 700, 470]], 3: []}</
 
 @pytest.mark.parametrize("name", MULTI)
 def test_multi_reads_python_literals_and_integer_labels(name):
-    # issue 21 item 2: EasyDistill's answers are Python literals with integer keys; JSON-only reading scored 0
+    # EasyDistill's answers are Python literals with integer keys; JSON-only reading scored 0
     json_truth = {"0": [], "1": [], "2": [[619, 410, 700, 470]], "3": []}
     literal_truth = "{0: [], 1: [], 2: [[619, 410, 700, 470]], 3: []}"  # a solution string, as the data holds it
     answers = [EASYDISTILL_ANSWER, dumps(json_truth), "<answer>{'2': [(619, 410, 700, 470)]}</answer>",
@@ -267,7 +267,7 @@ def test_mask_iou_empty_and_unreadable():
     assert mask_iou(bad, **columns(len(bad), [SQUARE], (200, 100))) == [0.0] * len(bad)
 
 
-# ---- VLM-R1's accuracy methods (issue 21 item 4) -----------------------------------------------------------
+# ---- VLM-R1's accuracy methods -----------------------------------------------------------
 CAT, DOG = [0, 0, 100, 100], [200, 0, 300, 100]
 TWO = [det(CAT, "cat"), det(DOG, "dog")]
 

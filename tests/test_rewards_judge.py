@@ -98,7 +98,7 @@ def test_unparseable_reply_falls_back_without_retrying(judge_server, mode):
 
 @pytest.mark.parametrize("shape", list(MALFORMED_REPLIES))
 def test_a_reply_without_text_is_a_counted_failure_not_an_exception(judge_server, shape):
-    """issue 27: a content part whose text is null or a number raised TypeError out of the reward."""
+    """A content part whose text is null or a number raised TypeError out of the reward."""
     judge_server.mode, judge_server.malformed_shape = "malformed", shape
     judge = counted_judge(**judge_server.kwargs())
     assert judge(["a cat", "cat"], solution=["cat"] * 2) == [0.0, 1.0]  # exact match when the judge gives nothing
@@ -134,7 +134,7 @@ def test_a_trickling_body_meets_the_deadline(judge_server):
 
 
 def test_trickling_headers_meet_the_deadline(judge_server):
-    # issue 19 item 3: the socket timeout restarts with every byte, so a header trickled one byte every 0.5 s
+    # the socket timeout restarts with every byte, so a header trickled one byte every 0.5 s
     # stalled the request for as long as the server kept trickling; the request's deadline covers the headers too
     judge_server.mode = "trickle_headers"
     judge = counted_judge(**judge_server.kwargs(timeout=1, max_retries=0))

@@ -1,4 +1,4 @@
-"""Every reward in the registry is linear-time in the completion's length (issue 19 item 4): 100k-character
+"""Every reward in the registry is linear-time in the completion's length: 100k-character
 adversarial completions (whitespace runs, nested tags, digit runs, brackets) are scored well under a second each.
 A guard against quadratic regexes and parsers, not a benchmark: the bound is generous (10 s for the whole set, ~0.5 s
 alone on 2 cores; a quadratic reader takes minutes on these inputs), so a loaded machine does not fail it."""
@@ -14,7 +14,7 @@ REWARDS = load_builtin_rewards()
 
 N = 100_000
 ADVERSARIAL = [
-    "The answer is" + "\n" * N,  # issue 19: 64 s in parse_choice's phrase regex
+    "The answer is" + "\n" * N,  # 64 s in parse_choice's phrase regex
     "answer:" + " " * N + "x", " " * N + "B" + " " * N + "x", "\t \n" * (N // 3),
     "<answer>" + " " * N + "</answer>", "<answer>" * (N // 8), "<answer><think>" * (N // 15),
     "</answer>" * (N // 9), "<think>" * (N // 7) + "</think>",

@@ -1,7 +1,6 @@
-"""Rewards give credit only for an answer that equals the solution (issue 19 item 2): random wrong answers,
+"""Rewards give credit only for an answer that equals the solution: random wrong answers,
 padded with whitespace or not, reformatted, or holding the right value as a part, never score 1; and every shape of
-R1-V's GeoQA test golds, written as a model writes it (in a sentence, in \\boxed{}, LaTeX or unicode), scores 1
-(issue 27)."""
+R1-V's GeoQA test golds, written as a model writes it (in a sentence, in \\boxed{}, LaTeX or unicode), scores 1."""
 import json
 import math
 import os
