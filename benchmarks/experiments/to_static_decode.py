@@ -1,4 +1,4 @@
-"""Why the rollout's decode step is not compiled with ``paddle.jit.to_static`` on CPU (docs/reference.md, Speed).
+"""Why the rollout's decode step is not compiled with ``paddle.jit.to_static`` on CPU (docs/performance.md).
 
     python benchmarks/experiments/to_static_decode.py [--model FOLDER]
 
