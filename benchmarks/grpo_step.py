@@ -1,14 +1,17 @@
 """One GRPO step, paddle_r1 against TRL 1.16, on the same machine in the same run.
 
-    python benchmarks/grpo_step.py [--steps 5 --rounds 2] [--trl /work/torchvenv/bin/python] [--profile step.prof]
-    python benchmarks/grpo_step.py --trl PYTHON [--new-tokens 256] [--generations 16] [--image 448]
-    python benchmarks/grpo_step.py --trl PYTHON --scaling [--cells 64:8:112,256:8:112] [--steps 3]
+    python benchmarks/grpo_step.py [--steps 5 --rounds 2] [--trl PY] [--profile step.prof]
+    python benchmarks/grpo_step.py --trl PY [--new-tokens 256] [--generations 16] [--image 448]
+    python benchmarks/grpo_step.py --trl PY --scaling [--cells 64:8:112,256:8:112] [--steps 3]
+
+``PY`` is the path of a Python interpreter that has torch, transformers 5.3 and TRL 1.16 installed (another
+virtual environment's ``bin/python``); the comparison runs TRL in it.
 
 The step is the speed anchor's (``trl_anchor/``): a 6.9M-parameter Qwen2.5-VL (hidden 256, 4 layers, vocab 4096,
 vision depth 2), 2 prompts x 8 completions x 64 tokens, one 112x112 image per prompt, beta 0.04, AdamW lr 1e-5,
 temperature 1, a reward of the completion's length mod 7. paddle_r1 runs its own ``GRPOTrainer``; each phase is
 timed by wrapping the trainer's own calls (rollout, rewards, reference, policy forward, backward, optimizer).
-With ``--trl PYTHON`` the checkpoint is the one the anchor's ``make_hf_tiny.py`` writes with transformers (both
+With ``--trl PY`` the checkpoint is the one the anchor's ``make_hf_tiny.py`` writes with transformers (both
 sides load the same weights) and the anchor's TRL script runs in that interpreter; the two sides alternate
 ``--rounds`` times, so a busy machine slows both. Without it the checkpoint is paddle_r1's tiny model at the same
 sizes. Seconds per step are medians over the steps after each round's first (warm-up).
@@ -232,7 +235,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=5, help="steps per round; the first of each is a warm-up")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--trl", metavar="PYTHON", help="a torch + transformers 5.3 + trl 1.16 interpreter")
+    parser.add_argument("--trl", metavar="PY", help="a torch + transformers 5.3 + trl 1.16 interpreter")
     parser.add_argument("--model", help="an existing checkpoint folder (default: built here)")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the last paddle_r1 step into FILE")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each side (default 1)")
@@ -246,7 +249,7 @@ def main() -> None:
                         help="leave glibc's large blocks mmap-ed, as without cpu_math.keep_large_blocks_on_the_heap")
     args = parser.parse_args()
     if args.scaling and not args.trl:
-        parser.error("--scaling compares with TRL: give --trl PYTHON")
+        parser.error("--scaling compares with TRL: give --trl PY")
 
     from paddle_r1.cpu_math import choose_mkl_kernels, tune_cpu_math
     from paddle_r1.quiet import quiet_libraries

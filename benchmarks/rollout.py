@@ -1,9 +1,11 @@
 """Rollout speed: paddle_r1's KV-cached decode against paddleformers' ``generate`` (which re-runs the prefix at
-every step) and, with ``--hf PYTHON``, Hugging Face transformers' ``generate`` on the same checkpoint.
+every step) and, with ``--hf PY``, Hugging Face transformers' ``generate`` on the same checkpoint.
 
     python benchmarks/rollout.py [--hidden 256 --layers 4 --prompts 4 --generations 4 --new-tokens 32]
-    python benchmarks/rollout.py --hf /path/to/torch-venv/bin/python [--model FOLDER] [--runs 3 --rounds 3]
-                                 [--paddleformers]
+    python benchmarks/rollout.py --hf PY [--model FOLDER] [--runs 3 --rounds 3] [--paddleformers]
+
+``PY`` is the path of a Python interpreter that has torch and transformers 5.3 installed (another virtual
+environment's ``bin/python``).
 
 Without ``--hf`` the checkpoint is paddle_r1's tiny model (``--hidden``, ``--layers``) and the prompts synthetic
 grounding samples. With ``--hf`` the sizes default to the GRPO speed anchor's rollout (``grpo_step.py``): the
@@ -138,7 +140,7 @@ def _paddleformers_generate(model, prompt, g: int, n: int, runs: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--hf", metavar="PYTHON", help="a torch + transformers interpreter: adds its generate")
+    parser.add_argument("--hf", metavar="PY", help="a torch + transformers interpreter: adds its generate")
     parser.add_argument("--hf-threads", type=int, default=1,
                         help="torch's threads (default 1: Paddle's CPU kernels run on one, it sets OMP_NUM_THREADS=1)")
     parser.add_argument("--model", help="an existing Qwen2.5-VL checkpoint folder (default: built here)")

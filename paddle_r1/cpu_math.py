@@ -8,7 +8,8 @@ project's 2-core AMD EPYC (torch's newer MKL: 45-69). ``MKL_DEBUG_CPU_TYPE`` mak
 the instruction set named: 5 its AVX2 ones (40-78 GFLOP/s on the same machine), 7 its AVX-512 (Skylake) ones,
 which need AVX-512 F, CD, BW, DQ and VL (AMD has them from Zen 4 on): a [16, 256] x [256, 2048] product, the
 decode step's gate/up, took 70 us against 230 with 5, a [1024]^3 one ran at 259 GFLOP/s against 132
-(``python benchmarks/mkl_kernels.py``). The MKL_DEBUG_CPU_TYPE values above 7 are Xeon Phi's kernels, which stop
+(``python benchmarks/experiments/mkl_kernels.py``). The MKL_DEBUG_CPU_TYPE values above 7 are Xeon Phi's kernels,
+which stop
 an EPYC with an illegal instruction. MKL reads the variable when Paddle first loads it (the first matrix product),
 so it must be set before that; a value the user set is kept, and Intel processors (where MKL already chooses well,
 AVX-512 included) are left alone.
@@ -20,7 +21,8 @@ answers by zeroing it. Here all blocks come from the heap (``M_MMAP_MAX`` 0) and
 next tensor that fits, untouched pages no more; up to 256 MiB free at the heap's top is kept (the trim threshold).
 On a [16, 2, 512, 1073] float32 block (70 MB, one block of the log-prob attention's scores at 1,024 completion
 tokens) an add took 29.8 ms with the mmap threshold at its maximum and 4.9 ms without mmap, a softmax 42.5 and 13.9,
-the product that makes the block 35.0 and 9.9 (``python benchmarks/heap_blocks.py``, on this project's virtual
+the product that makes the block 35.0 and 9.9 (``python benchmarks/experiments/heap_blocks.py``, on this project's
+virtual
 machine): the slowness of Paddle's CPU elementwise kernels on large tensors measured earlier was mostly these page
 faults. The speed anchor's GRPO step at 1,024 completion tokens took 14.4-14.9 s against 16.9-17.2, at 4.3 GB peak
 RSS against 3.9 (blocks freed inside the heap are reused but not given back; ``python benchmarks/grpo_step.py

@@ -1,12 +1,12 @@
-"""The README is a front page (<= 20 kB) whose links, and the docs' links, reach a file and a heading that exist; its
-test command is the one CI runs."""
+"""The README is a front page (<= 20 kB) whose links, and the links of docs/ and benchmarks/README.md, reach a file
+and a heading that exist; its test command is the one CI runs."""
 import glob
 import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"),
-                                                                           recursive=True))
+PAGES = ["README.md", os.path.join("benchmarks", "README.md")] + sorted(
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

@@ -10,7 +10,7 @@ step opens its own slot before attending.
 No in-place op without a host read does it cheaper here: ``put_along_axis_`` took 0.92-1.17x its time and
 ``index_put_`` on a transposed view hundreds of times more, while a basic-slicing write at a host int (which a
 captured step cannot use) takes 0.65x: about 20 us per layer per token on an AMD EPYC, float32
-(``python benchmarks/kv_cache_writes.py``).
+(``python benchmarks/experiments/kv_cache_writes.py``).
 """
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ GROWTH = 128  # slots a TransposedKVCache's buffers grow by when full
 
 class TransposedKVCache:
     """Every layer's keys [rows, kv_heads, head_dim, slots] (transposed: q @ K over keys stored this way is 1.6-1.7x
-    faster on CPU than a ``transpose_y`` product; ``benchmarks/decode_products.py``) and values [rows, kv_heads, slots,
+    faster on CPU than a ``transpose_y`` product; ``benchmarks/experiments/decode_products.py``) and values [rows,
+    kv_heads, slots,
     head_dim]: the cache of ``decoder.OneTokenDecoder``. The slot a step writes is a tensor on the device (``slot``,
     [1] int64), written and advanced there, so a decode step reads nothing from the host.
 
@@ -79,7 +80,8 @@ class TransposedKVCache:
     ``capacity``: a step attends over the slots allocated so far, not over the whole capacity. Long completions made
     the decode step stream the cache (every layer's keys and values of every slot, masked or not) from memory at
     each token: the rollout took 9.6 ms a token at 1024 tokens against 4.4 ms at 64 (``benchmarks/grpo_step.py
-    --new-tokens``); growing, 1023 steps ran 1.37x faster (``benchmarks/decode_levers.py``). Within a block of
+    --new-tokens``); growing, 1023 steps ran 1.37x faster (``benchmarks/experiments/decode_levers.py``). Within a
+    block of
     ``GROWTH`` steps every step has the same shapes (what a captured CUDA-graph step needs, one per block)."""
 
     def __init__(self, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, capacity: int):

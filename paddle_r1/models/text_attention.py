@@ -80,7 +80,8 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
     square grew faster than the rest with the completion length (``benchmarks/grpo_step.py --scaling``). The query
     blocks are one ``split`` (its gradient one concatenation, where a slice's is a zero tensor of the whole query's
     size per block) and the last block takes the keys whole. One layer's forward and backward, 16 rows after a
-    49-token prompt (``python benchmarks/decode_levers.py --no-cache``): 1.2-1.5x faster than the square at 1024
+    49-token prompt (``python benchmarks/experiments/decode_levers.py --no-cache``): 1.2-1.5x faster than the square
+    at 1024
     tokens; at 256 tokens two blocks of 128 were slower than the square (0.73-0.78x: the slices and their gradients
     cost more than the small triangle)."""
     length = query.shape[2]

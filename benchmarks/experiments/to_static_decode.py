@@ -1,6 +1,6 @@
-"""Why the rollout's decode step is not compiled with ``paddle.jit.to_static`` on CPU (docs/reference.md, Speed).
+"""Why the rollout's decode step is not compiled with ``paddle.jit.to_static`` on CPU (docs/performance.md).
 
-    python benchmarks/to_static_decode.py [--model FOLDER]
+    python benchmarks/experiments/to_static_decode.py [--model FOLDER]
 
 Three measurements on this machine's Paddle:
 1. a 160-op function (40 x matmul 16x256 @ 256x256, silu, scale, add), eager against ``to_static(full_graph=True)``;

@@ -1,6 +1,6 @@
 """The matrix products of one decode step, as ``generation/decoder.py`` lays them out, timed on this machine.
 
-    python benchmarks/decode_products.py [--model FOLDER] [--rows 16] [--cache 106]
+    python benchmarks/experiments/decode_products.py [--model FOLDER] [--rows 16] [--cache 106]
 
 Two tables. The first times each product at the rollout's shapes (16 rows of one token: the speed anchor's 2 prompts
 x 8 completions) in both layouts: the weight as stored, [in, out], against a copy stored [out, in] multiplied with

@@ -1,7 +1,7 @@
 """The levers weighed for the rollout's decode step and the log-prob attention, each against what it
 replaced, on this machine.
 
-    python benchmarks/decode_levers.py [--rounds 3] [--length 1024] [--no-cache]
+    python benchmarks/experiments/decode_levers.py [--rounds 3] [--length 1024] [--no-cache]
 
 Kernels at the decode step's shapes (16 rows of one token, hidden 256, 4 heads over 2 KV heads of 64, a cache of
 113 slots, vocab 4096), microseconds per call (median of 2,000 calls, warm caches): RMSNorm with the residual add
@@ -165,6 +165,7 @@ def main() -> None:
 
     core.set_num_threads(1)
     sys.path.insert(0, HERE)
+    sys.path.insert(1, os.path.dirname(HERE))  # grpo_step.py, one folder up
     from decode_products import _microseconds
 
     rows = []

@@ -2,7 +2,7 @@
 this machine: each a fresh ``mmap`` given back on free (glibc's default above its mmap threshold, whose maximum is
 32 MiB) against all blocks from the heap, reused once freed (``cpu_math.keep_large_blocks_on_the_heap``).
 
-    python benchmarks/heap_blocks.py [--rounds 3]
+    python benchmarks/experiments/heap_blocks.py [--rounds 3]
 
 The tensors are one block of the log-prob attention's scores at 1,024 completion tokens ([16, 2, 512, 1073]
 float32, 70 MB: 16 rows, 2 KV heads x 2 queries each x 256 queries, 1,073 keys). Each policy runs in its own

@@ -4,7 +4,7 @@ each op that can do it in place without a host read (and, as the floor, a basic-
 knows, which a captured step could not use), against ``buffer[:, :, slot] = value`` (the advanced-indexing
 setitem, ``index_put`` inside). Every candidate's result is checked equal to the setitem's before it is timed.
 
-    python benchmarks/kv_cache_writes.py [--repeats 200]
+    python benchmarks/experiments/kv_cache_writes.py [--repeats 200]
 
 Prints, per cache size (rows x kv_heads x slots x head_dim, float32 on CPU), microseconds per write of one layer's
 key and value (median of ``--repeats``) and each candidate's time over the setitem's, and the CPU model.

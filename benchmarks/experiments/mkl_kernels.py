@@ -1,6 +1,6 @@
 """Paddle's matrix products under each MKL kernel set ``paddle_r1/cpu_math.py`` may choose, on this machine.
 
-    python benchmarks/mkl_kernels.py [--types default 5 7] [--rounds 3]
+    python benchmarks/experiments/mkl_kernels.py [--types default 5 7] [--rounds 3]
 
 MKL reads ``MKL_DEBUG_CPU_TYPE`` once, when Paddle first loads it, so each kernel set is timed in its own process
 ("default" leaves the variable unset: what MKL picks by itself), the sets alternating over ``--rounds``. The shapes

@@ -1,10 +1,10 @@
 """The rollout's one-token decode step against its floors, on this machine.
 
-    python benchmarks/decode_floor.py --hf /path/to/torch-venv/bin/python [--rows 16] [--new-tokens 64] [--steps 200]
-    python benchmarks/decode_floor.py [--model FOLDER] [--threads 1]
+    python benchmarks/experiments/decode_floor.py --hf PY [--rows 16] [--new-tokens 64] [--steps 200]
+    python benchmarks/experiments/decode_floor.py [--model FOLDER] [--threads 1]
 
 The step is ``OneTokenDecoder.step`` (``paddle_r1/generation/decoder.py``) over the speed anchor's checkpoint (with
-``--hf PYTHON``: the one ``trl_anchor/make_hf_tiny.py`` writes with transformers, hidden 256, 4 layers, vocab 4096, as
+``--hf PY``: the one ``trl_anchor/make_hf_tiny.py`` writes with transformers, hidden 256, 4 layers, vocab 4096, as
 ``rollout.py --hf`` and ``grpo_step.py --trl`` use; without it paddle_r1's tiny model at those sizes, whose vocab is
 its tokenizer's 507; ``--model`` loads another),
 2 prompts with one 112x112 image each, their cache repeated to ``--rows`` rows, room for ``--new-tokens``. Printed:
@@ -35,6 +35,7 @@ import numpy as np
 warnings.filterwarnings("ignore")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # grpo_step.py, one folder up
 from decode_products import timings  # noqa: E402  (beside this file)
 
 
@@ -118,7 +119,7 @@ def step_products(paddle, decoder, rows: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--hf", metavar="PYTHON", help="a torch + transformers interpreter: the anchor's checkpoint")
+    parser.add_argument("--hf", metavar="PY", help="a torch + transformers interpreter: the anchor's checkpoint")
     parser.add_argument("--model", help="a Qwen2/2.5-VL checkpoint folder (default: the speed anchor's sizes)")
     parser.add_argument("--rows", type=int, default=16, help="rows decoded together (default 16: 2 prompts x 8)")
     parser.add_argument("--new-tokens", type=int, default=64, help="cache room after the prompt (default 64)")
@@ -155,7 +156,7 @@ def main() -> None:
         token = repeat_rows(logits, g).argmax(-1)
         rows = token.shape[0]
 
-        # the host count is absent before the growing cache: this script also times main's step (PYTHONPATH=main)
+        # a decoder without a growing cache has no host count (length): rewinding then restores the slot alone
         start_slot, start_length = decoder.cache.slot.clone(), getattr(decoder.cache, "length", None)
 
         def steps(count: int) -> list[float]:
