@@ -3,8 +3,8 @@ runs on the CPU (config key ``tune_cpu_math``, on by default) and by the command
 without CUDA; importing paddle_r1 makes neither.
 
 MKL on AMD. Paddle's CPU wheel calls an old Intel MKL (``libmklml_intel``) for its matrix products, and that MKL picks a
-generic, non-AVX2 code path on AMD processors: a [1696, 256] x [256, 2048] product ran at 14 GFLOP/s on this
-project's 2-core AMD EPYC (torch's newer MKL: 45-69). ``MKL_DEBUG_CPU_TYPE`` makes that MKL use the kernels of
+generic, non-AVX2 code path on AMD processors: a [1696, 256] x [256, 2048] product ran at 14 GFLOP/s on a
+2-core AMD EPYC (torch's newer MKL: 45-69). ``MKL_DEBUG_CPU_TYPE`` makes that MKL use the kernels of
 the instruction set named: 5 its AVX2 ones (40-78 GFLOP/s on the same machine), 7 its AVX-512 (Skylake) ones,
 which need AVX-512 F, CD, BW, DQ and VL (AMD has them from Zen 4 on): a [16, 256] x [256, 2048] product, the
 decode step's gate/up, took 70 us against 230 with 5, a [1024]^3 one ran at 259 GFLOP/s against 132
