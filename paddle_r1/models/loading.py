@@ -56,10 +56,10 @@ def model_config(path: str) -> dict:
         family = config.get("model_type")
     if family not in FAMILIES:
         raise ConfigError(f"{config_file}: {not_supported(family)}")
-    for need in FAMILIES[family].requirements:
+    for need in family_of(family).requirements:
         if importlib.util.find_spec(need.package) is None:
-            raise ConfigError(f"{config_file}: {FAMILIES[family].title} needs the {need.package} package ({need.why}): "
-                              f"{need.install}")
+            raise ConfigError(f"{config_file}: {family_of(family).title} needs the {need.package} package "
+                              f"({need.why}): {need.install}")
     return published_spelling(config, config_file)
 
 
