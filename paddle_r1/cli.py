@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from .models.families import DEFAULT_FAMILY, FAMILIES
 from .quiet import quiet_libraries
 
 
@@ -188,8 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="a few GRPO steps of a tiny model on synthetic shapes, on CPU")
     # both spellings: --output_dir is the config key's everywhere else (as an override it reached run_demo twice)
     demo.add_argument("--output-dir", "--output_dir", dest="output_dir", default="demo_output")
-    demo.add_argument("--family", default="qwen2_5_vl",
-                      help="tiny model family: qwen2_5_vl, qwen2_vl, qwen3_vl (REC) or paddleocr_vl (OCR)")
+    demo.add_argument("--family", default=DEFAULT_FAMILY, help="tiny model family (its task): " + ", ".join(
+        f"{name} ({family.demo_task})" for name, family in FAMILIES.items()))
     demo.add_argument("--sft_steps", type=int, default=100, help="answer-format SFT steps before GRPO (0: none)")
     demo.set_defaults(run=_demo)
     memory = sub.add_parser("estimate-memory", help="per-GPU memory of a GRPO config, from config.json alone; "
@@ -205,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.set_defaults(run=_estimate_memory)
     tiny = sub.add_parser("make-tiny-model", help="write a seeded tiny checkpoint folder")
     tiny.add_argument("dir")
-    tiny.add_argument("--family", default="qwen2_5_vl")
+    tiny.add_argument("--family", default=DEFAULT_FAMILY, help=", ".join(FAMILIES))
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(run=_make_tiny_model)
     from .selftest import CHECK_NAMES  # names only: the checks import Paddle when they run

@@ -12,6 +12,7 @@ import os
 
 from .config.jobs import GRPOConfig, SFTConfig
 from .data.synthetic import make_synthetic_splits
+from .models.families import DEFAULT_FAMILY, family_of
 from .testing.tiny import make_tiny_model
 
 DEMO_SFT_SETTINGS = dict(
@@ -42,26 +43,21 @@ DEMO_SETTINGS = dict(
 # PaddleOCR-VL reads text: its demo task is rendered text lines ("OCR:" -> the text, answered as it is)
 OCR_DEMO_SETTINGS = dict(reward_funcs=["ocr_ned"], eval_reward="ocr_ned", question_template="{Question}",
                          max_completion_length=12)
-OCR_FAMILIES = ("paddleocr_vl",)
 
 
-def demo_task(family: str) -> str:
-    return "ocr_lines" if family in OCR_FAMILIES else "rec"
-
-
-def demo_config(output_dir: str, family: str = "qwen2_5_vl", **overrides) -> GRPOConfig:
+def demo_config(output_dir: str, family: str = DEFAULT_FAMILY, **overrides) -> GRPOConfig:
     """The demo's GRPO config (its model: the tiny checkpoint; ``run_demo`` puts the SFT folder there)."""
     model_dir = os.path.join(output_dir, f"tiny-{family}")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         make_tiny_model(model_dir, family=family)
-    task = demo_task(family)
+    task = family_of(family).demo_task  # rec, or ocr_lines for a family that reads text
     data = make_synthetic_splits(os.path.join(output_dir, f"synthetic_{task}"), task, num_train=64, num_heldout=16)
     settings = {**DEMO_SETTINGS, **(OCR_DEMO_SETTINGS if task == "ocr_lines" else {}), "model_name_or_path": model_dir,
                 "output_dir": output_dir, "data_path": data["train"], "eval_data_path": data["heldout"], **overrides}
     return GRPOConfig(**settings)
 
 
-def run_demo(output_dir: str = "demo_output", family: str = "qwen2_5_vl", sft_steps: int = 100, **overrides) -> dict:
+def run_demo(output_dir: str = "demo_output", family: str = DEFAULT_FAMILY, sft_steps: int = 100, **overrides) -> dict:
     """``sft_steps`` = 0 skips the warm start; ``overrides`` are GRPO config keys."""
     from .trainer.grpo import GRPOTrainer
     from .evaluation.heldout import heldout_for
@@ -69,7 +65,7 @@ def run_demo(output_dir: str = "demo_output", family: str = "qwen2_5_vl", sft_st
 
     config = demo_config(output_dir, family, **overrides)
     if sft_steps:
-        answer = {"answer_template": "{Answer}"} if demo_task(family) == "ocr_lines" else {}  # the text alone
+        answer = {"answer_template": "{Answer}"} if family_of(family).demo_task == "ocr_lines" else {}  # the text alone
         sft = SFTTrainer(SFTConfig(**DEMO_SFT_SETTINGS, **answer, max_steps=sft_steps,
                                    model_name_or_path=config.model_name_or_path, data_path=config.data_path,
                                    question_template=config.question_template, system_prompt=config.system_prompt,

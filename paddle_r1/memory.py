@@ -49,6 +49,8 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
+from .models.families import MemoryLayout, family_of
+
 GIB = 2.0**30
 PROMPT_TEXT_TOKENS = 128  # system prompt, chat template and question around the image tokens
 IMAGES_PER_PROMPT = 1
@@ -87,28 +89,33 @@ class ModelShape:
     q_dim: int = 0  # query width: num_attention_heads * head_dim (hidden, unless head_dim says otherwise)
     vision_positions: int = 0  # PaddleOCR-VL's learned vision position table (rows)
 
+    @property
+    def layout(self) -> MemoryLayout:
+        return family_of(self.family).memory
+
     @classmethod
     def from_config(cls, config: dict) -> "ModelShape":
+        """The sizes under the names the family's config.json gives them (``MemoryLayout``)."""
         text = {**config, **config.get("text_config", {})}
         vision = config["vision_config"]
-        family = config["model_type"]
-        qwen2_vl = family == "qwen2_vl"  # its vision width is embed_dim; hidden_size is the merger's output
-        siglip = family == "paddleocr_vl"  # PaddleOCR-VL's tower names its sizes as SigLIP's
-        width = vision["embed_dim"] if qwen2_vl else vision["hidden_size"]
+        layout = family_of(config).memory
+        width = vision[layout.vision_width]
+        mlp = vision[layout.vision_mlp]
         heads = text["num_attention_heads"]
         head_dim = text.get("head_dim") or text["hidden_size"] // heads
-        depth = vision["num_hidden_layers"] if siglip else vision["depth"]
+        depth = vision[layout.vision_depth]
+        siglip = layout.vision_tower == "siglip"
         return cls(
             hidden=text["hidden_size"], intermediate=text["intermediate_size"], layers=text["num_hidden_layers"],
             heads=heads, kv_dim=text.get("num_key_value_heads", heads) * head_dim,
             vocab=text["vocab_size"], tied=bool(config.get("tie_word_embeddings", False)),
-            vision_width=width,
-            vision_intermediate=width * vision["mlp_ratio"] if qwen2_vl else vision["intermediate_size"],
-            vision_depth=depth, vision_heads=vision["num_attention_heads" if siglip else "num_heads"],
-            vision_full_attention_blocks=(depth if qwen2_vl or siglip
-                                          else len(vision.get("fullatt_block_indexes", [])) or depth),
+            vision_width=width, vision_intermediate=width * mlp if layout.vision_mlp == "mlp_ratio" else mlp,
+            vision_depth=depth, vision_heads=vision[layout.vision_heads],
+            vision_full_attention_blocks=(len(vision.get("fullatt_block_indexes", [])) or depth
+                                          if layout.windowed_vision else depth),
             patch_size=vision["patch_size"], merge_size=vision["spatial_merge_size"],
-            temporal_patch_size=vision.get("temporal_patch_size", 2), family=family, q_dim=heads * head_dim,
+            temporal_patch_size=vision.get("temporal_patch_size", 2), family=config["model_type"],
+            q_dim=heads * head_dim,
             vision_positions=(vision["image_size"] // vision["patch_size"]) ** 2 if siglip else 0,
         )
 
@@ -132,18 +139,19 @@ def count_parameters(shape: ModelShape) -> ParameterCounts:
     (patch embedding, blocks, patch merger), as the published checkpoints lay them out (PaddleOCR-VL's without its
     unused packing table, which paddle_r1 does not hold)."""
     h, kv, i, q = shape.hidden, shape.kv_dim, shape.intermediate, shape.q_dim or shape.hidden
-    bias = shape.family != "paddleocr_vl"  # Qwen2's q, k, v have biases; ERNIE-4.5's nothing does
+    layout = shape.layout
+    bias = layout.text_bias  # Qwen2's q, k, v have biases; ERNIE-4.5's nothing does
     layer = (_linear(h, q, bias) + 2 * _linear(h, kv, bias) + _linear(q, h, False)  # q, k, v; o
              + 3 * _linear(h, i, False) + 2 * h)  # gate, up, down; two RMSNorms
     embeddings = shape.vocab * h
     text = embeddings + shape.layers * layer + h + (0 if shape.tied else embeddings)
-    if shape.family == "paddleocr_vl":
+    if layout.vision_tower == "siglip":
         return ParameterCounts(text=text, vision=_siglip_parameters(shape))
 
     w, wi = shape.vision_width, shape.vision_intermediate
-    qwen2_vl = shape.family == "qwen2_vl"
-    norm = 2 * w if qwen2_vl else w  # LayerNorm (weight, bias) or RMSNorm
-    mlp = _linear(w, wi, True) * (1 if qwen2_vl else 2) + _linear(wi, w, True)  # fc1, fc2 or gate, up, down
+    layer_norm_fc = layout.vision_tower == "layer_norm_fc"
+    norm = 2 * w if layer_norm_fc else w  # LayerNorm (weight, bias) or RMSNorm
+    mlp = _linear(w, wi, True) * (1 if layer_norm_fc else 2) + _linear(wi, w, True)  # fc1, fc2 or gate, up, down
     block = 2 * norm + _linear(w, 3 * w, True) + _linear(w, w, True) + mlp
     merged = w * shape.merge_size**2
     merger = norm + _linear(merged, merged, True) + _linear(merged, h, True)
@@ -166,7 +174,7 @@ def lora_parameters(shape: ModelShape, rank: int) -> int:
     """Adapters (rank x (in + out) each) on the default targets of every decoder layer: qkv_proj, o_proj,
     up_gate_proj, down_proj (Qwen-VL); q, k, v, o, gate, up and down (PaddleOCR-VL's unfused projections)."""
     h, kv, i, q = shape.hidden, shape.kv_dim, shape.intermediate, shape.q_dim or shape.hidden
-    if shape.family == "paddleocr_vl":
+    if not shape.layout.fused_projections:
         return shape.layers * rank * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h))
     return shape.layers * rank * ((h + h + 2 * kv) + (h + h) + (h + 2 * i) + (i + h))
 
@@ -314,9 +322,9 @@ def rollout_kv_parts(shape: ModelShape, prompts: int, generations: int, prompt_l
 
 def one_token_decodes(config, shape: ModelShape) -> bool:
     """Whether the rollout may take the one-token decoder (its growing cache): ``rollout_engine`` one_token, or
-    auto on Qwen2-VL / Qwen2.5-VL (``generation.decoder.supports``)."""
+    auto on the families it runs (``ModelFamily.one_token_decode``, ``generation.decoder.supports``)."""
     return config.rollout_engine == "one_token" or (
-        config.rollout_engine == "auto" and shape.family in ("qwen2_vl", "qwen2_5_vl"))
+        config.rollout_engine == "auto" and family_of(shape.family).one_token_decode)
 
 
 def undo_copy_bytes(config, shape: ModelShape, gpus: int) -> int:

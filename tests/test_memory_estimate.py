@@ -42,7 +42,8 @@ def test_paddleocr_vl_parameter_and_adapter_counts_equal_the_built_model(tied, t
     projections; the SigLIP tower with its position table and the merger beside it. The model is built from the
     config (no weights)."""
     from paddle_r1.memory import lora_parameters
-    from paddle_r1.models.loading import model_class, model_config
+    from paddle_r1.models.families import PADDLEOCR_VL
+    from paddle_r1.models.loading import model_config
     from paddle_r1.models.lora import apply_lora
 
     folder = make_tiny_model(str(tmp_path / "ocr"), family="paddleocr_vl")
@@ -50,7 +51,7 @@ def test_paddleocr_vl_parameter_and_adapter_counts_equal_the_built_model(tied, t
     json.dump({**config, "tie_word_embeddings": tied, "num_attention_heads": 2, "head_dim": 48,
                "num_key_value_heads": 1, "rope_scaling": {**config["rope_scaling"], "mrope_section": [6, 9, 9]}},
               open(os.path.join(folder, "config.json"), "w"))
-    cls = model_class("paddleocr_vl")
+    cls = PADDLEOCR_VL.model_class.load()
     built = cls.config_class.from_dict(model_config(folder))
     built.fuse_rms_norm = built.vision_config.fuse_rms_norm = False
     model = cls(built)

@@ -16,7 +16,8 @@ from paddle_r1.generation.rollout import SamplingParams, prefill, sample_complet
 from paddle_r1.models.causal_mask import sdpa_causality
 from paddle_r1.models.forward import RepeatedPrompt, recomputes_layers, repeat_rows, text_decoder, text_positions
 from paddle_r1.models.loading import load_model, load_processor
-from paddle_r1.testing.tiny import FAMILIES, make_tiny_model
+from paddle_r1.models.families import FAMILIES
+from paddle_r1.testing.tiny import make_tiny_model
 from paddle_r1.algorithms.logprobs import completion_logprobs
 
 GENERATIONS, TOKENS = 2, 5
@@ -24,7 +25,7 @@ EQUAL = dict(atol=1e-5, rtol=0)
 GRADIENTS = dict(atol=1e-6, rtol=1e-4)  # float32 sums over different orders in the two kernels
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
+@pytest.fixture(scope="module", params=tuple(FAMILIES))
 def family(request, tmp_path_factory):
     """(folder, processor, {"eager": model, "sdpa": model}) of one family's tiny checkpoint."""
     folder = make_tiny_model(str(tmp_path_factory.mktemp("sdpa") / request.param), request.param)

@@ -45,6 +45,7 @@ from paddle.incubate.nn.functional import fused_rms_norm
 from paddleformers.peft.lora.lora_layers import LoRALinear
 
 from ..cpu_math import mkl_runs_avx512, read_cpuinfo
+from ..models.families import FAMILIES, family_of
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
 from ..models.rms_norm import computes_rms_norm
 from ..models.text_attention import FastTextAttention, half_rotation, softmax_float32
@@ -141,8 +142,9 @@ def _projections(layer) -> list:
             layer.mlp.down_proj]
 
 
-ONE_TOKEN_RUNS = ("runs the Qwen2-VL and Qwen2.5-VL text decoders as paddle_r1 loads them (paddleformers' RMSNorm, "
-                  "fused or not, paddle_r1's attention, plain or LoRA linear layers)")
+ONE_TOKEN_RUNS = (f"runs the {' and '.join(f.title for f in FAMILIES.values() if f.one_token_decode)} text decoders "
+                  "as paddle_r1 loads them (paddleformers' RMSNorm, fused or not, paddle_r1's attention, plain or LoRA "
+                  "linear layers)")
 
 
 def supports(model) -> bool:
@@ -150,7 +152,9 @@ def supports(model) -> bool:
     RMSNorms that compute ``rms_norm(x, weight, epsilon)`` (paddleformers' fused kernel on a GPU, ``FastRMSNorm``
     where that kernel is missing: the step reads only their weights and epsilon), the gated MLP with fused gate/up
     weights, and every projection an ``nn.Linear`` or paddleformers' ``LoRALinear`` exactly (any other layer's
-    forward may add what this step would leave out)."""
+    forward may add what this step would leave out), in a family that says so (``ModelFamily.one_token_decode``)."""
+    if not family_of(model).one_token_decode:
+        return False
     text = text_decoder(model)
     if not computes_rms_norm(text.norm):
         return False

@@ -18,17 +18,17 @@ import copy
 from typing import Any
 
 from ..errors import ConfigError
+from .families import family_of
 
 # the rope types paddleformers' Qwen-VL rotary embeddings compute (M-RoPE over the default inverse frequencies)
 COMPUTED_ROPE_TYPES = ("default", "mrope")
-# families whose paddleformers config reads the text fields only at the top level, as published (PaddleOCR-VL's
-# asserts on a nested ``text_config``, which transformers 5 writes)
-FLAT_TEXT_FAMILIES = ("paddleocr_vl",)
 
 
 def published_spelling(config: dict, source: str) -> dict:
-    """``config`` (config.json's contents) with its text rope settings as ``rope_theta`` + ``rope_scaling`` and the
-    top-level ``tie_word_embeddings`` also in ``text_config``; ``source`` names the file in errors."""
+    """``config`` (config.json's contents, of a supported family) with its text rope settings as ``rope_theta`` +
+    ``rope_scaling``, the top-level ``tie_word_embeddings`` also in ``text_config``, and the text fields at the top
+    where the family's paddleformers config reads them only there (``ModelFamily.flat_text_config``); ``source``
+    names the file in errors."""
     config = copy.deepcopy(config)
     nested = isinstance(config.get("text_config"), dict)
     text = config["text_config"] if nested else config
@@ -39,7 +39,7 @@ def published_spelling(config: dict, source: str) -> dict:
     if nested and "tie_word_embeddings" in config:
         # transformers 5 reads the top-level flag; paddleformers' sub-configs would take their default (False)
         text["tie_word_embeddings"] = config["tie_word_embeddings"]
-    if nested and config.get("model_type") in FLAT_TEXT_FAMILIES:
+    if nested and family_of(config).flat_text_config:
         config = _flattened(config)
     return config
 

@@ -6,6 +6,8 @@ Solutions are always in original-image pixels. Models answer in their own system
   (sides multiples of 28, ``smart_resize``).
 - ``rel_1000``: Qwen2-VL and Qwen3-VL, 0-1000 relative units (and PaddleOCR-VL, whose tasks answer without boxes).
 - ``abs_original``: pixels of the original image (for users whose data and model already agree).
+
+Each family's own is ``ModelFamily.coord_system`` (``families.py``).
 """
 from __future__ import annotations
 
@@ -14,15 +16,6 @@ import numbers
 from typing import Optional
 
 COORD_SYSTEMS = ("abs_resized", "rel_1000", "abs_original")
-
-FAMILY_COORD_SYSTEM = {
-    "qwen2_5_vl": "abs_resized",
-    "qwen2_vl": "rel_1000",
-    "qwen3_vl": "rel_1000",
-    # PaddleOCR-VL's tasks (OCR, tables, formulas, charts) answer in text, with no boxes; its ERNIE vocabulary's
-    # location tokens (<|LOC_0|> .. <|LOC_1000|>) count 0-1000, so a box reward reads its boxes that way
-    "paddleocr_vl": "rel_1000",
-}
 
 
 def _scales(coord_system: str, image_size, input_size) -> tuple[float, float]:

@@ -6,10 +6,13 @@ re-encoding the image and re-running the prompt G times.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
 import paddle
+
+from .families import family_of
 
 
 @dataclass
@@ -42,19 +45,20 @@ class InputEmbeddings:
 
 
 def text_decoder(model):
-    """The text decoder (``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``): ``model.model.language_model`` in the
-    Qwen-VL models, ``model.model`` itself (ERNIE-4.5) in PaddleOCR-VL, whose vision tower sits beside it."""
-    inner = model.model
-    return inner.language_model if hasattr(inner, "language_model") else inner
+    """The text decoder (``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``), where the model's family keeps it
+    (``families.py``: ``model.model.language_model`` in the Qwen-VL models, ``model.model`` in PaddleOCR-VL)."""
+    return _sublayer(model, family_of(model).text_decoder_at)
 
 
 def embed_inputs(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> InputEmbeddings:
-    """Token embeddings with image features written over the image token slots (and Qwen3-VL's DeepStack)."""
-    if hasattr(model, "embed_prompt"):  # PaddleOCR-VL
-        return InputEmbeddings(model.embed_prompt(input_ids, pixel_values, image_grid_thw))
+    """Token embeddings with image features written over the image token slots (and Qwen3-VL's DeepStack), the
+    family's way (``ModelFamily.embed_prompt``: one of the three functions below)."""
+    return family_of(model).embed_prompt.load()(model, input_ids, pixel_values, image_grid_thw)
+
+
+def embed_scattered(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> InputEmbeddings:
+    """Qwen2-VL and Qwen2.5-VL: paddleformers' image features scattered over the image tokens."""
     inner = model.model
-    if hasattr(inner, "embed_prompt"):  # Qwen3-VL
-        return InputEmbeddings(*inner.embed_prompt(input_ids, pixel_values, image_grid_thw))
     embeds = inner.get_input_embeddings()(input_ids)
     if pixel_values is not None:
         image_embeds = paddle.concat(inner.get_image_features(pixel_values, image_grid_thw), axis=0)
@@ -64,12 +68,27 @@ def embed_inputs(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_
     return InputEmbeddings(embeds)
 
 
+def embed_with_deepstack(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> InputEmbeddings:
+    """Qwen3-VL: the embeddings and their DeepStack features (``qwen3_vl.Qwen3VLModel.embed_prompt``)."""
+    return InputEmbeddings(*model.model.embed_prompt(input_ids, pixel_values, image_grid_thw))
+
+
+def embed_by_model(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> InputEmbeddings:
+    """PaddleOCR-VL: the model's own (``paddleocr_vl.PaddleOCRVLForConditionalGeneration.embed_prompt``)."""
+    return InputEmbeddings(model.embed_prompt(input_ids, pixel_values, image_grid_thw))
+
+
 def rope_positions(model, input_ids: paddle.Tensor, attention_mask: paddle.Tensor, image_grid_thw=None):
-    """M-RoPE position ids [3, B, L] of a (left-padded) prompt batch, and each row's next free position [B]."""
-    owner = model.model if hasattr(model.model, "get_rope_index") else model  # PaddleOCR-VL: the whole model's
+    """M-RoPE position ids [3, B, L] of a (left-padded) prompt batch, and each row's next free position [B], from the
+    ``get_rope_index`` the family names (the inner model's in the Qwen-VL models, the whole model's in PaddleOCR-VL)."""
+    owner = _sublayer(model, family_of(model).rope_index_at)
     positions, _ = owner.get_rope_index(input_ids, image_grid_thw, None, attention_mask=attention_mask)
     next_position = positions.max(axis=0).max(axis=-1) + 1
     return positions, next_position
+
+
+def _sublayer(model, path: tuple[str, ...]):
+    return functools.reduce(getattr, path, model)
 
 
 def text_positions(next_position: paddle.Tensor, length: int) -> paddle.Tensor:

@@ -1,7 +1,7 @@
 """Load policy, reference and processor from a local folder or a hub id.
 
-The family comes from ``config.json``'s ``model_type``, never from the folder's name; each family has its
-model class (Qwen2.5-VL: paddleformers' with a save fix; Qwen2-VL: written in ``qwen2_vl.py``; Qwen3-VL:
+The family comes from ``config.json``'s ``model_type``, never from the folder's name (``families.py``); each family
+has its model class (Qwen2.5-VL: paddleformers' with a save fix; Qwen2-VL: written in ``qwen2_vl.py``; Qwen3-VL:
 paddleformers' plain-Paddle one with dense DeepStack, ``qwen3_vl.py``; PaddleOCR-VL: paddleformers' with its
 positions, tied head, sdpa mask and packing table fixed, ``paddleocr_vl.py``), whose
 ``config_class`` reads the published config.json (transformers 5's spelling is rewritten into it first:
@@ -11,7 +11,6 @@ positions, tied head, sdpa mask and packing table fixed, ``paddleocr_vl.py``), w
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.util
 import json
 import os
@@ -24,25 +23,9 @@ import paddle
 
 from ..errors import ConfigError
 from .config_spelling import published_spelling
-from .coords import FAMILY_COORD_SYSTEM
+from .families import FAMILIES, family_of, not_supported
 from .precision import precision_for_this_device
 from .rms_norm import fused_norm_runs
-
-# family (config.json model_type) -> its Paddle model class, imported on first use
-MODEL_CLASSES = {
-    "qwen2_vl": (".qwen2_vl", "Qwen2VLForConditionalGeneration"),
-    "qwen2_5_vl": (".qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
-    "qwen3_vl": (".qwen3_vl", "Qwen3VLForConditionalGeneration"),
-    "paddleocr_vl": (".paddleocr_vl", "PaddleOCRVLForConditionalGeneration"),
-}
-# The mixture-of-experts Qwen3-VL shares the dense one's vision tower but not its decoder, and paddleformers
-# 1.2.0 builds that decoder only on paddlefleet (not on PyPI): no plain-Paddle variant exists to build on.
-QWEN3_VL_MOE_NOT_SUPPORTED = (
-    "qwen3_vl_moe (Qwen3-VL-30B-A3B, Qwen3-VL-235B-A22B) is not supported yet: paddleformers 1.2.0 builds its "
-    "mixture-of-experts decoder only on paddlefleet, which is not on PyPI; the dense Qwen3-VL models (qwen3_vl) load"
-)
-SUPPORTED_FAMILIES = tuple(MODEL_CLASSES)
-
 
 @dataclass
 class LoadedModels:
@@ -71,15 +54,12 @@ def model_config(path: str) -> dict:
     else:
         config = _hub_config(path)
         family = config.get("model_type")
-    if family == "qwen3_vl_moe":
-        raise ConfigError(f"{config_file}: {QWEN3_VL_MOE_NOT_SUPPORTED}")
-    if family not in SUPPORTED_FAMILIES:
-        raise ConfigError(
-            f"{config_file}: model_type {family!r} is not supported yet (supported: {', '.join(SUPPORTED_FAMILIES)})"
-        )
-    if family == "paddleocr_vl" and importlib.util.find_spec("triton") is None:
-        raise ConfigError(f"{config_file}: PaddleOCR-VL needs the triton package (paddleformers' paddleocr_vl module "
-                          "imports it; on CPU it then runs plain Paddle): pip install 'paddle_r1[paddleocr_vl]'")
+    if family not in FAMILIES:
+        raise ConfigError(f"{config_file}: {not_supported(family)}")
+    for need in family_of(family).requirements:
+        if importlib.util.find_spec(need.package) is None:
+            raise ConfigError(f"{config_file}: {family_of(family).title} needs the {need.package} package "
+                              f"({need.why}): {need.install}")
     return published_spelling(config, config_file)
 
 
@@ -103,13 +83,8 @@ def _hub_config(hub_id: str) -> dict:
             "reachable and name its folder") from None
 
 
-def model_class(family: str):
-    module, name = MODEL_CLASSES[family]
-    return getattr(importlib.import_module(module, __package__), name)
-
-
 def default_coord_system(family: str) -> str:
-    return FAMILY_COORD_SYSTEM[family]
+    return family_of(family).coord_system
 
 
 # a hub id: org/name, each starting with a letter or digit (so "./model" and "/abs/model" are paths)
@@ -154,7 +129,8 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False,
     text and vision configs alike: paddleformers reads ``config._attn_implementation`` in each attention layer
     (its ``from_pretrained`` takes no such argument), and the config's own default is "eager"."""
     config_dict = model_config(path)
-    cls = model_class(config_dict["model_type"])
+    family = family_of(config_dict)
+    cls = family.model_class.load()
     config = cls.config_class.from_dict(config_dict)
     attention = precision_for_this_device(dtype, attn_implementation).attention
     fused_norm = fused_norm_runs()
@@ -168,8 +144,7 @@ def load_model(path: str, dtype: str = "float32", freeze_vision: bool = False,
     with read_only_view(path) as folder:
         model = cls.from_pretrained(folder, config=config, dtype=dtype)
     if freeze_vision:
-        # PaddleOCR-VL's patch merger sits beside its vision tower (mlp_AR); the Qwen-VL mergers are inside theirs
-        vision = [model.visual] + ([model.mlp_AR] if hasattr(model, "mlp_AR") else [])
+        vision = [getattr(model, part) for part in family.vision_parts]
         for param in (param for layer in vision for param in layer.parameters()):
             param.stop_gradient = True
     return model
@@ -185,9 +160,9 @@ def load_processor(path: str, min_pixels: Optional[int] = None, max_pixels: Opti
         kwargs["min_pixels"] = min_pixels
     if max_pixels is not None:
         kwargs["max_pixels"] = max_pixels
-    # the fast image processor, paddleformers' default, except for PaddleOCR-VL's, which has none (and asking for it,
-    # even by default, prints a warning)
-    kwargs["use_fast"] = model_family(path) != "paddleocr_vl"
+    # the fast image processor, paddleformers' default, where the family has one (asking for one it has not, even by
+    # default, prints a warning)
+    kwargs["use_fast"] = family_of(model_family(path)).fast_image_processor
     processor = AutoProcessor.from_pretrained(path, **kwargs)
     if min_pixels is not None or max_pixels is not None:
         # the fast image processor keeps its limits in `size`; keep both spellings in step

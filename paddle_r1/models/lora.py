@@ -152,10 +152,10 @@ def save_merged(model, folder: str) -> None:
     from paddleformers.transformers.model_utils import dtype_guard, no_init_weights
     from paddleformers.utils import device_guard
 
-    from .loading import model_class
+    from .families import family_of
 
     state = merged_state_dict(model)
     with device_guard("cpu"), dtype_guard(_dtype_name(model)), no_init_weights():
-        base = model_class(model.config.model_type)(model.config)
+        base = family_of(model).model_class.load()(model.config)
         base.set_state_dict(state)
         base.save_pretrained(folder)

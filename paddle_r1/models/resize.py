@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from .coords import FAMILY_COORD_SYSTEM
+from .families import FAMILIES
 
 
 @dataclass
@@ -39,7 +39,8 @@ def resizer_for(model_dir: str) -> Resizer:
     config_file = os.path.join(model_dir, "config.json")
     if os.path.isfile(config_file):
         with open(config_file, encoding="utf-8") as f:
-            coord_system = FAMILY_COORD_SYSTEM.get(json.load(f).get("model_type"))
+            family = FAMILIES.get(json.load(f).get("model_type"))
+        coord_system = family.coord_system if family else None
     return Resizer(factor=int(pre.get("patch_size", 14)) * int(pre.get("merge_size", 2)),
                    min_pixels=int(pre.get("min_pixels") or size.get("shortest_edge") or 56 * 56),
                    max_pixels=int(pre.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280),

@@ -19,6 +19,7 @@ import tempfile
 import time
 from typing import Callable, Optional
 
+from ..models.families import QWEN3_VL
 from . import checks, runs
 from .report import Check, console_lines, run_check, summary, write_json
 
@@ -36,7 +37,7 @@ CHECKS = [
           f"train with --rollout_engine layers (slower rollouts, the same completions) and {SEND}"),
     Check("lora_merge", checks.lora_merge, False,
           f"train without LoRA, or resume only from checkpoints' adapter/ folders, and {SEND}"),
-    Check("qwen3_vl", checks.qwen3_vl, False, f"train a Qwen2-VL or Qwen2.5-VL model here and {SEND}"),
+    Check(QWEN3_VL.model_type, checks.qwen3_vl, False, f"train a Qwen2-VL or Qwen2.5-VL model here and {SEND}"),
     Check("memory_estimate", runs.memory_estimate, True,
           f"leave headroom beyond paddle-r1 estimate-memory's total on this GPU and {SEND}"),
     Check("grpo_run", runs.grpo_run, False,

@@ -12,6 +12,7 @@ import logging
 
 import numpy as np
 
+from ..models.families import QWEN3_VL
 from .tolerances import (CheckFailed, largest_change, max_abs_difference, relative_difference, relative_to_largest,
                          within)
 
@@ -268,7 +269,7 @@ def qwen3_vl(ws) -> str:
     and their backward reaches every vision weight, DeepStack mergers included, with finite gradients."""
     import paddle
 
-    model, processor = ws.load("qwen3_vl")
+    model, processor = ws.load(QWEN3_VL.model_type)
     rollout = ws.rollout(model, processor)
     got, grads = _logprobs(model, rollout, backward=True)
     prompt, generations = rollout.prompt, rollout.num_generations

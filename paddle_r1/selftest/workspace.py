@@ -7,13 +7,14 @@ import shutil
 
 import numpy as np
 
+from ..models.families import DEFAULT_FAMILY, QWEN3_VL
 from .machine import Machine
 from .tolerances import Tolerance, tolerance_for
 
 QUESTION = "{Question}"
 # Sizes beside the tiny defaults, per family. Qwen3-VL's DeepStack adds vision block i's features to the image
 # positions after decoder layer i: with 2 layers the last would enter after the last layer, which no completion reads
-TINY_SIZES = {"qwen3_vl": {"num_hidden_layers": 3}}
+TINY_SIZES = {QWEN3_VL.model_type: {"num_hidden_layers": 3}}
 PROMPTS = 2  # prompts of different image sizes: a left-padded batch, the masked attention path
 
 
@@ -44,7 +45,7 @@ class Workspace:
             self._made[key] = make()
         return self._made[key]
 
-    def tiny_model(self, family: str = "qwen2_5_vl") -> str:
+    def tiny_model(self, family: str = DEFAULT_FAMILY) -> str:
         from ..testing.tiny import TinySize, make_tiny_model
 
         size = TinySize(**TINY_SIZES.get(family, {}))
@@ -56,7 +57,7 @@ class Workspace:
 
         return self.once("data", lambda: make_synthetic_rec(self.path("data"), num_samples=8, seed=0))
 
-    def load(self, family: str = "qwen2_5_vl", attention=None):
+    def load(self, family: str = DEFAULT_FAMILY, attention=None):
         """(model, processor) of the tiny ``family`` model, in this machine's dtype and attention (or ``attention``)."""
         from ..models.loading import load_model, load_processor
 

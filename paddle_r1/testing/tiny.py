@@ -10,18 +10,15 @@ It is loaded through exactly the code path of a real checkpoint.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..models.families import DEFAULT_FAMILY, FAMILIES, ModelFamily
 from .parts import TinySize, Weights, build_tokenizer, decoder_sizes, mrope_section, write_json, write_tokenizer_files
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "paddleocr_vl")
-ARCHITECTURES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-                 "qwen3_vl": "Qwen3VLForConditionalGeneration", "paddleocr_vl": "PaddleOCRVLForConditionalGeneration"}
-PROCESSOR_CLASSES = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor",
-                     "paddleocr_vl": "PaddleOCRVLProcessor"}
 QWEN2_VL_MLP_RATIO = 4  # every published Qwen2-VL; its vision MLP is mlp_ratio * embed_dim wide
 QWEN3_VL_PATCH = 16  # Qwen3-VL's patches are 16 pixels (Qwen2/2.5-VL: 14); merged 2 x 2, a token covers 32 x 32
 QWEN2_VL_NORMALIZATION = {"image_mean": [0.48145466, 0.4578275, 0.40821073],  # CLIP's, Qwen2/2.5-VL
@@ -66,26 +63,23 @@ _CORPUS = [
 ]
 
 
-def _random_weights(size: TinySize, vocab: int, rng: np.random.Generator,
-                   family: str = "qwen2_5_vl") -> dict[str, np.ndarray]:
-    """Weights named and shaped as in the family's published safetensors (PyTorch [out, in])."""
-    if family == "qwen3_vl":
-        return _qwen3_vl_weights(size, vocab, rng)
+def _qwen2_weights(size: TinySize, vocab: int, rng: np.random.Generator, layer_norm_fc: bool) -> dict[str, np.ndarray]:
+    """Qwen2-VL's or Qwen2.5-VL's published names and shapes (PyTorch [out, in]): ``layer_norm_fc`` (Qwen2-VL),
+    LayerNorms with bias and an fc1/fc2 MLP in the vision tower; else RMSNorms and a gated MLP."""
     w = Weights(rng)
     vh, vi = size.vision_hidden_size, size.vision_intermediate_size
     w.normal("visual.patch_embed.proj.weight", (vh, 3, 2, 14, 14))
-    qwen2_vl = family == "qwen2_vl"  # LayerNorms with bias and an fc1/fc2 MLP; Qwen2.5-VL: RMSNorms, gated MLP
     for b in range(size.vision_depth):
         p = f"visual.blocks.{b}"
-        w.vision_block_attention(p, vh, norm_bias=qwen2_vl)
-        if qwen2_vl:
+        w.vision_block_attention(p, vh, norm_bias=layer_norm_fc)
+        if layer_norm_fc:
             w.linear(f"{p}.mlp.fc1", QWEN2_VL_MLP_RATIO * vh, vh, True)
             w.linear(f"{p}.mlp.fc2", vh, QWEN2_VL_MLP_RATIO * vh, True)
         else:
             w.linear(f"{p}.mlp.gate_proj", vi, vh, True)
             w.linear(f"{p}.mlp.up_proj", vi, vh, True)
             w.linear(f"{p}.mlp.down_proj", vh, vi, True)
-    w.norm("visual.merger.ln_q", vh, bias=qwen2_vl)
+    w.norm("visual.merger.ln_q", vh, bias=layer_norm_fc)
     w.linear("visual.merger.mlp.0", 4 * vh, 4 * vh, True)
     w.linear("visual.merger.mlp.2", size.hidden_size, 4 * vh, True)
     w.decoder("model", size, vocab, qk_norm=False, attention_bias=True)
@@ -121,16 +115,44 @@ def _deepstack_indexes(size: TinySize) -> list[int]:
     return list(range(min(size.vision_depth, size.num_hidden_layers)))
 
 
-def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, size: TinySize | None = None,
+def make_tiny_model(out_dir: str, family: str = DEFAULT_FAMILY, seed: int = 0, size: TinySize | None = None,
                     max_pixels: int = 112 * 112, min_pixels: int = 56 * 56) -> str:
-    """Write a complete, loadable tiny checkpoint folder and return its path."""
+    """Write a complete, loadable tiny checkpoint folder of ``family`` (a model_type) and return its path."""
     if family not in FAMILIES:
         raise ConfigError(f"make-tiny-model: family {family!r} is not supported yet (supported: {', '.join(FAMILIES)})")
-    size = size or TinySize()
-    if family == "paddleocr_vl":
-        from .tiny_paddleocr_vl import make_tiny_paddleocr_vl
+    entry = FAMILIES[family]
+    return entry.tiny_builder.load()(entry, out_dir, seed, size or TinySize(), max_pixels=max_pixels,
+                                     min_pixels=min_pixels)
 
-        return make_tiny_paddleocr_vl(out_dir, seed, size, max_pixels=max_pixels, min_pixels=min_pixels)
+
+def make_tiny_qwen2_vl(family: ModelFamily, out_dir: str, seed: int, size: TinySize, max_pixels: int,
+                       min_pixels: int) -> str:
+    """Qwen2-VL's layout (``ModelFamily.tiny_builder``): flat config.json, its vision tower's width ``embed_dim``."""
+    return _write_qwen_vl(family, out_dir, seed, size, max_pixels, min_pixels,
+                          functools.partial(_qwen2_weights, layer_norm_fc=True), _flat_config, _qwen2_vl_vision(size),
+                          patch=14, normalization=QWEN2_VL_NORMALIZATION)
+
+
+def make_tiny_qwen2_5_vl(family: ModelFamily, out_dir: str, seed: int, size: TinySize, max_pixels: int,
+                         min_pixels: int) -> str:
+    """Qwen2.5-VL's layout: flat config.json, a windowed vision tower whose last block attends to the whole image."""
+    return _write_qwen_vl(family, out_dir, seed, size, max_pixels, min_pixels,
+                          functools.partial(_qwen2_weights, layer_norm_fc=False), _flat_config,
+                          _qwen2_5_vl_vision(size), patch=14, normalization=QWEN2_VL_NORMALIZATION)
+
+
+def make_tiny_qwen3_vl(family: ModelFamily, out_dir: str, seed: int, size: TinySize, max_pixels: int,
+                       min_pixels: int) -> str:
+    """Qwen3-VL's layout: text fields nested in ``text_config``, 16-pixel patches, DeepStack mergers."""
+    return _write_qwen_vl(family, out_dir, seed, size, max_pixels, min_pixels, _qwen3_vl_weights, _nested_config,
+                          _qwen3_vl_vision(family, size), patch=QWEN3_VL_PATCH, normalization=QWEN3_VL_NORMALIZATION)
+
+
+def _write_qwen_vl(family: ModelFamily, out_dir: str, seed: int, size: TinySize, max_pixels: int, min_pixels: int,
+                   weights, config, vision: dict, patch: int, normalization: dict) -> str:
+    """What the Qwen-VL checkpoints share (Qwen's tokenizer and chat template, generation and preprocessor configs),
+    with the family's ``weights(size, vocab, rng)``, ``config(family, size, vocab, ids, vision)`` and
+    ``vision_config``."""
     from safetensors.numpy import save_file
 
     os.makedirs(out_dir, exist_ok=True)
@@ -138,7 +160,7 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
     vocab = tok.get_vocab_size()
     ids = write_tokenizer_files(out_dir, tok, SPECIAL_TOKENS, CHAT_TEMPLATE, {
         "tokenizer_class": "Qwen2Tokenizer",
-        "processor_class": PROCESSOR_CLASSES[family],
+        "processor_class": family.processor_class,
         "model_max_length": 32768,
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
@@ -149,11 +171,9 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
         "clean_up_tokenization_spaces": False,
     })
 
-    weights = _random_weights(size, vocab, np.random.default_rng(seed), family)
-    save_file(weights, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-
-    config = _model_config(family, size, vocab, ids)
-    write_json(out_dir, "config.json", config)
+    save_file(weights(size, vocab, np.random.default_rng(seed)), os.path.join(out_dir, "model.safetensors"),
+              metadata={"format": "pt"})
+    write_json(out_dir, "config.json", config(family, size, vocab, ids, vision))
     write_json(out_dir, "generation_config.json", {
         "bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
         "pad_token_id": ids["<|endoftext|>"], "do_sample": False,
@@ -161,20 +181,18 @@ def make_tiny_model(out_dir: str, family: str = "qwen2_5_vl", seed: int = 0, siz
     write_json(out_dir, "preprocessor_config.json", {
         "min_pixels": min_pixels,
         "max_pixels": max_pixels,
-        "patch_size": QWEN3_VL_PATCH if family == "qwen3_vl" else 14,
+        "patch_size": patch,
         "temporal_patch_size": 2,
         "merge_size": 2,
-        **(QWEN3_VL_NORMALIZATION if family == "qwen3_vl" else QWEN2_VL_NORMALIZATION),
+        **normalization,
         "image_processor_type": "Qwen2VLImageProcessor",
-        "processor_class": PROCESSOR_CLASSES[family],
+        "processor_class": family.processor_class,
     })
     return out_dir
 
 
-def _model_config(family: str, size: TinySize, vocab: int, ids: dict[str, int]) -> dict:
-    """The published config.json: flat text fields for Qwen2/2.5-VL; Qwen3-VL nests them in ``text_config``."""
-    head_dim = size.hidden_size // size.num_attention_heads
-    text = {
+def _text_config(size: TinySize, vocab: int, ids: dict[str, int]) -> dict:
+    return {
         **decoder_sizes(size, vocab),
         "hidden_act": "silu",
         "max_position_embeddings": 32768,
@@ -187,59 +205,74 @@ def _model_config(family: str, size: TinySize, vocab: int, ids: dict[str, int]) 
         "eos_token_id": ids["<|im_end|>"],
         "pad_token_id": ids["<|endoftext|>"],
     }
-    tokens = {"vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"],
-              "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"]}
-    if family == "qwen3_vl":
-        # interleaved M-RoPE: frequency i rotates by the time, height or width position as i % 3 (sections
-        # bound how many go to height and width); Qwen3's head_dim is its own field
-        text.update({"model_type": "qwen3_vl_text", "head_dim": head_dim, "attention_bias": False,
-                     "rope_theta": 5000000.0,
-                     "rope_scaling": {"rope_type": "default", "mrope_section": mrope_section(head_dim),
-                                      "mrope_interleaved": True}})
-        return {"architectures": [ARCHITECTURES[family]], "model_type": family, "tie_word_embeddings": False,
-                "torch_dtype": "float32", "text_config": text, **tokens,
-                "vision_config": _vision_config(family, size)}
+
+
+def _image_tokens(ids: dict[str, int]) -> dict:
+    return {"vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"],
+            "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"]}
+
+
+def _flat_config(family: ModelFamily, size: TinySize, vocab: int, ids: dict[str, int], vision: dict) -> dict:
+    """Qwen2/2.5-VL's published config.json: the text fields at the top level."""
+    head_dim = size.hidden_size // size.num_attention_heads
     return {
-        "architectures": [ARCHITECTURES[family]], "model_type": family, **text,
+        "architectures": [family.model_class.name], "model_type": family.model_type, **_text_config(size, vocab, ids),
         "max_window_layers": size.num_hidden_layers, "rope_theta": 1000000.0,
         "rope_scaling": {"type": "mrope", "mrope_section": mrope_section(head_dim)},
-        "sliding_window": 32768, "use_sliding_window": False, "vision_token_id": ids["<|vision_pad|>"], **tokens,
-        "vision_config": _vision_config(family, size),
+        "sliding_window": 32768, "use_sliding_window": False, "vision_token_id": ids["<|vision_pad|>"],
+        **_image_tokens(ids), "vision_config": vision,
     }
 
 
-def _vision_config(family: str, size: TinySize) -> dict:
-    """The published ``vision_config``: Qwen2-VL's names its width ``embed_dim`` and its output ``hidden_size``."""
-    if family == "qwen3_vl":
-        return {
-            "model_type": "qwen3_vl",
-            "depth": size.vision_depth,
-            "hidden_size": size.vision_hidden_size,
-            "hidden_act": "gelu_pytorch_tanh",
-            "intermediate_size": size.vision_intermediate_size,
-            "num_heads": size.vision_num_heads,
-            "in_channels": 3,
-            "out_hidden_size": size.hidden_size,
-            "patch_size": QWEN3_VL_PATCH,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "num_position_embeddings": QWEN3_VL_POSITION_TABLE,
-            "deepstack_visual_indexes": _deepstack_indexes(size),
-            "initializer_range": 0.02,
-        }
-    if family == "qwen2_vl":
-        return {
-            "depth": size.vision_depth,
-            "embed_dim": size.vision_hidden_size,
-            "hidden_size": size.hidden_size,
-            "hidden_act": "quick_gelu",
-            "mlp_ratio": QWEN2_VL_MLP_RATIO,
-            "num_heads": size.vision_num_heads,
-            "in_chans": 3,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-        }
+def _nested_config(family: ModelFamily, size: TinySize, vocab: int, ids: dict[str, int], vision: dict) -> dict:
+    """Qwen3-VL's published config.json: the text fields in ``text_config``, with interleaved M-RoPE (frequency i
+    rotates by the time, height or width position as i % 3; sections bound how many go to height and width) and
+    Qwen3's own ``head_dim`` field."""
+    head_dim = size.hidden_size // size.num_attention_heads
+    text = {**_text_config(size, vocab, ids), "model_type": f"{family.model_type}_text", "head_dim": head_dim,
+            "attention_bias": False, "rope_theta": 5000000.0,
+            "rope_scaling": {"rope_type": "default", "mrope_section": mrope_section(head_dim),
+                             "mrope_interleaved": True}}
+    return {"architectures": [family.model_class.name], "model_type": family.model_type, "tie_word_embeddings": False,
+            "torch_dtype": "float32", "text_config": text, **_image_tokens(ids), "vision_config": vision}
+
+
+def _qwen3_vl_vision(family: ModelFamily, size: TinySize) -> dict:
+    return {
+        "model_type": family.model_type,
+        "depth": size.vision_depth,
+        "hidden_size": size.vision_hidden_size,
+        "hidden_act": "gelu_pytorch_tanh",
+        "intermediate_size": size.vision_intermediate_size,
+        "num_heads": size.vision_num_heads,
+        "in_channels": 3,
+        "out_hidden_size": size.hidden_size,
+        "patch_size": QWEN3_VL_PATCH,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "num_position_embeddings": QWEN3_VL_POSITION_TABLE,
+        "deepstack_visual_indexes": _deepstack_indexes(size),
+        "initializer_range": 0.02,
+    }
+
+
+def _qwen2_vl_vision(size: TinySize) -> dict:
+    """Qwen2-VL's ``vision_config`` names its width ``embed_dim`` and its output ``hidden_size``."""
+    return {
+        "depth": size.vision_depth,
+        "embed_dim": size.vision_hidden_size,
+        "hidden_size": size.hidden_size,
+        "hidden_act": "quick_gelu",
+        "mlp_ratio": QWEN2_VL_MLP_RATIO,
+        "num_heads": size.vision_num_heads,
+        "in_chans": 3,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    }
+
+
+def _qwen2_5_vl_vision(size: TinySize) -> dict:
     return {
         "depth": size.vision_depth,
         "hidden_size": size.vision_hidden_size,
@@ -255,5 +288,3 @@ def _vision_config(family: str, size: TinySize) -> dict:
         "fullatt_block_indexes": [size.vision_depth - 1],
         "tokens_per_second": 2,
     }
-
-

@@ -1,5 +1,5 @@
 """A tiny, seeded PaddleOCR-VL checkpoint in the published layout (``PaddlePaddle/PaddleOCR-VL``), for tests and the
-demo: ``tiny.make_tiny_model(..., family="paddleocr_vl")``.
+demo: ``tiny.make_tiny_model(..., family=families.PADDLEOCR_VL.model_type)``.
 
 The published folder: a flat ``config.json`` (the ERNIE-4.5 text fields at the top, ``vision_config`` nested;
 ``rope_theta`` + ``rope_scaling`` with M-RoPE sections), ``model.safetensors`` with the names
@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from ..models.families import ModelFamily
 from .parts import TinySize, Weights, build_tokenizer, decoder_sizes, mrope_section, write_json, write_tokenizer_files
 
 # ERNIE-4.5's: <unk> (padding), <s>, </s> take ids 0, 1, 2 as in the published vocabulary
@@ -61,7 +62,9 @@ CORPUS = [
 ]
 
 
-def make_tiny_paddleocr_vl(out_dir: str, seed: int, size: TinySize, max_pixels: int, min_pixels: int) -> str:
+def make_tiny_paddleocr_vl(family: ModelFamily, out_dir: str, seed: int, size: TinySize, max_pixels: int,
+                           min_pixels: int) -> str:
+    """``family``'s tiny checkpoint (``ModelFamily.tiny_builder``): its names come from the entry."""
     from safetensors.numpy import save_file
 
     os.makedirs(out_dir, exist_ok=True)
@@ -69,7 +72,7 @@ def make_tiny_paddleocr_vl(out_dir: str, seed: int, size: TinySize, max_pixels: 
     vocab = tok.get_vocab_size()
     ids = write_tokenizer_files(out_dir, tok, SPECIAL_TOKENS, CHAT_TEMPLATE, {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "processor_class": "PaddleOCRVLProcessor",
+        "processor_class": family.processor_class,
         "model_max_length": 131072,
         "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<unk>", "unk_token": "<unk>",
         "cls_token": "<|begin_of_sentence|>", "sep_token": "<|end_of_sentence|>",
@@ -78,7 +81,7 @@ def make_tiny_paddleocr_vl(out_dir: str, seed: int, size: TinySize, max_pixels: 
     })
     save_file(_weights(size, vocab, np.random.default_rng(seed)), os.path.join(out_dir, "model.safetensors"),
               metadata={"format": "pt"})
-    write_json(out_dir, "config.json", _config(size, vocab, ids))
+    write_json(out_dir, "config.json", _config(family, size, vocab, ids))
     write_json(out_dir, "generation_config.json", {
         "bos_token_id": ids["<s>"], "eos_token_id": ids["</s>"], "pad_token_id": ids["<unk>"], "do_sample": False})
     write_json(out_dir, "preprocessor_config.json", {
@@ -93,7 +96,7 @@ def make_tiny_paddleocr_vl(out_dir: str, seed: int, size: TinySize, max_pixels: 
         "rescale_factor": 1 / 255,
         "do_convert_rgb": True,
         "image_processor_type": "PaddleOCRVLImageProcessor",
-        "processor_class": "PaddleOCRVLProcessor",
+        "processor_class": family.processor_class,
     })
     return out_dir
 
@@ -122,11 +125,11 @@ def _weights(size: TinySize, vocab: int, rng: np.random.Generator) -> dict[str, 
     return dict(w)
 
 
-def _config(size: TinySize, vocab: int, ids: dict[str, int]) -> dict:
+def _config(family: ModelFamily, size: TinySize, vocab: int, ids: dict[str, int]) -> dict:
     head_dim = size.hidden_size // size.num_attention_heads
     return {
-        "architectures": ["PaddleOCRVLForConditionalGeneration"],
-        "model_type": "paddleocr_vl",
+        "architectures": [family.model_class.name],
+        "model_type": family.model_type,
         **decoder_sizes(size, vocab),
         "head_dim": head_dim,
         "hidden_act": "silu",
@@ -142,7 +145,7 @@ def _config(size: TinySize, vocab: int, ids: dict[str, int]) -> dict:
         "image_token_id": ids["<|IMAGE_PLACEHOLDER|>"], "video_token_id": ids["<|video_pad|>"],
         "vision_start_token_id": ids["<|IMAGE_START|>"], "vision_end_token_id": ids["<|IMAGE_END|>"],
         "vision_config": {
-            "model_type": "paddleocr_vl",
+            "model_type": family.model_type,
             "hidden_size": size.vision_hidden_size,
             "intermediate_size": size.vision_intermediate_size,
             "num_hidden_layers": size.vision_depth,
