@@ -220,3 +220,33 @@ def test_every_algorithm_name_has_an_implementation_and_every_implementation_a_n
     assert len({str(v) for v in scaled.values()}) == len(algorithms.SCALE_REWARDS)  # each divides differently
     with pytest.raises(ValueError, match="scale_rewards"):
         group_advantages(rewards, 2, "tokens")
+
+
+def test_an_algorithm_is_one_registered_object_the_config_reads():
+    """A loss type, estimator or level is one ``Registry`` entry: the key's choices, its help and its rules come from
+    it, and the config reads them without importing Paddle (the command line stays quick)."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    from paddle_r1.algorithms.names import REGISTRIES
+    from paddle_r1.algorithms.registry import Need, Registry
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.errors import ConfigError
+
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    for registry in REGISTRIES:
+        assert fields[registry.key].metadata["choices"] == registry.names
+        assert registry.choices_help() in fields[registry.key].metadata["help"]
+    toy = Registry("loss_type")
+    toy.register("capped", "l = -min(w, epsilon_high) A", needs=(Need("epsilon_high", "caps w at it"),))(abs)
+    with pytest.raises(ValueError, match="registered twice"):
+        toy.add("capped", abs, "again")
+    assert toy.implementation("capped") is abs and toy.choices_help().endswith("(needs epsilon_high set)")
+    with pytest.raises(ConfigError, match="^config keys 'loss_type' and 'epsilon_high': capped caps w at it$"):
+        toy.check(type("Config", (), {"loss_type": "capped", "epsilon_high": None})())
+    with pytest.raises(ValueError, match="unknown loss_type 'nope'"):
+        toy.implementation("nope")
+    quiet = subprocess.run([sys.executable, "-c", "import sys, paddle_r1.config.jobs; print('paddle' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+    assert quiet.stdout.strip() == "False"

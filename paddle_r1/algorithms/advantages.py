@@ -1,12 +1,15 @@
 """Advantages from rewards: GRPO's group normalisation and the estimators ``adv_estimator`` names (RLOO,
 REINFORCE++, Dr. GRPO), GDPO's per-reward normalisation (``multi_objective_aggregation: normalize_then_sum``), and
-DAPO's overlong penalty on the reward. Each formula is in its function's docstring."""
+DAPO's overlong penalty on the reward. Each formula is in its function's docstring; each estimator is one entry of
+``ADVANTAGE_ESTIMATORS`` (``registry.Registry``), which the config reads."""
 from __future__ import annotations
 
 import numpy as np
-import paddle
 
-from .names import SCALE_REWARDS
+from .registry import Registry, paddle
+
+SCALE_REWARDS = ("group", "batch", "none")  # group_advantages' divisor
+ADVANTAGE_ESTIMATORS = Registry("adv_estimator")  # EasyR1's adv_estimator names
 
 
 def _nan_mean(x: paddle.Tensor, valid: paddle.Tensor, axis=None) -> paddle.Tensor:
@@ -48,6 +51,13 @@ def _zero_nan(x: paddle.Tensor) -> paddle.Tensor:
     return paddle.where(paddle.isnan(x), paddle.zeros_like(x), x)
 
 
+@ADVANTAGE_ESTIMATORS.register("grpo", "(r - mean_group) / std as scale_rewards says")
+def grpo_advantages(rewards: paddle.Tensor, num_generations: int, scale_rewards: str = "group", **_) -> paddle.Tensor:
+    """GRPO: ``group_advantages``, divided as ``scale_rewards`` (TRL's key) says."""
+    return group_advantages(rewards, num_generations, scale_rewards)
+
+
+@ADVANTAGE_ESTIMATORS.register("rloo", "r_i - mean_{j != i} r_j")
 def rloo_advantages(rewards: paddle.Tensor, num_generations: int, **_) -> paddle.Tensor:
     """RLOO (arXiv 2402.14740): A_i = r_i - mean_{j != i} r_j over the scored completions of i's group, which is
     k / (k - 1) * (r_i - mean(group)) for k scored completions; 0 for a group with fewer than two."""
@@ -59,6 +69,8 @@ def rloo_advantages(rewards: paddle.Tensor, num_generations: int, **_) -> paddle
     return _zero_nan((centered * scale).reshape([-1]))
 
 
+@ADVANTAGE_ESTIMATORS.register("reinforce_plus_plus", "(r - mu) / sigma over all completion tokens of the batch, no "
+                               "group baseline")
 def reinforce_plus_plus_advantages(rewards: paddle.Tensor, num_generations: int, lengths: paddle.Tensor,
                                    **_) -> paddle.Tensor:
     """REINFORCE++ (arXiv 2501.03262) with an outcome reward, as EasyR1 computes it: every completion token's
@@ -74,26 +86,18 @@ def reinforce_plus_plus_advantages(rewards: paddle.Tensor, num_generations: int,
     return _zero_nan(paddle.where(valid, (filled - mean) / (variance + 1e-8).sqrt(), paddle.zeros_like(rewards)))
 
 
+@ADVANTAGE_ESTIMATORS.register("dr_grpo", "r - mean_group")
 def dr_grpo_advantages(rewards: paddle.Tensor, num_generations: int, **_) -> paddle.Tensor:
     """Dr. GRPO (arXiv 2503.20783): A_i = r_i - mean(group), not divided by any std."""
     return group_advantages(rewards, num_generations, "none")
-
-
-ADVANTAGE_ESTIMATORS = {
-    # EasyR1's adv_estimator names; "grpo" divides as scale_rewards says (TRL's key)
-    "grpo": lambda rewards, num_generations, scale_rewards="group", **_: group_advantages(
-        rewards, num_generations, scale_rewards),
-    "rloo": rloo_advantages,
-    "reinforce_plus_plus": reinforce_plus_plus_advantages,
-    "dr_grpo": dr_grpo_advantages,
-}
 
 
 def advantages_for(estimator: str, rewards: paddle.Tensor, num_generations: int, lengths: paddle.Tensor,
                    scale_rewards: str = "group") -> paddle.Tensor:
     """The advantage of each completion by the named estimator (config key ``adv_estimator``); ``lengths``: each
     completion's tokens."""
-    return ADVANTAGE_ESTIMATORS[estimator](rewards, num_generations, lengths=lengths, scale_rewards=scale_rewards)
+    return ADVANTAGE_ESTIMATORS.implementation(estimator)(rewards, num_generations, lengths=lengths,
+                                                          scale_rewards=scale_rewards)
 
 
 def normalize_then_sum_advantages(scores: paddle.Tensor, weights, num_generations: int) -> paddle.Tensor:

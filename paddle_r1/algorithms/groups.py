@@ -30,6 +30,9 @@ class GroupTable:
     scores: np.ndarray  # [P, G, F] each reward function's score, NaN: None, unscored or held by no rank
     lengths: np.ndarray  # [P, G] completion tokens (0 where no rank holds one)
     local: np.ndarray  # this rank's completions, in its row order: flat positions p * G + g in the table
+    # [P, G] float32 beta * sum_t kl_t with the KL in the reward (use_kl_loss false), else None: subtracted from the
+    # rewards for the advantages only (dynamic sampling and frac_reward_zero_std look at the task's rewards)
+    kl_penalties: Optional[np.ndarray] = None
 
     @property
     def num_generations(self) -> int:
@@ -62,32 +65,39 @@ class GroupTable:
             every = normalize_then_sum_advantages(paddle.to_tensor(self.scores.reshape(-1, self.scores.shape[2])),
                                                   weights, g)
         else:
-            every = advantages_for(estimator, paddle.to_tensor(self.rewards.reshape(-1)), g,
+            rewards = self.rewards if self.kl_penalties is None else self.rewards - self.kl_penalties
+            every = advantages_for(estimator, paddle.to_tensor(rewards.reshape(-1)), g,
                                    paddle.to_tensor(self.lengths.reshape(-1)), scale_rewards)
         return paddle.to_tensor(every.numpy()[self.local])
 
 
 def gather_groups(keys: list, generations: list[int], rewards: np.ndarray, scores: np.ndarray, lengths: np.ndarray,
-                  num_generations: int, world_size: int, where: str) -> GroupTable:
+                  num_generations: int, world_size: int, where: str,
+                  kl_penalties: Optional[np.ndarray] = None) -> GroupTable:
     """Every rank's completions in one table (one collective; the same call on every rank whatever it holds).
     ``keys`` and ``generations``: per completion of this rank, its group's key (comparable, alike on every rank
-    holding the group) and its generation index in the group."""
+    holding the group) and its generation index in the group; ``kl_penalties`` given on every rank or on none."""
     mine = {"keys": list(keys), "generations": np.asarray(generations, dtype=np.int64),
             "rewards": np.asarray(rewards, dtype=np.float32), "scores": np.asarray(scores, dtype=np.float32),
-            "lengths": np.asarray(lengths, dtype=np.float32)}
+            "lengths": np.asarray(lengths, dtype=np.float32),
+            "kl_penalties": None if kl_penalties is None else np.asarray(kl_penalties, dtype=np.float32)}
     parts = gather_objects(mine, world_size, where)
     order = {key: row for row, key in enumerate(sorted({key for part in parts for key in part["keys"]}))}
     functions = scores.shape[1]
     table = GroupTable(rewards=np.full((len(order), num_generations), np.nan, dtype=np.float32),
                        scores=np.full((len(order), num_generations, functions), np.nan, dtype=np.float32),
                        lengths=np.zeros((len(order), num_generations), dtype=np.float32),
-                       local=np.zeros(0, dtype=np.int64))
+                       local=np.zeros(0, dtype=np.int64),
+                       kl_penalties=None if kl_penalties is None else np.full((len(order), num_generations), np.nan,
+                                                                               dtype=np.float32))
     for part in parts:
         rows = np.asarray([order[key] for key in part["keys"]], dtype=np.int64)
         positions = rows * num_generations + part["generations"]
         table.rewards.reshape(-1)[positions] = part["rewards"]
         table.scores.reshape(-1, functions)[positions] = part["scores"]
         table.lengths.reshape(-1)[positions] = part["lengths"]
+        if table.kl_penalties is not None:
+            table.kl_penalties.reshape(-1)[positions] = part["kl_penalties"]
     rows = np.asarray([order[key] for key in mine["keys"]], dtype=np.int64)
     table.local = rows * num_generations + mine["generations"]
     return table

@@ -1,6 +1,8 @@
 """The policy loss: TRL 1.16's loss types (``LOSS_TYPE_RULES``: one objective and one normalisation each, formulas in
-their docstrings), the KL estimators, the importance-sampling levels, and the masks (off-policy, high-entropy). The
-log-probs it takes are ``trainer.logprobs``'s; the advantages ``trainer.advantages``'."""
+their docstrings), the KL estimators (``KL_ESTIMATES``), the importance-sampling levels (``LOG_RATIO_LEVELS``), and the
+masks (off-policy, high-entropy); each loss type, estimator and level is one entry of its registry
+(``registry.Registry``), which the config reads. The log-probs it takes are ``algorithms.logprobs``'; the advantages
+``algorithms.advantages``'."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,30 +11,50 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
-import paddle
+
+from .registry import Need, Registry, paddle
+
+KL_ESTIMATES = Registry("kl_estimator")  # Schulman, "Approximating KL divergence": d = ref_t - logp_t per sampled token
+
+
+@KL_ESTIMATES.register("k1", "logp - ref")
+def k1(delta):
+    """k1 = -d = logp - ref: unbiased, but negative for some tokens."""
+    return -delta
+
+
+@KL_ESTIMATES.register("k2", "(logp - ref)^2 / 2")
+def k2(delta):
+    """k2 = d^2 / 2: biased, low variance, never negative."""
+    return 0.5 * delta * delta
+
+
+@KL_ESTIMATES.register("k3", "exp(ref - logp) - (ref - logp) - 1")
+def k3(delta):
+    """k3 = exp(d) - d - 1: unbiased, low variance, never negative (TRL's and verl's low_var_kl)."""
+    return paddle.exp(delta) - delta - 1
 
 
 def kl_divergence(logp: paddle.Tensor, ref_logp: paddle.Tensor, estimator: str = "k3") -> paddle.Tensor:
-    """Per-token estimate of KL(policy || reference) from sampled tokens (Schulman, "Approximating KL
-    divergence"), d = ref_t - logp_t:  k1 = -d;  k2 = d^2 / 2;  k3 = exp(d) - d - 1 (>= 0, low variance)."""
-    if estimator not in KL_ESTIMATES:
-        raise ValueError(f"unknown kl_estimator {estimator!r}")
-    return KL_ESTIMATES[estimator](ref_logp - logp)
+    """Per-token estimate of KL(policy || reference) from sampled tokens by the named estimator (``KL_ESTIMATES``),
+    from d = ref_t - logp_t."""
+    return KL_ESTIMATES.implementation(estimator)(ref_logp - logp)
 
 
-KL_ESTIMATES = {  # kl_estimator's names (paddle_r1.algorithms.names.KL_ESTIMATORS) -> the estimate from d = ref - logp
-    "k1": lambda delta: -delta,
-    "k2": lambda delta: 0.5 * delta * delta,
-    "k3": lambda delta: paddle.exp(delta) - delta - 1,
-}
+LOG_RATIO_LEVELS = Registry("importance_sampling_level")  # (log_ratio, mask) -> the log-ratio the weight is made of
 
 
-LOG_RATIO_LEVELS = {  # importance_sampling_level's names (paddle_r1.algorithms.names) -> (log_ratio, mask) -> its level
-    "token": lambda log_ratio, mask: log_ratio,
-    # GSPO (arXiv 2507.18071): every token of completion i weighted by exp(sum_t m (logp - old) / sum_t m)
-    "sequence": lambda log_ratio, mask: (log_ratio * mask).sum(axis=1, keepdim=True)
-    / mask.sum(axis=1, keepdim=True).clip(min=1.0),
-}
+@LOG_RATIO_LEVELS.register("token", "one ratio per token, exp(logp_t - old_logp_t)")
+def token_level(log_ratio, mask):
+    """w_t = exp(logp_t - old_t)."""
+    return log_ratio
+
+
+@LOG_RATIO_LEVELS.register("sequence", "GSPO, as TRL: one ratio per completion, exp(mean_t(logp - old_logp)); the "
+                           "clip_ratio/* metrics then count completions, not tokens, as TRL 1.16 logs them")
+def sequence_level(log_ratio, mask):
+    """GSPO (arXiv 2507.18071): every token of completion i weighted by exp(sum_t m (logp - old) / sum_t m)."""
+    return (log_ratio * mask).sum(axis=1, keepdim=True) / mask.sum(axis=1, keepdim=True).clip(min=1.0)
 
 
 @dataclass(frozen=True)
@@ -160,21 +182,36 @@ def sequence_sum_mean(per_token, mask, num_items_in_batch, s: LossSettings):
 
 @dataclass(frozen=True)
 class LossType:
+    """A loss type's implementation: its objective and its normalisation (formulas in their docstrings)."""
+
     objective: Callable  # (_Weights, LossSettings) -> (per-token loss, its logged statistics)
     normalisation: Callable  # (per-token loss, mask, num_items_in_batch, settings) -> the micro-batch's loss
     per_micro_batch: bool = True  # divided by gradient_accumulation_steps (not when normalised by the step's tokens)
 
 
-LOSS_TYPE_RULES = {  # loss_type's names (paddle_r1.algorithms.names.LOSS_TYPES, TRL 1.16's) -> objective, normalisation
-    "grpo": LossType(clipped_objective, per_sequence_mean),
-    "bnpo": LossType(clipped_objective, token_mean),
-    "dr_grpo": LossType(clipped_objective, fixed_length_mean),
-    "dapo": LossType(clipped_objective, step_token_mean, per_micro_batch=False),
-    "luspo": LossType(clipped_objective, sequence_sum_mean),
-    "cispo": LossType(cispo_objective, step_token_mean, per_micro_batch=False),
-    "sapo": LossType(sapo_objective, per_sequence_mean),
-    "vespo": LossType(vespo_objective, step_token_mean, per_micro_batch=False),
-}
+LOSS_TYPE_RULES = Registry("loss_type")  # TRL 1.16's loss types, in its order
+LOSS_TYPE_RULES.add("grpo", LossType(clipped_objective, per_sequence_mean),
+                    "l = -min(w A, clip(w, 1 - epsilon, 1 + epsilon_high) A), mean_i(sum_t l m / sum_t m); logs "
+                    "clip_ratio/* (the clipped ones)")
+LOSS_TYPE_RULES.add("bnpo", LossType(clipped_objective, token_mean), "same l, sum l m / sum m over the micro-batch")
+LOSS_TYPE_RULES.add("dr_grpo", LossType(clipped_objective, fixed_length_mean),
+                    "same l, sum l m / (N max_completion_length)")
+LOSS_TYPE_RULES.add("dapo", LossType(clipped_objective, step_token_mean, per_micro_batch=False), "same l, sum l m / T_step")
+LOSS_TYPE_RULES.add("luspo", LossType(clipped_objective, sequence_sum_mean),
+                    "same l, mean_i(sum_t l m), a completion weighs by its length (use with importance_sampling_level "
+                    "sequence)")
+LOSS_TYPE_RULES.add("cispo", LossType(cispo_objective, step_token_mean, per_micro_batch=False),
+                    "l = -sg(min(w, epsilon_high)) A logp_t (MiniMax-M1, ScaleRL; sg: no gradient through "
+                    "the weight), sum l m / T_step; logs cispo_clip_ratio (w > epsilon_high, A > 0)",
+                    needs=(Need("epsilon_high", "caps the importance weight itself at epsilon_high (ScaleRL's eps_max; "
+                                "5.0 recommended); set it (unset, it would be epsilon, {config.epsilon})"),))
+LOSS_TYPE_RULES.add("sapo", LossType(sapo_objective, per_sequence_mean),
+                    "l = -sigmoid(tau (w - 1)) 4 / tau A, tau = sapo_temperature_pos if A > 0 else "
+                    "sapo_temperature_neg, normalised as grpo")
+LOSS_TYPE_RULES.add("vespo", LossType(vespo_objective, step_token_mean, per_micro_batch=False),
+                    "l = -sg(phi(W)) A logp_t (token level), W = exp(clip(sum_t m clip(logp - old, -20, 20), ln 1e-8, "
+                    "20)) the completion's weight, phi(W) = exp(lambda + k ln W - lambda W) (k, lambda: vespo_*_pos if "
+                    "A >= 0, else vespo_*_neg), sum l m / T_step; logs vespo/phi_seq_mean")
 
 
 def off_policy_mask(advantages, logp, old_logp, mask, threshold: float) -> paddle.Tensor:
@@ -218,7 +255,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: LossSettings
     TRL's names. For N completions of T tokens, mask m:
 
     w = exp(logp_t - old_logp_t) per token, or for every token of completion i exp(sum_t m (logp - old) / sum_t m)
-    (``importance_sampling_level`` sequence: GSPO, arXiv 2507.18071);
+    (``importance_sampling_level`` sequence: GSPO, arXiv 2507.18071; ``LOG_RATIO_LEVELS``);
     l_t = the loss type's objective (``LOSS_TYPE_RULES``: clipped, cispo, sapo, vespo), times the off-policy mask
     (``off_policy_mask_threshold``) and the high-entropy mask (``entropy_mask``, from ``top_entropy_quantile``);
     plus beta * kl_t, kl_t = ``kl_divergence(logp, ref, kl_estimator)`` (k3 by default), times w with
@@ -226,14 +263,10 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: LossSettings
     unless it divides by the step's tokens. With ``entropy_coef`` c: minus c * sum H m' / sum m' /
     gradient_accumulation_steps, H the policy's entropies, m' the mask times the high-entropy mask.
     """
-    loss_type = LOSS_TYPE_RULES.get(settings.loss_type)
-    if loss_type is None:
-        raise ValueError(f"unknown loss_type {settings.loss_type!r}")
+    loss_type = LOSS_TYPE_RULES.implementation(settings.loss_type)
     mask = mask.astype(logp.dtype)
     log_ratio = logp - old_logp
-    if settings.importance_sampling_level not in LOG_RATIO_LEVELS:
-        raise ValueError(f"unknown importance_sampling_level {settings.importance_sampling_level!r}")
-    level_log_ratio = LOG_RATIO_LEVELS[settings.importance_sampling_level](log_ratio, mask)
+    level_log_ratio = LOG_RATIO_LEVELS.implementation(settings.importance_sampling_level)(log_ratio, mask)
     adv = advantages.unsqueeze(1)
     weights = _Weights(logp, log_ratio, paddle.exp(level_log_ratio), adv, mask)
     per_token, stats = loss_type.objective(weights, settings)

@@ -1,11 +1,14 @@
-"""The names of the algorithms a config chooses between, in one place below everything else: the config checks its
-keys against them, and each implementation's table is keyed by them (``tests/test_algorithms.py`` proves that every
-name has an implementation and every implementation a name)."""
+"""The names of the algorithms a config chooses between, in one place for the config (its choices). The loss types,
+estimators and levels are read from their registries beside the implementations (``registry.Registry``), which also
+give the config each name's help and rules; scale_rewards' words are ``group_advantages``' own; the aggregations and
+sharding stages are listed here (``tests/test_algorithms.py`` proves each has an implementation)."""
+from .advantages import ADVANTAGE_ESTIMATORS, SCALE_REWARDS  # noqa: F401  SCALE_REWARDS: group_advantages' divisor
+from .loss import KL_ESTIMATES, LOG_RATIO_LEVELS, LOSS_TYPE_RULES
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")  # TRL 1.16's; algorithms/loss.py
-ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "dr_grpo")  # algorithms/advantages.py
-SCALE_REWARDS = ("group", "batch", "none")  # group_advantages' divisor
-KL_ESTIMATORS = ("k1", "k2", "k3")  # algorithms/loss.py
-IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")  # algorithms/loss.py; sequence: GSPO
+REGISTRIES = (LOSS_TYPE_RULES, ADVANTAGE_ESTIMATORS, KL_ESTIMATES, LOG_RATIO_LEVELS)  # each checks its own key's rules
+LOSS_TYPES = LOSS_TYPE_RULES.names  # TRL 1.16's
+ADV_ESTIMATORS = ADVANTAGE_ESTIMATORS.names
+KL_ESTIMATORS = KL_ESTIMATES.names
+IMPORTANCE_SAMPLING_LEVELS = LOG_RATIO_LEVELS.names  # sequence: GSPO
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # algorithms/groups.py
 SHARDING_STAGES = ("", "stage1", "stage2")  # parallel/sharding.py

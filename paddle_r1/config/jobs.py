@@ -16,6 +16,7 @@ from typing import Optional
 from .keys import (REPORT_TO, AnswerKeys, DataKeys, HeldoutKeys, ModelKeys, ObjectiveKeys, OptimizerKeys,
                           OutputKeys, RewardKeys, RolloutKeys, StepKeys, VariantKeys, declared, key)
 from .values import apply_types, check_bounds
+from ..algorithms.names import REGISTRIES
 from ..errors import ConfigError
 
 
@@ -173,12 +174,11 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
                               keys=("reward_kwargs", "reward_funcs"))
 
     def _check_policy_loss(self) -> None:
-        """TRL 1.16's loss keys beyond their ranges: cispo's cap, which TRL takes from epsilon_high (an unset
-        epsilon_high would cap every importance weight at epsilon, 0.2), and what GDPO leaves no place for."""
-        if self.loss_type == "cispo" and self.epsilon_high is None:
-            raise ConfigError("config keys 'loss_type' and 'epsilon_high': cispo caps the importance weight itself at "
-                              "epsilon_high (ScaleRL's eps_max; 5.0 recommended); set it (unset, it would be "
-                              f"epsilon, {self.epsilon})", keys=("loss_type", "epsilon_high"))
+        """The keys the chosen loss type and estimators need (their registries' rules: cispo's cap, which TRL takes
+        from epsilon_high, so that an unset epsilon_high would cap every importance weight at epsilon), and what GDPO
+        leaves no place for."""
+        for registry in REGISTRIES:
+            registry.check(self)
         if self.multi_objective_aggregation == "normalize_then_sum":
             beside = [f"{key} {value!r}" for key, value, alone in (
                 ("adv_estimator", self.adv_estimator, self.adv_estimator == "grpo"),

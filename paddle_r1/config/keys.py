@@ -11,8 +11,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from ..algorithms.names import (ADV_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
-                         MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS, SHARDING_STAGES)
+from ..algorithms.names import (ADV_ESTIMATORS, ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATES,
+                                KL_ESTIMATORS, LOG_RATIO_LEVELS, LOSS_TYPE_RULES, LOSS_TYPES,
+                                MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS, SHARDING_STAGES)
 from .values import Bounds, above, at_least
 from ..memory import UNDO_COPY_BUDGET_GIB
 
@@ -232,17 +233,8 @@ class ObjectiveKeys:
     loss_type: str = key(
         "grpo", "TRL 1.16's: the per-token loss l_t and its normalisation; w the importance weight exp(logp_t - "
         "old_t) (per completion exp(mean_t(logp - old)) at sequence level), A the advantage, m the completion mask, N "
-        "completions, T_step the completion tokens of the optimizer step (all micro-batches, mean over ranks). grpo: "
-        "l = -min(w A, clip(w, 1 - epsilon, 1 + epsilon_high) A), mean_i(sum_t l m / sum_t m) | bnpo: same l, sum l m "
-        "/ sum m over the micro-batch | dr_grpo: same l, sum l m / (N max_completion_length) | dapo: same l, sum l m / "
-        "T_step | luspo (use with importance_sampling_level sequence): same l, mean_i(sum_t l m), a completion weighs "
-        "by its length | cispo (MiniMax-M1, ScaleRL): l = -sg(min(w, epsilon_high)) A logp_t (sg: no gradient "
-        "through the weight), sum l m / T_step | sapo: l = -sigmoid(tau (w - 1)) 4 / tau A, tau = "
-        "sapo_temperature_pos if A > 0 else sapo_temperature_neg, normalised as grpo | vespo (token level): l = "
-        "-sg(phi(W)) A logp_t, W = exp(clip(sum_t m clip(logp - old, -20, 20), ln 1e-8, 20)) the completion's weight, "
-        "phi(W) = exp(lambda + k ln W - lambda W) (k, lambda: vespo_*_pos if A >= 0, else vespo_*_neg), sum l m / "
-        "T_step. Logged besides: clip_ratio/* (the clipped ones), cispo_clip_ratio (w > epsilon_high, A > 0), "
-        "vespo/phi_seq_mean", choices=LOSS_TYPES)
+        "completions, T_step the completion tokens of the optimizer step (all micro-batches, mean over ranks). "
+        + LOSS_TYPE_RULES.choices_help(), choices=LOSS_TYPES)
     sapo_temperature_pos: float = key(1.0, "sapo's gate temperature tau for positive advantages", bounds=above(0))
     sapo_temperature_neg: float = key(1.05, "sapo's gate temperature tau for the others", bounds=above(0))
     vespo_k_pos: float = key(2.0, "vespo's k for A >= 0: how hard a weight W < 1 is turned down", bounds=Bounds())
@@ -290,17 +282,12 @@ class VariantKeys:
 
     Formulas in paddle_r1/algorithms/loss.py and dynamic_sampling.py."""
 
-    adv_estimator: str = key("grpo", "EasyR1's names: grpo ((r - mean_group) / std as scale_rewards says) | rloo "
-                             "(r_i - mean_{j != i} r_j) | reinforce_plus_plus ((r - mu) / sigma over all completion "
-                             "tokens of the batch, no group baseline) | dr_grpo (r - mean_group)",
-                             choices=ADV_ESTIMATORS)
-    kl_estimator: str = key("k3", "k1 (logp - ref) | k2 ((logp - ref)^2 / 2) | k3 (exp(ref - logp) - (ref - logp) "
-                            "- 1)", choices=KL_ESTIMATORS)
+    adv_estimator: str = key("grpo", "EasyR1's names: " + ADVANTAGE_ESTIMATORS.choices_help(), choices=ADV_ESTIMATORS)
+    kl_estimator: str = key("k3", "the per-token estimate of KL(policy || reference) from the sampled tokens "
+                            "(Schulman's): " + KL_ESTIMATES.choices_help(), choices=KL_ESTIMATORS)
     use_kl_loss: bool = key(True, "false: beta * sum_t KL is subtracted from each completion's reward instead of "
                             "added to the loss")
-    importance_sampling_level: str = key("token", "token | sequence (GSPO, as TRL: one ratio per completion, "
-                                         "exp(mean_t(logp - old_logp)); the clip_ratio/* metrics then count "
-                                         "completions, not tokens, as TRL 1.16 logs them)",
+    importance_sampling_level: str = key("token", "the importance weight w's level: " + LOG_RATIO_LEVELS.choices_help(),
                                          choices=IMPORTANCE_SAMPLING_LEVELS)
     dynamic_sampling: bool = key(False, "DAPO: drop groups whose rewards all tie and draw further prompt batches "
                                  "until the micro-batch is full (at most max_num_gen_batches; then the last dropped "

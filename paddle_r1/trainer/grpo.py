@@ -38,24 +38,35 @@ from ..parallel.step_metrics import Max, Mean, Same, Std, Sum
 
 @dataclass
 class Experience:
-    """One micro-batch of rollouts with everything the loss needs."""
+    """One micro-batch of this rank, the step's one record, filled in the order the step runs: the rollout makes it
+    (completions, what the rewards see, each prompt's group key), the log-probs and the reward stage
+    (``GRPOTrainer._rewards_and_advantages``) complete it, and the loss reads it for num_iterations steps."""
 
     rollout: Rollout
-    mask: paddle.Tensor  # completion mask, truncated rows zeroed if mask_truncated_completions
-    advantages: paddle.Tensor
-    old_logp: Optional[paddle.Tensor]
-    ref_logp: Optional[paddle.Tensor]
-    scores: np.ndarray  # [N, F], NaN where a reward returned None
-    rewards: np.ndarray  # [N] weighted sum
     texts: list
     samples: list
     generation_seconds: float
     image_sizes: Optional[list] = None  # per prompt, what the rewards saw: original and resized (w, h) of each image
     input_sizes: Optional[list] = None
     turns: Optional[list] = None  # multi-turn: per completion, its episode's turns (``episodes.Episodes``)
+    tool_calls: Optional[list] = None  # multi-turn: per completion, the tool calls of its episode (a reward column)
+    # per prompt: its group's key (refill batch of dynamic sampling, place in the prompt batch: alike on every rank
+    # holding a part of the group) and the generation indices of its completions here
+    keys: list = dataclasses.field(default_factory=list)
+    generations: list = dataclasses.field(default_factory=list)
+    scores: Optional[np.ndarray] = None  # [N, F], NaN where a reward returned None
+    rewards: Optional[np.ndarray] = None  # [N] weighted sum + overlong penalty (- beta * KL once it is in the reward)
+    mask: Optional[paddle.Tensor] = None  # completion mask, truncated rows zeroed if mask_truncated_completions
+    old_logp: Optional[paddle.Tensor] = None  # kept with num_iterations > 1 only
+    ref_logp: Optional[paddle.Tensor] = None  # kept with the KL in the loss only
+    advantages: Optional[paddle.Tensor] = None
 
     def state(self) -> dict:
-        return dataclasses.asdict(self)
+        """What a resume mid-way through num_iterations needs: the fields the loss and the logs read."""
+        state = dataclasses.asdict(self)
+        for before_the_loss in ("tool_calls", "keys", "generations"):
+            del state[before_the_loss]
+        return state
 
     @classmethod
     def from_state(cls, state: dict) -> "Experience":
@@ -63,44 +74,28 @@ class Experience:
         rollout["prompt"] = PromptBatch(**rollout["prompt"])
         return cls(**{**state, "rollout": Rollout(**rollout)})
 
-
-@dataclass
-class _Candidates:
-    """Completions and their scores before advantages: one rollout's, or the kept groups of several. Per prompt,
-    its group's key (refill batch of dynamic sampling, place in the prompt batch: alike on every rank holding a part
-    of the group) and the generation indices of its completions here."""
-
-    rollout: Rollout
-    texts: list
-    samples: list
-    image_sizes: list
-    input_sizes: list
-    scores: np.ndarray
-    rewards: np.ndarray
-    seconds: float
-    keys: list
-    generations: list
-    turns: Optional[list] = None  # multi-turn: per completion, its episode's turns
-
-    def group(self, i: int) -> "_Candidates":
+    def group(self, i: int) -> "Experience":
+        """Prompt i's group (its completions on this rank), as scored, before the log-probs."""
         g = self.rollout.num_generations
         rows = slice(i * g, (i + 1) * g)
-        images_per_prompt = [len(sizes) for sizes in self.image_sizes]
-        return _Candidates(select_groups(self.rollout, [i], images_per_prompt), self.texts[rows], [self.samples[i]],
-                           [self.image_sizes[i]], [self.input_sizes[i]], self.scores[rows], self.rewards[rows],
-                           self.seconds, [self.keys[i]], [self.generations[i]],
-                           None if self.turns is None else self.turns[rows])
+        return Experience(rollout=select_groups(self.rollout, [i], [len(sizes) for sizes in self.image_sizes]),
+                          texts=self.texts[rows], samples=[self.samples[i]], generation_seconds=self.generation_seconds,
+                          image_sizes=[self.image_sizes[i]], input_sizes=[self.input_sizes[i]],
+                          turns=None if self.turns is None else self.turns[rows], keys=[self.keys[i]],
+                          generations=[self.generations[i]], scores=self.scores[rows], rewards=self.rewards[rows])
 
     @staticmethod
-    def join(groups: list["_Candidates"], pad_token_id: int, seconds: float) -> "_Candidates":
+    def join(groups: list["Experience"], pad_token_id: int, seconds: float) -> "Experience":
+        """Scored groups (of several rollouts) in one record, before the log-probs."""
         def joined(field: str) -> list:
-            return [item for c in groups for item in getattr(c, field)]
+            return [item for e in groups for item in getattr(e, field)]
 
-        return _Candidates(concat_rollouts([c.rollout for c in groups], pad_token_id), joined("texts"),
-                           joined("samples"), joined("image_sizes"), joined("input_sizes"),
-                           np.concatenate([c.scores for c in groups]), np.concatenate([c.rewards for c in groups]),
-                           seconds, joined("keys"), joined("generations"),
-                           None if groups[0].turns is None else joined("turns"))
+        return Experience(rollout=concat_rollouts([e.rollout for e in groups], pad_token_id), texts=joined("texts"),
+                          samples=joined("samples"), generation_seconds=seconds, image_sizes=joined("image_sizes"),
+                          input_sizes=joined("input_sizes"), turns=None if groups[0].turns is None else joined("turns"),
+                          keys=joined("keys"), generations=joined("generations"),
+                          scores=np.concatenate([e.scores for e in groups]),
+                          rewards=np.concatenate([e.rewards for e in groups]))
 
     def completion_keys(self) -> tuple[list, list[int]]:
         """Per completion, its group's key and its generation index."""
@@ -211,16 +206,58 @@ class GRPOTrainer(Trainer):
                 for place, gens in zip(draw.places, draw.generations) for g in gens]
         return paddle.to_tensor(np.stack(rows).astype("float32"))
 
-    def _rollout(self, micro_batch: int, gen_batch: int = 0, generate: bool = True) -> tuple[_Candidates, GroupTable]:
-        """This rank's share of the next prompts, their completions and every reward's score; and the table of the
-        batch's groups over all ranks (every rank joins it; ``generate`` false: a rank that needs no more groups
-        draws the batch, so the samplers stay in step, and adds nothing)."""
+    def make_experience(self, micro_batch: int = 0) -> Experience:
+        """One micro-batch, in the order it is made: the rollout (with dynamic sampling, the groups it keeps), the
+        old policy's and the reference's log-probs, then the reward stage, which ends with the advantages."""
+        cfg = self.config
+        exp = self._dynamic_rollout(micro_batch) if cfg.dynamic_sampling else self._rollout(micro_batch)
+        exp.mask = exp.rollout.completion_mask
+        if cfg.mask_truncated_completions:
+            exp.mask = exp.mask * (~exp.rollout.truncated).astype(exp.mask.dtype).unsqueeze(1)
+        phase("log-probs of the rollout")
+        with paddle.no_grad():
+            if cfg.num_iterations > 1 or self._kl_in_reward:
+                exp.old_logp = completion_logprobs(self.policy, exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
+            exp.ref_logp = self._reference_logprobs(exp.rollout) if cfg.uses_reference else None
+        self._rewards_and_advantages(exp)
+        if cfg.num_iterations == 1:  # made for the KL in the reward only: one step's loss takes its own, detached
+            exp.old_logp = None
+        return exp
+
+    @property
+    def _kl_in_reward(self) -> bool:
+        return self.config.uses_reference and not self.config.use_kl_loss
+
+    def _rewards_and_advantages(self, exp: Experience) -> None:
+        """The reward stage of a micro-batch, in order: the reward functions' scores and DAPO's overlong penalty
+        (``_score``; dynamic sampling has scored its groups already, it chose them on these rewards), the KL to the
+        reference subtracted when it is in the reward (use_kl_loss false: r_i - beta sum_t kl_t), ONE gather of the
+        micro-batch's groups over all ranks, and the advantages on the gathered groups (as TRL computes them on every
+        process's rewards). Without dynamic sampling the same gather gives frac_reward_zero_std."""
+        cfg = self.config
+        if not cfg.dynamic_sampling:
+            self._score(exp)
+        kl_penalties = None
+        if self._kl_in_reward:
+            kl = (kl_divergence(exp.old_logp, exp.ref_logp, cfg.kl_estimator) * exp.mask.astype("float32")).sum(axis=1)
+            kl_penalties = cfg.beta * kl.numpy()
+            exp.ref_logp = None  # the loss has no KL term then
+        table = self._groups(exp, exp.mask.sum(axis=1).numpy(), "the micro-batch's rewards", kl_penalties)
+        if not cfg.dynamic_sampling:  # dynamic sampling records it on every group it draws
+            self._record_zero_std(table)
+        if kl_penalties is not None:
+            exp.rewards = exp.rewards - kl_penalties
+        exp.advantages = table.advantages(cfg.adv_estimator, cfg.scale_rewards, cfg.multi_objective_aggregation,
+                                          self.rewards.weights.tolist())
+
+    def _rollout(self, micro_batch: int, gen_batch: int = 0, generate: bool = True) -> Experience:
+        """This rank's share of the next prompts and their completions (``generate`` false: a rank that needs no more
+        groups draws the batch, so the samplers stay in step, and gets an empty record, already scored)."""
         cfg = self.config
         draw = self.next_samples()
         if not generate:
-            nothing = _Candidates(None, [], [], [], [], np.zeros((0, len(self.rewards.names))), np.zeros(0), 0.0,
-                                  [], [])
-            return nothing, self._groups(nothing, nothing.rewards, np.zeros(0), "the refill batch's rewards")
+            return Experience(rollout=None, texts=[], samples=[], generation_seconds=0.0, image_sizes=[],
+                              input_sizes=[], scores=np.zeros((0, len(self.rewards.names))), rewards=np.zeros(0))
         phase("rollout")
         start = time.perf_counter()
         generations = len(draw.generations[0])  # alike for every prompt of a rank (config: whole groups or a part)
@@ -229,30 +266,30 @@ class GRPOTrainer(Trainer):
                                              uniforms=self._uniforms(micro_batch, draw, gen_batch),
                                              toolbox=self.toolbox, max_turns=cfg.max_turns)
         seconds = time.perf_counter() - start
-        facts = generation.facts
-        columns = reward_columns(draw.samples, facts.image_sizes, facts.input_sizes, self.coord_system,
-                                 repeat=generations, turns=generation.turns, tool_calls=generation.tool_calls)
         if generation.turns is not None:
             self._count_tool_calls(generation)
+        return Experience(rollout=generation.rollout, texts=generation.texts, samples=draw.samples,
+                          generation_seconds=seconds, image_sizes=generation.facts.image_sizes,
+                          input_sizes=generation.facts.input_sizes, turns=generation.turns,
+                          tool_calls=generation.tool_calls, keys=[(gen_batch, place) for place in draw.places],
+                          generations=[list(gens) for gens in draw.generations])
+
+    def _score(self, exp: Experience) -> None:
+        """The task's reward of each completion: every reward function's score and their weighted sum
+        (``RewardManager.score``), plus DAPO's overlong penalty on its longest turn (``overlong_buffer``)."""
+        cfg = self.config
         phase("rewards")
-        scores = self.rewards.score(generation.texts, columns)
+        columns = reward_columns(exp.samples, exp.image_sizes, exp.input_sizes, self.coord_system,
+                                 repeat=exp.rollout.num_generations, turns=exp.turns, tool_calls=exp.tool_calls)
+        scores = self.rewards.score(exp.texts, columns)
         for key, value in scores.counters.items():
             self.count(key, value)
-        rewards = scores.rewards
-        lengths = generation.rollout.completion_mask.sum(axis=1).numpy()
+        exp.scores, exp.rewards = scores.per_function, scores.rewards
         if cfg.overlong_buffer:
-            longest = longest_turns(generation.rollout.completion_mask.numpy())
-            rewards = rewards + np.asarray(overlong_penalty(longest.tolist(), cfg.max_completion_length,
-                                                            cfg.overlong_buffer, cfg.overlong_penalty_factor),
-                                           dtype="float32")
-        candidates = _Candidates(generation.rollout, generation.texts, draw.samples, facts.image_sizes,
-                                 facts.input_sizes, scores.per_function, rewards, seconds,
-                                 [(gen_batch, place) for place in draw.places], draw.generations, generation.turns)
-        table = self._groups(candidates, rewards, lengths, "the rollout's rewards")
-        # TRL's frac_reward_zero_std, over every group generated (with dynamic sampling, the dropped ones too)
-        zero_std = table.local_groups(table.zero_std())
-        self.record("frac_reward_zero_std", Mean(float(zero_std.sum()), float(zero_std.size)))
-        return candidates, table
+            longest = longest_turns(exp.rollout.completion_mask.numpy())
+            exp.rewards = exp.rewards + np.asarray(overlong_penalty(longest.tolist(), cfg.max_completion_length,
+                                                                    cfg.overlong_buffer, cfg.overlong_penalty_factor),
+                                                   dtype="float32")
 
     def _count_tool_calls(self, generation) -> None:
         """tools/calls and tools/errors (calls the model could not make: bad JSON, unknown tool, bad arguments, a
@@ -262,66 +299,56 @@ class GRPOTrainer(Trainer):
         self.count("tools/errors", sum(call["error"] is not None for call in calls))
         self.record("turns", Mean.of([sum(t["role"] == "assistant" for t in turns) for turns in generation.turns]))
 
-    def _groups(self, candidates: _Candidates, rewards: np.ndarray, lengths: np.ndarray, where: str) -> GroupTable:
-        """The groups of ``candidates`` over all ranks (``groups.gather_groups``), with these ``rewards``."""
-        keys, generations = candidates.completion_keys()
-        return gather_groups(keys, generations, rewards, candidates.scores, lengths, self.config.num_generations,
-                             self.world_size, where)
+    def _groups(self, exp: Experience, lengths: np.ndarray, where: str,
+                kl_penalties: Optional[np.ndarray] = None) -> GroupTable:
+        """The groups of ``exp`` over all ranks, with its rewards (``groups.gather_groups``: one collective)."""
+        keys, generations = exp.completion_keys()
+        return gather_groups(keys, generations, exp.rewards, exp.scores, lengths, self.config.num_generations,
+                             self.world_size, where, kl_penalties)
 
-    def _dynamic_rollout(self, micro_batch: int) -> _Candidates:
+    def _record_zero_std(self, table: GroupTable) -> None:
+        """TRL's frac_reward_zero_std: this rank's share of the groups whose rewards all tie (with dynamic
+        sampling, over every group drawn, the dropped ones too)."""
+        zero_std = table.local_groups(table.zero_std())
+        self.record("frac_reward_zero_std", Mean(float(zero_std.sum()), float(zero_std.size)))
+
+    def _dynamic_rollout(self, micro_batch: int) -> Experience:
         """DAPO's dynamic sampling: groups whose rewards all tie (or, with the filtering band, whose mean of
         ``filter_key`` lies outside it) are dropped and further prompt batches are drawn until this rank has its
         ``prompts_per_device`` groups (or parts of groups) or ``max_num_gen_batches`` were drawn (then the last
-        dropped groups fill the batch). Decided on the groups over all ranks, so the ranks sharing a group keep or
-        drop it alike. Every rank draws as many batches as the rank that needs most, so the samplers stay in step;
-        a rank already full draws without generating."""
+        dropped groups fill the batch). Every rank draws as many batches as the rank that needs most, so the
+        samplers stay in step; a rank already full draws without generating.
+
+        Each drawn batch is scored here and its groups gathered over all ranks, so the ranks sharing a group keep or
+        drop it alike. That gather comes before the log-probs (none are made for dropped groups), so the reward
+        stage gathers the chosen groups once more: which groups the other ranks kept, and with the KL in the reward
+        their KL (it needs the log-probs), are known only then, and the advantages are computed over them (a batch
+        std, REINFORCE++'s whitening over every rank's tokens)."""
         cfg = self.config
         wanted, kept, dropped = cfg.prompts_per_device, [], []
         drawn, seconds = 0, 0.0
         while drawn < cfg.max_num_gen_batches:
             if sum_across_ranks(float(len(kept) < wanted), self.world_size, "the count of ranks still sampling") == 0:
                 break
-            candidates, table = self._rollout(micro_batch, drawn, generate=len(kept) < wanted)
-            if candidates.rollout is not None:
-                seconds += candidates.seconds
+            exp = self._rollout(micro_batch, drawn, generate=len(kept) < wanted)
+            lengths = np.zeros(0)
+            if exp.rollout is not None:
+                self._score(exp)
+                lengths = exp.rollout.completion_mask.sum(axis=1).numpy()
+            table = self._groups(exp, lengths, "a drawn batch's rewards (dynamic sampling)")
+            self._record_zero_std(table)
+            if exp.rollout is not None:
+                seconds += exp.generation_seconds
                 keep = table.local_groups(kept_groups(table, cfg.filter_key, self.rewards.names, cfg.filter_low,
                                                       cfg.filter_high))
-                per_prompt = candidates.rollout.num_generations
-                groups = [candidates.group(i) for i in range(candidates.rollout.prompt.size)]
+                per_prompt = exp.rollout.num_generations
+                groups = [exp.group(i) for i in range(exp.rollout.prompt.size)]
                 kept += [group for i, group in enumerate(groups) if keep[i * per_prompt]][:wanted - len(kept)]
                 dropped = [group for i, group in enumerate(groups) if not keep[i * per_prompt]]
             drawn += 1
         chosen = kept + dropped[:wanted - len(kept)]
         self.record("num_gen_batches", Same(drawn))  # every rank draws as many
-        return _Candidates.join(chosen, self.generator.tokenizer.pad_token_id, seconds)
-
-    def make_experience(self, micro_batch: int = 0) -> Experience:
-        cfg = self.config
-        candidates = self._dynamic_rollout(micro_batch) if cfg.dynamic_sampling else self._rollout(micro_batch)[0]
-        rollout, rewards = candidates.rollout, candidates.rewards
-        mask = rollout.completion_mask
-        if cfg.mask_truncated_completions:
-            mask = mask * (~rollout.truncated).astype(mask.dtype).unsqueeze(1)
-        phase("log-probs of the rollout")
-        with paddle.no_grad():
-            needs_old = cfg.num_iterations > 1 or (cfg.uses_reference and not cfg.use_kl_loss)
-            old_logp = completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature) \
-                if needs_old else None
-            ref_logp = self._reference_logprobs(rollout) if cfg.uses_reference else None
-        if cfg.uses_reference and not cfg.use_kl_loss:  # KL in the reward: r_i - beta * sum_t kl_t
-            kl = (kl_divergence(old_logp, ref_logp, cfg.kl_estimator) * mask.astype("float32")).sum(axis=1)
-            rewards = rewards - cfg.beta * kl.numpy()
-            ref_logp = None
-        # advantages on the micro-step's groups over all ranks, as TRL computes them on the gathered rewards
-        table = self._groups(candidates, rewards, mask.sum(axis=1).numpy(), "the rewards for the advantages")
-        advantages = table.advantages(cfg.adv_estimator, cfg.scale_rewards, cfg.multi_objective_aggregation,
-                                      self.rewards.weights.tolist())
-        return Experience(rollout=rollout, mask=mask, advantages=advantages,
-                          old_logp=old_logp if cfg.num_iterations > 1 else None, ref_logp=ref_logp,
-                          scores=candidates.scores, rewards=rewards, texts=candidates.texts,
-                          samples=candidates.samples, generation_seconds=candidates.seconds,
-                          image_sizes=candidates.image_sizes, input_sizes=candidates.input_sizes,
-                          turns=candidates.turns)
+        return Experience.join(chosen, self.generator.tokenizer.pad_token_id, seconds)
 
     def training_step(self) -> dict:
         cfg = self.config
