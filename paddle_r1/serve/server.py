@@ -7,8 +7,9 @@ its prompt's length by ``chat.PromptMeter``), handed to the engine and answered 
 taking a slot means a client that sends slowly holds its own connection's thread only, never a slot. A bad request
 gets a 4xx with OpenAI's error body, a failed generation a 500; neither stops the server, and a client that hangs
 up is one line in the log. With an API key (``--api_key``, PADDLE_R1_API_KEY) every request, /v1/models included,
-must carry it as a Bearer token, else 401; bound beyond loopback without one, ``serve`` prints a warning. With ``stream`` the reply is sent as chat.completion.chunk events once the batch has been
-decoded (the rollout decodes a batch to its end; tokens are not sent as they are made).
+must carry it as a Bearer token, else 401; bound beyond loopback without one, ``serve`` prints a warning. With
+``stream`` the reply is sent as chat.completion.chunk events once the batch has been decoded (the rollout decodes
+a batch to its end; tokens are not sent as they are made).
 """
 from __future__ import annotations
 

@@ -35,10 +35,11 @@ class RunStopped(SystemExit):
 
 
 class StopSignals:
-    """Around the train loop (``start``, ``close``): the stop signals recorded instead of ending the process, and a watchdog that ends it
-    ``grace_seconds`` after the first one. The watchdog learns of a signal through ``signal.set_wakeup_fd``, written
-    by the C-level handler the moment the signal arrives, so the grace period counts from then even while the main
-    thread is inside a long C call (a forward, a collective), where Python's handlers wait."""
+    """Around the train loop (``start``, ``close``): the stop signals recorded instead of ending the process, and a
+    watchdog that ends it ``grace_seconds`` after the first one. The watchdog learns of a signal through
+    ``signal.set_wakeup_fd``, written by the C-level handler the moment the signal arrives, so the grace period counts
+    from then even while the main thread is inside a long C call (a forward, a collective), where Python's handlers
+    wait."""
 
     def __init__(self, names: list[str], grace_seconds: float, output_dir: str, is_main: bool):
         self.numbers = {signal.Signals[name].value for name in names}
@@ -78,6 +79,7 @@ class StopSignals:
             os.close(fd)
 
     def _record(self, number: int, frame) -> None:
+        """The Python-level handler, in the main thread: the signal is read at the next step boundary."""
         if self.received is None:
             self.received = number
 
