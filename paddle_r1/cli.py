@@ -74,7 +74,7 @@ def _serve(args, extra: list[str]) -> int:
                          max_concurrency=args.max_concurrency, max_batch=args.max_batch, read_timeout=args.read_timeout,
                          max_prompt_tokens=args.max_prompt_tokens)
     serve(args.checkpoint, host=args.host, port=args.port, model_name=args.model_name, image_root=args.image_root,
-          limits=limits, dtype=args.dtype)
+          limits=limits, dtype=args.dtype, api_key=args.api_key)
     return 0
 
 
@@ -168,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("checkpoint", help="model folder (a checkpoint-N/ or a published model)")
     srv.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--api_key", "--api-key", default=os.environ.get("PADDLE_R1_API_KEY") or None,
+                     help="requests must send 'Authorization: Bearer KEY' (else 401); default: the environment "
+                     "variable PADDLE_R1_API_KEY (not shown by ps, unlike the command line); without a key a --host "
+                     "beyond this machine prints a warning")
     srv.add_argument("--model_name", help="the model id clients name (default: the folder's name)")
     srv.add_argument("--image_root", help="folder local image paths may be read from (default: none allowed)")
     srv.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))

@@ -5,8 +5,11 @@ import http.client
 import io
 import json
 import logging
+import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -263,3 +266,125 @@ def test_the_default_prompt_bound_follows_the_context_and_the_memory(tiny_model_
     bounds = [default_max_prompt_tokens(config, "float32", eager, limits, 8 << 30) for eager in (True, False)]
     assert 1000 < bounds[0] < bounds[1] <= config["max_position_embeddings"] - 16
     assert default_max_prompt_tokens(config, "float32", True, limits, 32 << 30) > bounds[0]
+
+
+# ---- a server that can be put on a network: an API key, and every client reads its status ----------------------
+def _raw(server, method: str, path: str, body: bytes = b"", authorization: str = "") -> tuple[int, dict]:
+    conn = http.client.HTTPConnection(*server.server_address[:2], timeout=60)
+    headers = {"Content-Type": "application/json", **({"Authorization": authorization} if authorization else {})}
+    conn.request(method, path, body=body or None, headers=headers)
+    response = conn.getresponse()
+    status, reply = response.status, json.loads(response.read())
+    conn.close()
+    return status, reply
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tiny_model_dir):
+    srv = build_server(tiny_model_dir, port=0, model_name="tiny", limits=LIMITS, api_key="s3cret-key")
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_an_api_key_is_required_on_every_endpoint(keyed_server):
+    """``--api_key``: without ``Authorization: Bearer <key>``, or with another key, or another scheme, 401 with
+    OpenAI's error body, /v1/models included; the openai client sees ``AuthenticationError``; with the key, as
+    before."""
+    body = chat(max_tokens=2)
+    for authorization in ("", "Bearer wrong", "Bearer s3cret-ke", "Basic s3cret-key", "s3cret-key"):
+        for method, path, data in (("POST", "/v1/chat/completions", body), ("GET", "/v1/models", b"")):
+            status, reply = _raw(keyed_server, method, path, data, authorization)
+            assert status == 401 and reply["error"]["code"] == "invalid_api_key", (authorization, path, reply)
+    assert _raw(keyed_server, "GET", "/v1/models", authorization="Bearer s3cret-key")[0] == 200
+    host, port = keyed_server.server_address[:2]
+    wrong = openai.OpenAI(base_url=f"http://{host}:{port}/v1", api_key="wrong", max_retries=0, timeout=60)
+    with pytest.raises(openai.AuthenticationError, match="API key"):
+        _ask(wrong)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
+    right = openai.OpenAI(base_url=f"http://{host}:{port}/v1", api_key="s3cret-key", max_retries=0, timeout=60)
+    assert _ask(right).choices and [m.id for m in right.models.list().data] == ["tiny"]
+
+
+def test_a_burst_of_clients_each_reads_its_status(server):
+    """64 clients connect at once, each sending a request with an invalid n (64): each must read its 400. With
+    socketserver's listen backlog of 5, 39-48 of 64 read a connection reset instead (the kernel dropped the
+    connections its queue had no room for, after the client had sent its request)."""
+    address = server.server_address[:2]
+    body = chat(n=64)
+    request = HEADERS.replace(b"1000", str(len(body)).encode()) + body
+    for _ in range(3):
+        replies: list = [None] * 64
+        go = threading.Event()
+
+        def one(i):
+            go.wait()
+            try:
+                with socket.create_connection(address, timeout=60) as sock:
+                    sock.sendall(request)
+                    sock.shutdown(socket.SHUT_WR)
+                    replies[i] = _reply(sock)
+            except OSError as e:
+                replies[i] = repr(e).encode()
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(64)]
+        for thread in threads:
+            thread.start()
+        go.set()
+        for thread in threads:
+            thread.join()
+        wrong = [r[:60] for r in replies if not r.startswith(b"HTTP/1.1 400")]
+        assert not wrong, f"{len(wrong)} of 64: {wrong[:3]}"
+        assert all(b"'n' must be between 1 and 8" in r for r in replies)
+
+
+def _serve_command(tiny_model_dir, *args, env=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "paddle_r1.cli", "serve", tiny_model_dir, "--port", "0",
+                             "--max_prompt_tokens", "512", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **(env or {})})
+
+
+def _until_serving(process: subprocess.Popen) -> str:
+    """The server's stdout line saying where it serves (the process is stopped if it ends first)."""
+    for line in process.stdout:
+        if line.startswith("serving "):
+            return line
+    raise AssertionError(f"the server ended: {process.wait()} {process.stderr.read()[-2000:]}")
+
+
+def test_beyond_this_machine_without_a_key_is_a_warning_no_one_misses(tiny_model_dir):
+    """``--host 0.0.0.0`` without a key: a framed warning on stderr, before the server's first line; with the key
+    (vLLM's spelling ``--api-key``) none, and the command's server refuses a request without it."""
+    bare = _serve_command(tiny_model_dir, "--host", "0.0.0.0")
+    try:
+        assert "no API key" in _until_serving(bare)
+    finally:
+        bare.terminate()
+        stderr = bare.communicate(timeout=60)[1]
+    assert "WARNING: serving on 0.0.0.0:" in stderr and "WITHOUT AN API KEY" in stderr, stderr[-2000:]
+    assert "--api_key KEY" in stderr and "PADDLE_R1_API_KEY" in stderr
+    keyed = _serve_command(tiny_model_dir, "--host", "0.0.0.0", "--api-key", "k")
+    try:
+        line = _until_serving(keyed)
+        assert "API key required" in line
+        port = int(line.split("http://")[1].split("/")[0].rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/v1/models")
+        assert conn.getresponse().status == 401
+    finally:
+        keyed.terminate()
+        stderr = keyed.communicate(timeout=60)[1]
+    assert "WARNING" not in stderr, stderr[-2000:]
+
+
+def test_the_api_key_comes_from_the_environment(monkeypatch):
+    from paddle_r1.cli import build_parser
+
+    monkeypatch.setenv("PADDLE_R1_API_KEY", "from-env")
+    assert build_parser().parse_args(["serve", "folder"]).api_key == "from-env"
+    assert build_parser().parse_args(["serve", "folder", "--api_key", "given"]).api_key == "given"
+    monkeypatch.delenv("PADDLE_R1_API_KEY")
+    assert build_parser().parse_args(["serve", "folder"]).api_key is None

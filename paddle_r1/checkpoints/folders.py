@@ -165,6 +165,28 @@ def begin_checkpoint(output_dir: str, step: int) -> str:
     return tmp
 
 
+def _folder_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names
+               if not os.path.islink(os.path.join(root, name)))
+
+
+def remove_unfinished_checkpoints(output_dir: str, echo=print) -> list[str]:
+    """Remove the ``checkpoint-N.tmp`` folders a save cut short left (kill -9, a full disk, the grace period of a
+    stop), each said through ``echo`` with its size: never resumed from, they would hold the disk space a next save
+    may need. Called at a run's start, before anything saves."""
+    if not os.path.isdir(output_dir):
+        return []
+    removed = []
+    for name in sorted(os.listdir(output_dir)):
+        path = os.path.join(output_dir, name)
+        if name.startswith("checkpoint-") and name.endswith(".tmp") and os.path.isdir(path):
+            size = _folder_bytes(path)
+            shutil.rmtree(path)
+            echo(f"removed {path} ({size / 2 ** 20:.1f} MiB), left by a save that did not finish")
+            removed.append(path)
+    return removed
+
+
 def _is_disk_full(error: BaseException) -> bool:
     """ENOSPC, raised as it is or wrapped by a library (its cause or context)."""
     while error is not None:

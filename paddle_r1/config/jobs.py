@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 from dataclasses import dataclass
 from typing import Optional
 
@@ -39,6 +40,10 @@ class JobKeys:
             if name not in REPORT_TO or (name == "none" and len(self.report_to) > 1):
                 raise ConfigError(f"config key 'report_to': {name!r} is not one of {', '.join(REPORT_TO)} "
                                   "(none stands alone)", keys=("report_to",))
+        for name in self.stop_signals:
+            if name not in signal.Signals.__members__ or name in ("SIGKILL", "SIGSTOP"):
+                raise ConfigError(f"config key 'stop_signals': {name!r} is not a signal a process can catch "
+                                  "(e.g. SIGTERM, SIGUSR1)", keys=("stop_signals",))
         self.check_own_keys()
 
     def check_own_keys(self) -> None:

@@ -176,6 +176,18 @@ class OutputKeys:
                                     "ends, naming the late rank and its phase; above the slowest bounded wait a step "
                                     "has (docs/reference.md, Reliability)",
                                     bounds=above(0, "seconds a rank waits for the others"))
+    stop_signals: list[str] = key(help="signals that stop the run after the step in progress, with its checkpoint "
+                                  "(exit code 128 + the signal's number: 143 for SIGTERM), rather than at once: "
+                                  "SIGTERM is what schedulers, Kubernetes and paddle.distributed.launch send; add "
+                                  "e.g. SIGUSR1 for a scheduler told to warn ahead of a time limit; []: none",
+                                  factory=lambda: ["SIGTERM"])
+    stop_grace_seconds: float = key(25.0, "seconds from a stop signal to the end of the step in progress and its "
+                                    "checkpoint; past them the run exits (code 1) with none, naming the newest one. "
+                                    "Keep it below what the scheduler waits before SIGKILL (30 s for Kubernetes' "
+                                    "default, Slurm's KillWait and paddle.distributed.launch) and above a step's "
+                                    "time plus a save: a step waits up to llm_judge's timeout x (max_retries + 1) "
+                                    "(30 s by default) and math-verify's batch_timeout_seconds (30 s)",
+                                    bounds=above(0, "seconds"))
 
 
 @dataclass

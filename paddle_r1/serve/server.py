@@ -6,18 +6,23 @@ Each request is read whole (at most ``max_request_bytes``, within ``read_timeout
 its prompt's length by ``chat.PromptMeter``), handed to the engine and answered in OpenAI's shapes. Reading before
 taking a slot means a client that sends slowly holds its own connection's thread only, never a slot. A bad request
 gets a 4xx with OpenAI's error body, a failed generation a 500; neither stops the server, and a client that hangs
-up is one line in the log. With ``stream`` the reply is sent as chat.completion.chunk events once the batch has been
-decoded (the rollout decodes a batch to its end; tokens are not sent as they are made).
+up is one line in the log. With an API key (``--api_key``, PADDLE_R1_API_KEY) every request, /v1/models included,
+must carry it as a Bearer token, else 401; bound beyond loopback without one, ``serve`` prints a warning. With
+``stream`` the reply is sent as chat.completion.chunk events once the batch has been decoded (the rollout decodes
+a batch to its end; tokens are not sent as they are made).
 """
 from __future__ import annotations
 
 import dataclasses
+import hmac
+import ipaddress
 import io
 import json
 import logging
 import math
 import os
 import select
+import socket
 import sys
 import threading
 import time
@@ -57,11 +62,16 @@ def stream_events(answer: Answer, model: str, request_id: str, created: int) -> 
 
 class ChatServer(ThreadingHTTPServer):
     daemon_threads = True
+    # the kernel's queue of connections not yet accepted: socketserver's 5 overflowed when a burst of clients
+    # connected while generation held the GIL, and the overflowing clients, their request sent, read a reset instead
+    # of their status (39-48 of 64 simultaneous clients of a bad request; 0 with this); Linux caps it at somaxconn
+    request_queue_size = socket.SOMAXCONN
 
     def __init__(self, address, engine: Engine, model_name: str, limits: ServeLimits, image_root: Optional[str],
-                 prompt_meter: PromptMeter):
+                 prompt_meter: PromptMeter, api_key: Optional[str] = None):
         super().__init__(address, ChatHandler)
         self.engine, self.model_name, self.limits, self.image_root = engine, model_name, limits, image_root
+        self.api_key = api_key.encode() if api_key else None
         self.prompt_meter = prompt_meter
         self.slots = threading.BoundedSemaphore(limits.max_concurrency)
         self.created = int(time.time())
@@ -114,9 +124,11 @@ class ChatHandler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 -- the base class's name
         logger.info("%s %s", self.address_string(), format % args)
 
-    def _send_json(self, status: int, body: dict) -> None:
+    def _send_json(self, status: int, body: dict, headers: Optional[dict] = None) -> None:
         data = json.dumps(body, ensure_ascii=False).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -133,7 +145,26 @@ class ChatHandler(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
         self.close_connection = True
 
+    def _refused_key(self) -> bool:
+        """With an API key set, a request without ``Authorization: Bearer <key>`` gets 401 (its body read first, so
+        the client reads the 401 rather than a reset). The key is compared in constant time (``hmac.compare_digest``):
+        a comparison that stops at the first wrong byte lets a client find the key byte by byte from the timings."""
+        expected = self.server.api_key
+        if expected is None:
+            return False
+        scheme, _, given = self.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected):
+            return False
+        self._drain()
+        self._send_json(401, RequestError(401, "a valid API key is required: send the header "
+                                               "'Authorization: Bearer <key>' (the server's --api_key)",
+                                          code="invalid_api_key").body(), {"WWW-Authenticate": "Bearer"})
+        return True
+
     def do_GET(self):  # noqa: N802 -- http.server's name
+        if self._refused_key():
+            return
+        self._drain()  # a GET with a body: its bytes are not the next request's
         if self.path.rstrip("/") == "/v1/models":
             self._send_json(200, {"object": "list", "data": [{"id": self.server.model_name, "object": "model",
                                                               "created": self.server.created,
@@ -142,6 +173,8 @@ class ChatHandler(BaseHTTPRequestHandler):
             self._send_json(404, RequestError(404, f"no such endpoint: GET {self.path}").body())
 
     def do_POST(self):  # noqa: N802
+        if self._refused_key():
+            return
         try:
             body = self._body()
         except RequestError as e:
@@ -183,8 +216,11 @@ class ChatHandler(BaseHTTPRequestHandler):
     def _drain(self) -> None:
         """Read and drop a refused request's body, a chunk at a time (nothing is kept), so that the client, still
         sending, reads the error instead of a reset connection; a body over DRAIN_FACTOR times the size limit is
-        not read, and the connection is closed."""
+        not read, and the connection is closed. A request with neither Content-Length nor Transfer-Encoding has no
+        body (a GET's usual form)."""
         length = self.headers.get("Content-Length", "")
+        if not length and "Transfer-Encoding" not in self.headers:
+            return
         left = int(length) if length.isdigit() else -1
         if not 0 <= left <= DRAIN_FACTOR * self.server.limits.max_request_bytes:
             self.close_connection = True
@@ -209,9 +245,10 @@ class ChatHandler(BaseHTTPRequestHandler):
 
 def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, model_name: Optional[str] = None,
                  image_root: Optional[str] = None, limits: ServeLimits = ServeLimits(),
-                 dtype: str = "float32") -> ChatServer:
+                 dtype: str = "float32", api_key: Optional[str] = None) -> ChatServer:
     """Verify and load the model, and bind (port 0: any free port, see ``server.server_address``); ``serve_forever``
-    runs it. ``limits.max_prompt_tokens`` None is set from the model (``limits.default_max_prompt_tokens``)."""
+    runs it. ``limits.max_prompt_tokens`` None is set from the model (``limits.default_max_prompt_tokens``).
+    ``api_key``: every request must carry it as ``Authorization: Bearer <key>`` (else 401)."""
     from ..generation.generator import Generator
     from ..memory import read_model_config
     from ..models.loading import default_coord_system, load_model, load_processor, model_family
@@ -228,14 +265,32 @@ def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, mod
     generator = Generator(model, processor, default_coord_system(model_family(checkpoint)))
     name = model_name or os.path.basename(os.path.normpath(checkpoint))
     return ChatServer((host, port), Engine(generator, max_batch=limits.max_batch), name, limits, image_root,
-                      PromptMeter(processor, limits.max_prompt_tokens))
+                      PromptMeter(processor, limits.max_prompt_tokens), api_key)
+
+
+def open_to_the_network_warning(address: str, port: int) -> Optional[str]:
+    """The banner printed when the server is bound beyond this machine (a bound address that is not loopback:
+    0.0.0.0, ::, a LAN address) with no API key: anyone who reaches the port can use the model, read files under
+    --image_root and keep the machine busy. None when bound to loopback."""
+    if ipaddress.ip_address(address.split("%")[0]).is_loopback:
+        return None
+    rule = "!" * 78
+    return (f"{rule}\n!! WARNING: serving on {address}:{port} WITHOUT AN API KEY.\n"
+            "!! Anyone who can reach this port can generate with the model and use this machine's compute\n"
+            "!! (and read images under --image_root). Set a key: --api_key KEY, or the environment variable\n"
+            "!! PADDLE_R1_API_KEY (not shown by ps); clients then send 'Authorization: Bearer KEY'.\n"
+            "!! Or bind this machine only: --host 127.0.0.1.\n" + rule)
 
 
 def serve(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, **kwargs) -> None:
     server = build_server(checkpoint, host, port, **kwargs)
     address, bound = server.server_address[:2]
+    warning = None if server.api_key else open_to_the_network_warning(address, bound)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     print(f"serving {server.model_name!r} on http://{address}:{bound}/v1 (OpenAI chat completions); prompts of up "
-          f"to {server.limits.max_prompt_tokens} tokens (--max_prompt_tokens); Ctrl-C stops")
+          f"to {server.limits.max_prompt_tokens} tokens (--max_prompt_tokens); "
+          f"{'API key required' if server.api_key else 'no API key'}; Ctrl-C stops", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -16,6 +16,8 @@ import contextlib
 import dataclasses
 import math
 import os
+import signal
+import time
 from typing import Optional
 
 import numpy as np
@@ -40,6 +42,7 @@ from ..checkpoints.model_card import write_model_card
 from .optim import build_optimizer
 from ..checkpoints.resume import BatchLayout, layout_note, prompts_taken, steps_to_finish_epochs
 from .sampler import PromptSampler, rank_share
+from .stop import RunStopped, StopSignals
 from ..algorithms.logprobs import PolicyLogprobs
 from ..parallel.sharding import build_update, fleet_strategy, optimizer_clips
 from ..parallel.step_metrics import Stat, Sum, as_stat, merge, reduce_step_metrics
@@ -82,6 +85,8 @@ class Trainer:
         if self.precision.dtype != cfg.dtype:  # the optimizer's master weights and the saved config follow it
             self.config = cfg = cfg.with_values(dtype=self.precision.dtype)
         check_fits(cfg, self.world_size)  # GPU only: refuses, with the table and the keys to change
+        if self.is_main:
+            ckpt.remove_unfinished_checkpoints(cfg.output_dir)
         # chosen and verified on rank 0, for every rank
         self.resume_path = decided_by_main(lambda: ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir),
                                            self.rank, self.world_size) if cfg.resume_from_checkpoint else None
@@ -219,6 +224,10 @@ class Trainer:
             ckpt.load_optimizer_state(self.optimizer, self.policy, saved)
         self.restore_job(path, state)
         ckpt.load_rng_state(path)
+        if self.is_main:
+            position = state["sampler"]
+            print(f"resuming from {path}: step {self.step} of {self.total_steps}, data position epoch "
+                  f"{position['epoch']}, prompt {position['index']} of {len(self.samples)} in that epoch's order")
 
     # ---- pieces of a step --------------------------------------------------------------------
     def next_samples(self) -> "Draw":
@@ -353,6 +362,24 @@ class Trainer:
         barrier(self.world_size, f"the end of saving checkpoint-{self.step}")
         return final
 
+    def stop_after_signal(self, signal_number: int, stop: StopSignals, last_saved: Optional[str]) -> None:
+        """A stop signal came (``trainer/stop.py``): the checkpoint of the last finished step, unless it was just
+        saved, one line from rank 0, and ``RunStopped`` with code 128 + the signal's number."""
+        name = signal.Signals(signal_number).name
+        started = time.monotonic()
+        if self.step == 0:
+            what = "before the first step: nothing to save"
+        else:
+            if last_saved is None or last_saved != ckpt.checkpoint_dir(self.config.output_dir, self.step):
+                last_saved = self.save()
+            since = f", {stop.seconds_since():.1f} s after the signal" if stop.received_at is not None else ""
+            what = (f"{last_saved} holds step {self.step} (written in {time.monotonic() - started:.1f} s{since}); "
+                    "--resume latest continues from it")
+        code = 128 + signal_number
+        if self.is_main:
+            print(f"stopped by {name}: {what}; exit code {code}", flush=True)
+        raise RunStopped(code)
+
     # ---- the run -----------------------------------------------------------------------------
     def evaluate(self, echo) -> dict:
         """The held-out score, every rank answering its own slice."""
@@ -370,12 +397,16 @@ class Trainer:
         bar = tqdm(total=self.total_steps, initial=self.step, disable=cfg.disable_tqdm or not self.is_main,
                    desc=self.name, unit="step")
         last_saved = None
+        stop = StopSignals(cfg.stop_signals, cfg.stop_grace_seconds, cfg.output_dir, self.is_main)
         try:
+            stop.start()
             if self.heldout is not None and self.step == 0:  # the score training starts from
                 start = self.evaluate(bar.write)
                 if self.is_main:
                     self.logger.log(0, start, echo=lambda _: None)
             while self.step < self.total_steps:
+                if (signal_number := stop.agreed(self.world_size)) is not None:  # every rank, at the same step
+                    self.stop_after_signal(signal_number, stop, last_saved)
                 metrics = self.training_step()
                 if self.heldout is not None and self.heldout.due(self.step, self.total_steps):
                     metrics.update(self.evaluate(bar.write))
@@ -400,6 +431,7 @@ class Trainer:
                 raise
             raise failure from e
         finally:
+            stop.close()
             bar.close()
             if self.logger is not None:
                 self.logger.close()
