@@ -30,7 +30,8 @@ setup(
         "scipy",
         # paddleformers' fast_dataindex needs numpy<=1.26.4. Said here, pip 23.2 (what a fresh Python 3.11 venv
         # brings) takes numpy 1.26.4 first; said only there, it takes numpy 2 first and backtracks through every
-        # version of datasets, contourpy and visualdl before it gets to numpy (killed after 10 min: docs/reference.md, Install)
+        # version of datasets, contourpy and visualdl before it gets to numpy (killed after 10 min: docs/reference.md,
+        # Install)
         "numpy<=1.26.4",
         "pillow",
         "pyyaml",

@@ -5,9 +5,9 @@
     python benchmarks/checkpoint_hashing.py --folder output/checkpoint-500   # a real checkpoint (as it is cached)
 
 Prints GB/s for one file on one thread (as the manifest hashes it, with hashlib.file_digest's 256 KiB reads, and
-with 16 MiB reads), for all the files on 1..N threads, and what those rates make of a 7B checkpoint. The files were just written, so they are read
-from the page cache: this is the hashing rate, an upper bound when the disk is slower (a save hashes what it just
-wrote, as here; a resume after a reboot reads from disk).
+with 16 MiB reads), for all the files on 1..N threads, and what those rates make of a 7B checkpoint. The files were just
+written, so they are read from the page cache: this is the hashing rate, an upper bound when the disk is slower (a save
+hashes what it just wrote, as here; a resume after a reboot reads from disk).
 """
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
     python benchmarks/memory_estimate.py [--sequences 4 --length 1024 --hidden 512 --layers 4] [--recompute]
 
 Builds a tiny Qwen2.5-VL of the given size, runs one training forward + backward of its text decoder over
-``sequences`` x ``length`` tokens (with ``--recompute``: each layer recomputed in backward), and prints the rise of the process's peak
-resident memory (VmHWM, reset before each run) beside ``paddle_r1.memory.decoder_training_bytes``. Weights and
-their gradients exist before the measured pass, so the rise is the pass's own working memory. One pass per
+``sequences`` x ``length`` tokens (with ``--recompute``: each layer recomputed in backward), and prints the rise of the
+process's peak resident memory (VmHWM, reset before each run) beside ``paddle_r1.memory.decoder_training_bytes``.
+Weights and their gradients exist before the measured pass, so the rise is the pass's own working memory. One pass per
 process: Paddle's allocator keeps freed memory, so a second pass would reuse it unseen. On CPU Paddle has
 no fused attention kernel, so only eager is measured here; the sdpa rows of the estimate are for GPU kernels.
 """

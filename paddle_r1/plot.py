@@ -1,8 +1,8 @@
 """``paddle-r1 plot RUN_DIR [RUN_DIR ...]``: one PNG of a run's curves against step, from its metrics.jsonl.
 
 Panels: reward (the total solid, each reward function's mean in its own dash), KL, the policy's entropy, completion
-length, and the held-out score (``eval/score``). A panel whose metric no run logged says so instead of drawing nothing. Several
-run folders (e.g. the seeds of a benchmark) are drawn in the same panels, one colour each.
+length, and the held-out score (``eval/score``). A panel whose metric no run logged says so instead of drawing nothing.
+Several run folders (e.g. the seeds of a benchmark) are drawn in the same panels, one colour each.
 """
 from __future__ import annotations
 

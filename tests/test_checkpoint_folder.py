@@ -1,7 +1,7 @@
 """A checkpoint's model folder is its source's, but for the weights and what the run changed
-(``models/source_files.py``): config.json, the generation config and the processor's files byte for byte, the run's pixel limits in the source's
-own spelling; and a model card made from the run (``checkpoints/model_card.py``). For a plain and a LoRA-merged model.
-What transformers makes of such folders: tests/test_checkpoint_goldens.py."""
+(``models/source_files.py``): config.json, the generation config and the processor's files byte for byte, the run's
+pixel limits in the source's own spelling; and a model card made from the run (``checkpoints/model_card.py``). For a
+plain and a LoRA-merged model. What transformers makes of such folders: tests/test_checkpoint_goldens.py."""
 import json
 import os
 import shutil

@@ -2,7 +2,6 @@
 suggests, the CLI, and AdamW state created before the first step."""
 import json
 import os
-from dataclasses import replace
 
 import numpy as np
 import paddle

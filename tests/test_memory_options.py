@@ -1,12 +1,10 @@
 """LoRA through paddleformers.peft: only adapters train, the checkpoint is the merged model, resume is exact."""
-import os
 
 import numpy as np
 import paddle
 import pytest
 
 from paddle_r1.config.jobs import GRPOConfig
-from paddle_r1.errors import ConfigError
 from paddle_r1.models.loading import load_model
 from paddle_r1.models.lora import adapter_state, adapters_disabled, apply_lora, lora_layers, merged_state_dict
 from paddle_r1.trainer.grpo import GRPOTrainer

@@ -103,8 +103,9 @@ num_generations: 8
 def test_vlm_r1_gui_command_trains_and_resumes_by_itself(tmp_path, tiny_model_dir, rec_jsonl):
     """VLM-R1's run_scripts/run_grpo_gui.sh (grpo_jsonl.py) on this machine's tiny model and data, shortened with
     max_steps / max_completion_length and without --bf16 --torch_dtype bfloat16 (Paddle's CPU kernels have no
-    bfloat16 conv3d; those two are read in test_vlm_r1_multinode_yaml_and_task_type); a reward file in the working folder, as `python -m` would find it; and
-    resume_from_checkpoint auto: a fresh start, then a resume. Its --report_to wandb writes W&B runs (offline)."""
+    bfloat16 conv3d; those two are read in test_vlm_r1_multinode_yaml_and_task_type); a reward file in the working
+    folder, as `python -m` would find it; and resume_from_checkpoint auto: a fresh start, then a resume. Its --report_to
+    wandb writes W&B runs (offline)."""
     (tmp_path / "my_rewards.py").write_text("def short(completions, **_):\n"
                                             "    return [1.0 / (1 + len(c)) for c in completions]\n")
     out = tmp_path / "output" / "run"

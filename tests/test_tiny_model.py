@@ -3,7 +3,6 @@ import json
 import os
 
 import numpy as np
-import paddle
 import pytest
 
 from paddle_r1.models.loading import load_model, load_models, model_family

@@ -5,7 +5,6 @@ import re
 import shutil
 
 import numpy as np
-import paddle
 import pytest
 
 from paddle_r1.config.jobs import GRPOConfig

@@ -9,11 +9,12 @@ before it as one ``fused_rms_norm`` against ``rms_norm(x + residual)``; ``swiglu
 writing one slot of the transposed key cache with a device-side slot (``index_put``) against a host slice
 (``set_value``) and ``put_along_axis_``; the inverse-CDF draw over the vocabulary as one ``searchsorted`` against a
 compare, a cast and a sum. Then the masked scores of one block of 256 queries as a scaled query, a product and an
-add against one ``baddbmm``, seconds; one layer's attention forward and backward over ``--length`` completion tokens after
-a 49-token prompt (16 rows), the whole [L, S] square against ``grouped_eager_attention``'s query blocks, seconds
-(one call after a warm-up); and, unless ``--no-cache``, ``--length - 1`` decode steps of ``OneTokenDecoder`` (paddle_r1's tiny
-model at the speed anchor's sizes) over a cache allocated for all of them at once against one growing by
-``kv_cache.GROWTH`` slots, seconds (one call after a warm-up). Each pair alternates ``--rounds`` times; the table gives the medians.
+add against one ``baddbmm``, seconds; one layer's attention forward and backward over ``--length`` completion tokens
+after a 49-token prompt (16 rows), the whole [L, S] square against ``grouped_eager_attention``'s query blocks, seconds
+(one call after a warm-up); and, unless ``--no-cache``, ``--length - 1`` decode steps of ``OneTokenDecoder``
+(paddle_r1's tiny model at the speed anchor's sizes) over a cache allocated for all of them at once against one growing
+by ``kv_cache.GROWTH`` slots, seconds (one call after a warm-up). Each pair alternates ``--rounds`` times; the table
+gives the medians.
 """
 from __future__ import annotations
 

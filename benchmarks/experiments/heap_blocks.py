@@ -6,8 +6,9 @@ this machine: each a fresh ``mmap`` given back on free (glibc's default above it
 
 The tensors are one block of the log-prob attention's scores at 1,024 completion tokens ([16, 2, 512, 1073]
 float32, 70 MB: 16 rows, 2 KV heads x 2 queries each x 256 queries, 1,073 keys). Each policy runs in its own
-process (``mallopt`` is process-wide; MKL's kernels chosen as a CPU job chooses them), the two alternating ``--rounds`` times; a cell is the median over the rounds
-of each process's median call, in milliseconds, with the minor page faults per call (a first touch of a page).
+process (``mallopt`` is process-wide; MKL's kernels chosen as a CPU job chooses them), the two alternating ``--rounds``
+times; a cell is the median over the rounds of each process's median call, in milliseconds, with the minor page faults
+per call (a first touch of a page).
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """A loss-scaler overflow on one rank of several: every rank must skip that step and lower its loss scale alike.
 
 Each rank runs ``overflow_steps``: a small MLP in the run's dtype, trained ``STEPS`` steps through the trainer's own
-update (``build_optimizer``, ``build_update``, ``wrap_scaler``) with ``paddle.amp.GradScaler``; at step ``OVERFLOW_STEP``
-the last rank's backward gives one weight whose optimizer state that rank keeps an infinite gradient, through a
-term whose value is 0 (``sqrt(w - w)``, of derivative 1 / 0). Under sharding that gradient is reduced to that rank
-alone, so only its unscale finds the inf: the ranks must share the verdict, or some step while others skip and
+update (``build_optimizer``, ``build_update``, ``wrap_scaler``) with ``paddle.amp.GradScaler``; at step
+``OVERFLOW_STEP`` the last rank's backward gives one weight whose optimizer state that rank keeps an infinite gradient,
+through a term whose value is 0 (``sqrt(w - w)``, of derivative 1 / 0). Under sharding that gradient is reduced to that
+rank alone, so only its unscale finds the inf: the ranks must share the verdict, or some step while others skip and
 their loss scales part. Each rank writes what it saw to ``<out>/rank<r>.json``; the caller compares them.
 
 Run by ``python -m paddle_r1.selftest.overflow`` under ``paddle.distributed.launch`` (the selftest's ``ranks_overflow``

@@ -1,8 +1,8 @@
 """How close two computations of the same thing must be, per dtype, and how each distance is measured.
 
 float32's limits are 10-100 times the distances the CPU checks measure here (``paddle-r1 selftest`` prints each
-distance beside its limit; docs/reference.md: selftest). The 16-bit limits follow from the format's precision: bfloat16 keeps
-8 significant bits (a rounding error of 2^-8 = 3.9e-3 per operation), float16 11 (4.9e-4), and a forward through a
+distance beside its limit; docs/reference.md: selftest). The 16-bit limits follow from the format's precision: bfloat16
+keeps 8 significant bits (a rounding error of 2^-8 = 3.9e-3 per operation), float16 11 (4.9e-4), and a forward through a
 few layers and a softmax adds up a few such errors. float32 on a GPU gets float16's: Paddle lets cuBLAS multiply
 float32 in TF32 (11 significant bits) from sm80 unless told otherwise. None of these has been measured on a GPU yet:
 a first GPU run that fails only by a distance a little over its limit is worth a report (the JSON holds the figure).

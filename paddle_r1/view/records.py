@@ -2,9 +2,9 @@
 
 A training run's ``completions.jsonl`` (one row per completion: step, problem, images, solution, completion,
 reward, advantage, ``reward/<name>``; a multi-turn run's rows add ``turns``: the model's turns and the tools'
-results, each tool result's images relative to the file's folder) and eval results (``eval/test_rec.py``'s json files: one greedy answer per
-question, its ``correct`` verdict) both become ``Section``s (a training step, or one results file) of ``Prompt``s,
-each holding its completions, so the report draws them the same way.
+results, each tool result's images relative to the file's folder) and eval results (``eval/test_rec.py``'s json files:
+one greedy answer per question, its ``correct`` verdict) both become ``Section``s (a training step, or one results file)
+of ``Prompt``s, each holding its completions, so the report draws them the same way.
 """
 from __future__ import annotations
 
