@@ -38,7 +38,8 @@ def measure(model, sequences: int, length: int) -> float:
     decoder = model.model.language_model
     embeds = paddle.randn([sequences, length, model.config.text_config.hidden_size])
     positions = paddle.arange(length).reshape([1, 1, -1]).expand([3, sequences, -1])
-    decoder(inputs_embeds=embeds[:, :8], position_ids=positions[:, :, :8], use_cache=False, return_dict=True).last_hidden_state.mean().backward()
+    out = decoder(inputs_embeds=embeds[:, :8], position_ids=positions[:, :, :8], use_cache=False, return_dict=True)
+    out.last_hidden_state.mean().backward()
     _reset_peak()
     before = _rss_kib("VmRSS")
     hidden = decoder(inputs_embeds=embeds, position_ids=positions, use_cache=False, return_dict=True).last_hidden_state

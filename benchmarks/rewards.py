@@ -43,7 +43,8 @@ BOX_COLUMNS = dict(solution=[50, 40, 200, 160], image_sizes=[(640, 480)], input_
 TRUE_BOXES = {"0": [[40, 30, 350, 260]], "1": [[100, 100, 400, 300]], "2": []}
 CASES = {
     "format": (box_case, {}),
-    "json_format": (lambda rng: '<think>{"task_interpretation": "tap"}</think><answer>{"action_type": "back"}</answer>', {}),
+    "json_format": (lambda rng: '<think>{"task_interpretation": "tap"}</think>'
+                                '<answer>{"action_type": "back"}</answer>', {}),
     "box_format": (box_case, {}),
     "iou": (box_case, BOX_COLUMNS),
     "iou_accuracy": (box_case, BOX_COLUMNS),

@@ -135,7 +135,8 @@ def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "train.log"), "w") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
-        sft = SFTTrainer(SFTConfig(model_name_or_path=model, data_path=sft_data, output_dir=os.path.join(out_dir, "sft"),
+        sft = SFTTrainer(SFTConfig(model_name_or_path=model, data_path=sft_data,
+                                   output_dir=os.path.join(out_dir, "sft"),
                                    logging_steps=10, **common, **preset.sft)).train()
     result["sft"] = evaluate(sft["checkpoint"], heldout)
     if preset.grpo.get("max_steps"):

@@ -1,4 +1,5 @@
-"""``paddle-r1``: train | sft | check-data | demo | plot | view | serve | estimate-memory | make-tiny-model | selftest."""
+"""``paddle-r1``: train | sft | check-data | demo | plot | view | serve | estimate-memory | make-tiny-model |
+selftest."""
 from __future__ import annotations
 
 import argparse

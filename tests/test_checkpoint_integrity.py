@@ -65,7 +65,8 @@ def test_every_file_of_every_rank_is_in_the_manifest(single, sharded):
             data = (checkpoint / name).read_bytes()
             assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
         assert json.load(open(checkpoint / STATE_FILE))["manifest"] == MANIFEST_FILE
-    assert {"ref_model/" + WEIGHTS, "optimizer.pdopt", "extra_state_rank0.pdparams"} <= set(_files(single / "checkpoint-3"))
+    assert {"ref_model/" + WEIGHTS, "optimizer.pdopt", "extra_state_rank0.pdparams"} <= \
+        set(_files(single / "checkpoint-3"))
     assert {"optimizer.shard0.pdopt", "optimizer.shard1.pdopt", "extra_state_rank1.pdparams"} <= \
         set(_files(_sharded_run(sharded) / "checkpoint-3"))
 
@@ -217,7 +218,8 @@ def test_the_commands_refuse_a_damaged_checkpoint_in_one_line(single, tiny_model
     out = _copy_run(single, tmp_path, steps=(3,))
     damaged = out / "checkpoint-3"
     flip_byte(damaged / WEIGHTS)
-    problem = f"checkpoint {damaged}: {WEIGHTS}: SHA-256 differs from the manifest's (the file changed after it was saved)"
+    problem = (f"checkpoint {damaged}: {WEIGHTS}: SHA-256 differs from the manifest's (the file changed after it was "
+               "saved)")
     result = paddle_r1("train", "--model_name_or_path", tiny_model_dir, "--data_path", rec_jsonl,
                        "--output_dir", str(out), "--resume", str(damaged))
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -26,14 +26,17 @@ from paddle_r1.config.reading.loading import load_config  # noqa: E402
 
 # the string keys whose value is one of a few words (every other string key takes any text); dataset_name is also
 # PaddleMIX's (any other name is read as data_path, see SOURCE_KEYS), attn_implementation TRL's (flash_attention_2)
-CHOICES = {"dataset_name": ("synthetic_rec",), "attn_implementation": ("eager", "sdpa"), "dtype": ("float32", "bfloat16", "float16"), "lr_scheduler_type": LR_SCHEDULERS,
+CHOICES = {"dataset_name": ("synthetic_rec",), "attn_implementation": ("eager", "sdpa"),
+           "dtype": ("float32", "bfloat16", "float16"), "lr_scheduler_type": LR_SCHEDULERS,
            "sharding": SHARDING_STAGES, "rollout_engine": ROLLOUT_ENGINES,
            # the loss types and the aggregation with no rules tying them to other keys (cispo needs epsilon_high;
            # normalize_then_sum refuses other estimators and the KL in the reward)
            "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"), "multi_objective_aggregation": ("sum_then_normalize",),
            "scale_rewards": algorithms.SCALE_REWARDS, "ref_model_update": ("", "none", "sync", "ema"),
            "adv_estimator": algorithms.ADV_ESTIMATORS, "kl_estimator": algorithms.KL_ESTIMATORS,
-           "importance_sampling_level": algorithms.IMPORTANCE_SAMPLING_LEVELS}
+           "importance_sampling_level": algorithms.IMPORTANCE_SAMPLING_LEVELS,
+           # signal names: a process can catch only some (the key refuses SIGKILL and names it does not know)
+           "stop_signals": (["SIGTERM"], ["SIGTERM", "SIGUSR1"], ["SIGUSR2"])}
 TYPES = typing.get_type_hints(GRPOConfig)
 
 # characters users' paths, ids and prompts hold, and any other but surrogates (no file or argv holds them), NUL (no

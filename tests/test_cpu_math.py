@@ -44,7 +44,8 @@ def test_importing_paddle_r1_changes_nothing_in_the_process():
     import sys
 
     # the libraries that add warning filters of their own when imported (scipy, urllib3, requests) come first
-    check = ("import paddle, paddleformers, os, warnings, scipy.optimize, scipy.sparse, scipy.special, urllib3, requests; "
+    check = ("import paddle, paddleformers, os, warnings, scipy.optimize, scipy.sparse, scipy.special, urllib3, "
+             "requests; "
              "e = dict(os.environ); f = list(warnings.filters); "
              "import paddle_r1, paddle_r1.config.jobs, paddle_r1.rewards, paddle_r1.trainer.grpo, paddle_r1.cli; "
              "assert dict(os.environ) == e, set(os.environ.items()) ^ set(e.items()); "

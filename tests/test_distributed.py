@@ -386,7 +386,8 @@ def across_ranks(tmp_path_factory, tiny_model_dir, rec_mixture, tied_mixture):
     model, mixture = tiny_model_dir, rec_mixture
     vlm_r1 = vlm_r1_rec_command(model, mixture, str(out / "vlm_r1"), save_steps=1)
     commands = [paddlemix_rec_command(model, mixture, str(out / "paddlemix")), vlm_r1,
-                _command(vlm_r1, output_dir=out / "vlm_r1_resumed", resume_from_checkpoint=out / "vlm_r1" / "checkpoint-1"),
+                _command(vlm_r1, output_dir=out / "vlm_r1_resumed",
+                         resume_from_checkpoint=out / "vlm_r1" / "checkpoint-1"),
                 vlm_r1_rec_command(model, mixture, str(out / "refused"), num_generations=8),
                 vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic"), gradient_accumulation_steps=2, **DYNAMIC),
                 vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic_whole_groups"), per_device=2,

@@ -31,7 +31,8 @@ def test_every_link_reaches_a_file_and_heading():
             if re.match(r"[a-z]+:", target):
                 continue  # a web address
             file, _, anchor = target.partition("#")
-            path = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), file)) if file else os.path.join(ROOT, page)
+            path = (os.path.normpath(os.path.join(ROOT, os.path.dirname(page), file)) if file
+                    else os.path.join(ROOT, page))
             if not os.path.exists(path):
                 broken.append(f"{page}: {target} (no such file)")
             elif anchor and anchor not in set(_anchors(path)):

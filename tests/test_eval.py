@@ -60,7 +60,8 @@ def test_r1v_script_counting_and_geoqa(tmp_path, tiny_model_dir):
         Image.new("RGB", (84, 56), (40 * i, 90, 90)).save(images / f"{i}.png")
     with open(tmp_path / "superclevr_test200_counting_problems.jsonl", "w") as f:
         for i in range(3):
-            f.write(json.dumps({"image_path": f"{i}.png", "question": f"How many things? ({i})", "ground_truth": i}) + "\n")
+            row = {"image_path": f"{i}.png", "question": f"How many things? ({i})", "ground_truth": i}
+            f.write(json.dumps(row) + "\n")
     with open(tmp_path / "geoqa_test_prompts.jsonl", "w") as f:
         f.write(json.dumps({"image_path": "0.png", "question": "Angle ABC?", "ground_truth": "40°"}) + "\n")
     out = tmp_path / "out"

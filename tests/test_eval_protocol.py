@@ -100,7 +100,8 @@ def test_paddlemix_prompts_and_baseline_question(tmp_path, tiny_model_dir):
     assert template_for(options, "rec", tiny_model_dir) == PADDLEMIX_REC_R1
     assert PADDLEMIX_REC_R1.endswith("Output the final answer in JSON format.")
     baseline = replace(options, method="baseline")
-    assert template_for(baseline, "rec", tiny_model_dir) == "Locate {Question}, output its bbox coordinates using JSON format."
+    assert template_for(baseline, "rec", tiny_model_dir) == \
+        "Locate {Question}, output its bbox coordinates using JSON format."
     assert template_for(baseline, "counting", tiny_model_dir) == PADDLEMIX_R1V
     sample = {"problem": "the lady in blue", "normal_caption": "lady in blue", "_source": "f[0]"}
     assert asked([sample], "normal_caption")[0]["problem"] == "lady in blue"
@@ -119,7 +120,8 @@ def test_paddlemix_box_reading_and_iou():
                "input_sizes": [[(100, 100)]] * 3, "coord_system": ["abs_resized"] * 3}
     task = TASKS["rec"].under("paddlemix", "r1")
     assert task.name == "rec/paddlemix"
-    assert task.score(["<answer>[0, 0, 90, 90]</answer>", "<answer>(0, 0, 90, 90)</answer>",  # PaddleMIX reads [..] only
+    # PaddleMIX reads [..] only
+    assert task.score(["<answer>[0, 0, 90, 90]</answer>", "<answer>(0, 0, 90, 90)</answer>",
                        "<answer>[0, 0, 40, 40]</answer>"], columns) == [True, False, False]
 
 

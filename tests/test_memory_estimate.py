@@ -85,7 +85,7 @@ def test_the_table_follows_the_memory_options():
     assert plain["weights (policy)"] == plain["reference model"] == pytest.approx(params * 2 / 2**30, rel=1e-3)
     assert plain["gradients"] == pytest.approx(trainable * 2 / 2**30, rel=1e-3)
     assert plain["AdamW state"] == pytest.approx(trainable * 12 / 2**30, rel=1e-3)  # fp32 m, v, master weight
-    stage1, stage2 = _rows(estimate(_config(sharding="stage1"), 8, 80)), _rows(estimate(_config(sharding="stage2"), 8, 80))
+    stage1, stage2 = (_rows(estimate(_config(sharding=stage), 8, 80)) for stage in ("stage1", "stage2"))
     assert stage1["AdamW state"] == pytest.approx(plain["AdamW state"] / 8)
     assert stage1["gradients"] == plain["gradients"] and stage2["gradients"] == pytest.approx(plain["gradients"] / 8)
     assert _rows(estimate(_config(sharding="stage1"), 1, 80))["AdamW state"] == plain["AdamW state"]

@@ -1,4 +1,5 @@
-"""Qwen2-VL next to Qwen2.5-VL: tiny checkpoint -> loader -> rollout -> save_pretrained -> reload; Qwen3-VL is tests/test_qwen3_vl.py."""
+"""Qwen2-VL next to Qwen2.5-VL: tiny checkpoint -> loader -> rollout -> save_pretrained -> reload; Qwen3-VL is
+tests/test_qwen3_vl.py."""
 import json
 import os
 import shutil

@@ -111,9 +111,9 @@ def test_save_pretrained_published_layout(qwen3, qwen3_dir, rec_samples, tmp_pat
                      for m in (model, reloaded))
     np.testing.assert_array_equal(got, want)
     if not os.path.exists(REFERENCE_PYTHON):
-        pytest.skip(f"needs transformers 4.57 in its own environment: {REFERENCE_PYTHON} (python3 -m venv ../refenv-4.57 "
-                    "&& ../refenv-4.57/bin/pip install torch==2.13.0 transformers==4.57.1 safetensors pillow numpy), or "
-                    "PADDLE_R1_QWEN3_REFERENCE_PYTHON naming another")
+        pytest.skip(f"needs transformers 4.57 in its own environment: {REFERENCE_PYTHON} (python3 -m venv "
+                    "../refenv-4.57 && ../refenv-4.57/bin/pip install torch==2.13.0 transformers==4.57.1 safetensors "
+                    "pillow numpy), or PADDLE_R1_QWEN3_REFERENCE_PYTHON naming another")
     script = ("import sys, torch, transformers\n"
               "m, info = transformers.Qwen3VLForConditionalGeneration.from_pretrained(sys.argv[1], "
               "output_loading_info=True)\n"

@@ -44,7 +44,8 @@ def test_cpu_selftest_passes_every_cpu_check_and_skips_each_gpu_check_with_its_r
     assert all(NO_CUDA in line for line in lines if line.startswith("SKIP"))
     # each comparison states its limit, and the measured distance is within it
     assert "limit" in checks["attention"]["figure"] and "math x" in checks["attention"]["figure"]
-    assert "gloo, stage1" in checks["ranks_stage1"]["figure"] and "AdamW state per rank" in checks["ranks_stage1"]["figure"]
+    stage1 = checks["ranks_stage1"]["figure"]
+    assert "gloo, stage1" in stage1 and "AdamW state per rank" in stage1
     assert "skipped on every rank, loss scale 32768 -> 16384 on all" in checks["ranks_overflow_stage1"]["figure"]
     environment = report["environment"]
     assert environment["paddle"]["version"] == paddle.__version__ and environment["gpus"] == []

@@ -156,7 +156,8 @@ def test_llm_judge_pointed_at_the_server(server, caplog):
 
 
 # ---- what a client sends is bounded: slow bodies, long prompts, hang-ups (real sockets on 127.0.0.1) ----------
-HEADERS = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+HEADERS = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: 1000\r\n\r\n")
 
 
 def _reply(sock: socket.socket) -> bytes:

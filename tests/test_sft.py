@@ -81,7 +81,8 @@ def test_loss_mask_covers_only_answer_tokens(tiny, two_samples):
     changed[short, -1] = 7  # a padding position of the shorter row
     batch.completion_ids = paddle.to_tensor(changed)
     with paddle.no_grad():
-        np.testing.assert_allclose(float(sft_loss(completion_logprobs(model, batch, 5, 1.0), batch.completion_mask)), loss, rtol=1e-6)
+        changed_loss = float(sft_loss(completion_logprobs(model, batch, 5, 1.0), batch.completion_mask))
+        np.testing.assert_allclose(changed_loss, loss, rtol=1e-6)
 
 
 def test_loss_goes_down_on_a_repeated_batch(tiny_model_dir, two_samples, tmp_path):
@@ -123,7 +124,8 @@ def test_lora_with_gradient_checkpointing_trains_adapters_and_saves_the_merged_m
 
     base = _weights(load_model(tiny_model_dir))
     trainer = SFTTrainer(SFTConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), learning_rate=1e-2,
-                                   lora=True, lora_rank=4, lora_alpha=8, gradient_checkpointing=True, max_steps=30, per_device_train_batch_size=2,
+                                   lora=True, lora_rank=4, lora_alpha=8, gradient_checkpointing=True, max_steps=30,
+                                   per_device_train_batch_size=2,
                                    max_grad_norm=0.0, use_visualdl=False, disable_tqdm=True), samples=two_samples)
     assert all("lora_" in n for n, p in trainer.policy.named_parameters() if not p.stop_gradient)
     trainer.sampler.next_batch = lambda: [0, 1]

@@ -133,7 +133,8 @@ def test_a_reward_beside_the_config_is_found(tmp_path, monkeypatch):
 
     folder = tmp_path / "job"
     folder.mkdir()
-    (folder / "beside_config_rewards.py").write_text("def one(completions, **_):\n    return [1.0] * len(completions)\n")
+    (folder / "beside_config_rewards.py").write_text("def one(completions, **_):\n"
+                                                     "    return [1.0] * len(completions)\n")
     (folder / "c.yaml").write_text("reward_funcs: [beside_config_rewards:one]\n")
     monkeypatch.chdir(tmp_path)  # neither sys.path nor the working folder holds it
     with pytest.raises(KeyError, match="No module named 'beside_config_rewards'"):

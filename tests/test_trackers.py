@@ -112,7 +112,8 @@ def test_wandb_offline_run_holds_metrics_config_and_completions(run):
     config = {item.key: json.loads(item.value_json) for item in started.config.update}
     assert (started.display_name, config["num_generations"], config["report_to"]) == ("run", 2, ["swanlab", "wandb"])
     for step, completions in completions_by_step(run).items():
-        table = json.load(open(only(os.path.join(folder, "files", "media", "table", f"completions_{step}_*.table.json"))))
+        pattern = os.path.join(folder, "files", "media", "table", f"completions_{step}_*.table.json")
+        table = json.load(open(only(pattern)))
         assert [row[table["columns"].index("completion")] for row in table["data"]] == completions
 
 

@@ -76,8 +76,8 @@ def main(argv=None) -> int:
         print(f"MKL_DEBUG_CPU_TYPE={cpu_type}: failed ({error})")
     types = [t for t in args.types if t not in failed]
     median = {t: {name: statistics.median(r[name] for r in runs[t]) for name, *_ in SHAPES} for t in types}
-    print("| product | " + " | ".join([f"{t}: us (GFLOP/s)" for t in types] + [f"{t} over {types[0]}" for t in types[1:]])
-          + " |")
+    columns = [f"{t}: us (GFLOP/s)" for t in types] + [f"{t} over {types[0]}" for t in types[1:]]
+    print("| product | " + " | ".join(columns) + " |")
     print("|---" * (2 * len(types)) + "|")
     for name, m, k, n in SHAPES:
         cells = [f"{median[t][name]:.1f} ({2 * m * k * n / median[t][name] / 1e3:.0f})" for t in types]

@@ -31,7 +31,8 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
                         help="accepted as PaddleMIX's commands pass it; the device chooses the attention kernel here")
     parser.add_argument("--max_new_tokens", type=int, default=256)
     parser.add_argument("--question_template", default=None,
-                        help="default: the protocol's prompt, else the checkpoint's training template (r1) or {Question}")
+                        help="default: the protocol's prompt, else the checkpoint's training template (r1) or "
+                             "{Question}")
     parser.add_argument("--coord_system", default=None, help="default: the model family's own")
     parser.add_argument("--output_dir", default=None, help="default: eval_results (paddlemix: logs, as PaddleMIX)")
     parser.add_argument("--protocol", choices=tuple(PROTOCOLS), default="paddle_r1",

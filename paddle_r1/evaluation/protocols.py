@@ -103,7 +103,8 @@ def paddlemix_results(summary: dict, output_dir: str, model_name: str, steps) ->
     in percent, per sample the fields PaddleMIX's scripts write."""
     rec = summary["task"].startswith("rec")
     prefix = "rec_results" if rec else "r1-v_results"
-    path = os.path.join(output_dir, f"{prefix}_{summary['dataset']}_{model_name.lower()}_{summary['method']}_{steps}.json")
+    name = f"{prefix}_{summary['dataset']}_{model_name.lower()}_{summary['method']}_{steps}.json"
+    path = os.path.join(output_dir, name)
     results = [{"question": r["question"] if rec else {"image_path": r["image"], "question": r["question"],
                                                         "ground_truth": r["ground_truth"]},
                 "ground_truth": r["ground_truth"],
@@ -137,7 +138,8 @@ PROTOCOLS = {
                            takes_method=True),
                "counting": Rule("counting_strict", strict_number)},
         templates={("rec", "r1"): PADDLEMIX_REC_R1, ("rec", "baseline"): PADDLEMIX_REC_BASELINE,
-                   **{(task, method): PADDLEMIX_R1V for task in ("counting", "geoqa") for method in ("r1", "baseline")}},
+                   **{(task, method): PADDLEMIX_R1V for task in ("counting", "geoqa")
+                      for method in ("r1", "baseline")}},
         question_column={("rec", "baseline"): "normal_caption"},
         dtype="bfloat16", sample_num=500, shuffled_tasks=("rec",), whole_tasks=("counting", "geoqa"),
         output_dir="logs", steps=100, write=paddlemix_results),

@@ -93,7 +93,8 @@ def training_step(ws) -> str:
     def step(loss_factor: float):
         loss = -(completion_logprobs(model, rollout, CHUNK).astype("float32") * mask).sum() / mask.sum() * loss_factor
         (scaler.scale(loss) if scaler is not None else loss).backward()
-        vision = [_as_float32(p.grad) for name, p in model.named_parameters() if "visual" in name and p.grad is not None]
+        vision = [_as_float32(p.grad) for name, p in model.named_parameters()
+                  if "visual" in name and p.grad is not None]
         norm, applied = update.step(True, scaler)
         update.clear_grad()
         return float(loss), norm, applied, vision
@@ -219,7 +220,8 @@ def one_token_decode(ws) -> str:
         mask, next_position = repeat_rows(prompt.attention_mask, generations), repeat_rows(next_position, generations)
         layers, one_token = (cls(model, RepeatedPrompt(cache, generations), mask, next_position, steps)
                              for cls in (LayerDecoder, OneTokenDecoder))
-        worst = max(relative_to_largest(_as_float32(one_token.step(tokens[:, i])), _as_float32(layers.step(tokens[:, i])))
+        worst = max(relative_to_largest(_as_float32(one_token.step(tokens[:, i])),
+                                        _as_float32(layers.step(tokens[:, i])))
                     for i in range(steps))
     return f"{steps} steps x {rows} rows: " + within("logits vs the layers' (relative to the largest)", worst,
                                                      ws.tolerance.logits)

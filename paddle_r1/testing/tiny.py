@@ -37,12 +37,14 @@ SPECIAL_TOKENS = [
 
 CHAT_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
     "<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
     "{% else %}{% for content in message['content'] %}"
     "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
     "<|vision_start|><|image_pad|><|vision_end|>"
     "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -55,7 +57,8 @@ _CORPUS = [
     "<think>", "</think>", "<answer>", "</answer>", "[", "]", ", ",
     "Locate the red square in the image. Output its bounding box as [x1, y1, x2, y2].",
     "Please provide the bounding box coordinate of the region this sentence describes:",
-    "First output the thinking process in <think> </think> tags and then output the final answer in <answer> </answer> tags.",
+    "First output the thinking process in <think> </think> tags and then output the final answer in "
+    "<answer> </answer> tags.",
     "How many objects are there in the image?", "Output the final answer (number) in <answer> </answer> tags.",
     "red green blue yellow purple orange white black square circle triangle shape shapes object objects",
     "the a an of in on at is are there left right top bottom small large big count how many",
