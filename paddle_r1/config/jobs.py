@@ -16,6 +16,7 @@ from typing import Optional
 from .keys import (REPORT_TO, AnswerKeys, DataKeys, HeldoutKeys, ModelKeys, ObjectiveKeys, OptimizerKeys,
                           OutputKeys, RewardKeys, RolloutKeys, StepKeys, VariantKeys, declared, key)
 from .values import apply_types, check_bounds
+from ..data.video import VideoSampling
 from ..errors import ConfigError
 
 
@@ -34,6 +35,7 @@ class JobKeys:
                 words = ", ".join(json.dumps(a) if not isinstance(a, str) else a for a in allowed)  # true, not True
                 raise ConfigError(f"config key {name!r}: {getattr(self, name)!r} is not one of {words}", keys=(name,))
         check_bounds(self, declared(type(self), "bounds"))
+        VideoSampling.from_config(self)  # the rules between the video_* keys
         for name in self.report_to:
             if name not in REPORT_TO or (name == "none" and len(self.report_to) > 1):
                 raise ConfigError(f"config key 'report_to': {name!r} is not one of {', '.join(REPORT_TO)} "

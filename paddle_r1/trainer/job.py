@@ -13,6 +13,7 @@ from ..errors import ConfigError
 from ..cpu_math import tune_cpu_math
 from ..data.loader import load_from_config
 from ..models.coords import COORD_SYSTEMS
+from ..models.families import check_video
 from ..models.loading import model_family
 from ..telemetry.trackers import check_installed
 
@@ -26,6 +27,8 @@ def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
             print(report.summary())
     if not samples:
         raise ConfigError("the dataset is empty")
+    if any(sample.get("videos") for sample in samples):
+        check_video(model_family(config.model_name_or_path))
     return samples
 
 
