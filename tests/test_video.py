@@ -201,6 +201,7 @@ def test_a_mixed_batch_through_rollout_and_logprobs(tmp_path):
     prompt = out.rollout.prompt
     # 8 s at 0.5 fps: the minimum, 4 frames, so 0.5 frames per second and 4 s per frame pair
     assert prompt.video_grid_thw.tolist() == [[2, 4, 4]] and prompt.image_grid_thw.tolist() == [[1, 4, 4]]
+    assert prompt.pixel_values_videos.shape[0] == 2 * 4 * 4  # the clip's patches once, not once per completion
     np.testing.assert_allclose(prompt.second_per_grid_ts.numpy(), [4.0])
     positions, next_position = prompt.positions(model)
     video = prompt.input_ids[1] == model.config.video_token_id
@@ -210,3 +211,42 @@ def test_a_mixed_batch_through_rollout_and_logprobs(tmp_path):
     assert int(next_position[1]) == int(positions[:, 1].max()) + 1
     logp = completion_logprobs(model, out.rollout, chunk_size=64)
     assert logp.shape == out.rollout.completion_ids.shape and bool(paddle.isfinite(logp).all())
+
+
+def charades_samples(tmp_path, count=2) -> list[dict]:
+    clip = write_clip(tmp_path / "v.mp4", count=12, fps=4)
+    rows = [{"video": clip, "duration": 3.0, "timestamp": [0.5 + i, 2.0 + i / 2], "sentence": f"event {i}"}
+            for i in range(count)]
+    (tmp_path / "charades.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    return load_samples(str(tmp_path / "charades.jsonl"))[0]
+
+
+def test_grpo_steps_on_charades_rows(tiny_model_dir, tmp_path):
+    """Two GRPO steps of the tiny Qwen2.5-VL on clips: the rollout, temporal_iou and the loss's log-probs all take
+    them, and the weights move."""
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"), num_generations=2,
+                        reward_funcs=["temporal_iou", "reward_helpers:short_reward"], per_device_train_batch_size=4,
+                        max_completion_length=6, learning_rate=5e-3, max_steps=2, save_steps=100,
+                        use_visualdl=False, disable_tqdm=True, seed=3, video_min_pixels=56 * 56,
+                        video_max_pixels=56 * 56)
+    trainer = GRPOTrainer(config, samples=charades_samples(tmp_path))
+    before = {k: v.numpy().copy() for k, v in trainer.policy.state_dict().items()}
+    trainer.train()
+    metrics = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
+    assert [m["step"] for m in metrics] == [1, 2] and "rewards/temporal_iou/mean" in metrics[0]
+    assert any(not np.array_equal(before[k], v.numpy()) for k, v in trainer.policy.state_dict().items())
+
+
+@pytest.mark.parametrize("job, keys", [("sft", {}), ("train", {"dynamic_sampling": True}),
+                                       ("train", {"max_turns": 2, "tools": ["crop"]})])
+def test_jobs_that_do_not_carry_videos_refuse_them_before_loading(tiny_model_dir, tmp_path, job, keys):
+    from paddle_r1.config.jobs import GRPOConfig, SFTConfig
+    from paddle_r1.trainer.job import prepare_job
+
+    config_class = SFTConfig if job == "sft" else GRPOConfig
+    config = config_class(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"), **keys)
+    with pytest.raises(ConfigError, match="videos"):
+        prepare_job(config, charades_samples(tmp_path, count=1))
