@@ -5,9 +5,11 @@ import random
 
 import pytest
 
-from paddle_r1.rewards import REWARDS
+from paddle_r1.rewards import load_builtin_rewards
 from paddle_r1.rewards.families.temporal import parse_span, temporal_iou
 from paddle_r1.rewards.registry import BadSolution
+
+REWARDS = load_builtin_rewards()
 
 TRUTH = [10.0, 20.0]
 

@@ -39,7 +39,7 @@ from .samples import DataError
 TEMPORAL_PATCH = 2  # qwen-vl-utils' FRAME_FACTOR: Qwen-VL towers join frames in pairs
 ANIMATION_SUFFIXES = (".gif", ".webp")
 FRAME_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
-DEFAULT_ANIMATION_FPS = 10.0  # an animation that states no frame duration (GIF's own default is 10 ms, rarely meant)
+DEFAULT_ANIMATION_FPS = 10.0  # the rate of an animation whose frames state no duration
 
 
 @dataclass(frozen=True)
