@@ -19,6 +19,7 @@ setup(
     python_requires=">=3.10",
     install_requires=PADDLE + [
         "paddleformers==1.2.0",
+        "av",  # PyAV: reads video clips; its wheels bundle FFmpeg (paddle_r1/data/video.py)
         "math-verify[antlr4_13_2]",
         "matplotlib",  # paddle-r1 plot (visualdl pulls it in too, but plot.py imports it itself)
         "nltk",

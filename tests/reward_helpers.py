@@ -11,6 +11,7 @@ SOLUTIONS = {  # a valid solution per reward; the rest take the default
     "mask_iou": [[10, 10, 200, 10, 200, 200, 10, 200]], "counting": "3", "counting_strict": "3", "mcq": "B",
     "yes_no": "yes", "dimensions": "12 8 15", "meteor": "a red car", "caption": "a red car",
     "llm_judge": "a red car", "all_match": "a red car", "teds": "<fcel>a<fcel>b<nl><fcel>1<ecel><nl>",
+    "temporal_iou": [2.0, 5.5],
     "gui_action": json.dumps({"action_type": "click", "action_parameter": {"click": "100,200,300,400"}}),
 }
 

@@ -132,11 +132,11 @@ def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: f
 
 
 def _completion_inputs(model, rollout: Rollout):
-    """The prompts' embeddings (images once per prompt; ``InputEmbeddings``) and M-RoPE positions, the completions'
+    """The prompts' embeddings (images and clips once per prompt; ``InputEmbeddings``) and M-RoPE positions, the completions'
     embeddings and positions (continuing each prompt's), and the 2D mask over prompt + completion of every row."""
     prompt, g = rollout.prompt, rollout.num_generations
-    prompt_embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw)
-    positions, next_position = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
+    prompt_embeds = prompt.embeddings(model)
+    positions, next_position = prompt.positions(model)
     completion_embeds = text_decoder(model).embed_tokens(rollout.completion_ids).astype(prompt_embeds.embeds.dtype)
     completion_positions = text_positions(repeat_rows(next_position, g), rollout.completion_ids.shape[1])
     prompt_mask = repeat_rows(prompt.attention_mask, g)

@@ -18,6 +18,7 @@ from .keys import (REPORT_TO, AnswerKeys, DataKeys, HeldoutKeys, ModelKeys, Obje
                           OutputKeys, RewardKeys, RolloutKeys, StepKeys, VariantKeys, declared, key)
 from .values import apply_types, check_bounds
 from ..algorithms.names import REGISTRIES
+from ..data.video import VideoSampling
 from ..errors import ConfigError
 
 
@@ -36,6 +37,7 @@ class JobKeys:
                 words = ", ".join(json.dumps(a) if not isinstance(a, str) else a for a in allowed)  # true, not True
                 raise ConfigError(f"config key {name!r}: {getattr(self, name)!r} is not one of {words}", keys=(name,))
         check_bounds(self, declared(type(self), "bounds"))
+        VideoSampling.from_config(self)  # the rules between the video_* keys
         for name in self.report_to:
             if name not in REPORT_TO or (name == "none" and len(self.report_to) > 1):
                 raise ConfigError(f"config key 'report_to': {name!r} is not one of {', '.join(REPORT_TO)} "

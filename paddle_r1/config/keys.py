@@ -99,8 +99,8 @@ class DataKeys:
                                       "and name, with scripted crop episodes) for a built-in set, else unset")
     data_path: Optional[str] = key(None, "a json/jsonl/csv/parquet file, a datasets folder, or a mixture yaml")
     image_root: Optional[str] = key(None, "folder relative image paths are read from; default: the data file's")
-    data_format: Optional[str] = key(None, "rec | conversation | r1v | r1v_eval | grounding | products | generic; "
-                                     "default: detected from the records")
+    data_format: Optional[str] = key(None, "rec | conversation | r1v | r1v_eval | grounding | products | generic | "
+                                     "easyr1 | temporal_grounding; default: detected from the records")
     strict_data: bool = key(False, "stop at the first bad record instead of skipping and counting it")
     image_columns: Optional[list[str]] = key(None, "products format: the columns holding image paths")
     image_cache_dir: Optional[str] = key(None, "where images stored inside datasets folders are written")
@@ -110,6 +110,16 @@ class DataKeys:
                                           "about 89M", bounds=at_least(1))
     question_template: str = key(DEFAULT_QUESTION_TEMPLATE, "the prompt's text; {Question} is the sample's problem")
     system_prompt: Optional[str] = key(None, "a system message before every prompt; default: none")
+    # a clip's frames and their size, as qwen-vl-utils picks them (paddle_r1.data.video)
+    video_fps: float = key(2.0, "frames kept per second of a clip (EasyR1's, qwen-vl-utils' fps)", bounds=above(0))
+    video_min_frames: int = key(4, "fewest frames kept of a clip (rounded up to 2)", bounds=at_least(2))
+    video_max_frames: int = key(768, "most frames kept of a clip (rounded down to 2)", bounds=at_least(2))
+    video_min_pixels: int = key(128 * 28 * 28, "fewest pixels a frame is resized to", bounds=at_least(1))
+    video_max_pixels: int = key(768 * 28 * 28, "most pixels a frame is resized to", bounds=at_least(1))
+    video_total_pixels: int = key(int(128000 * 28 * 28 * 0.9), "most pixels of a clip's frames together (video "
+                                  "tokens = pixels / 28^2 / 2); long clips get smaller frames", bounds=at_least(1))
+    video_frames_fps: float = key(2.0, "frames per second of a video given as a folder of frames",
+                                  bounds=above(0))
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Adapters from each source system's record format to the one sample schema
 
-    {"images": [path, ...], "problem": str, "solution": any, "reward_method": str | None, ...extra}
+    {"images": [path, ...], "videos": [path, ...], "problem": str, "solution": any, "reward_method": str | None,
+     ...extra}
 
 Extra fields travel to the rewards unchanged. The format is named in the config or detected from
 the fields (``detect_format``). An adapter raises ``SampleError`` with the reason a record is unusable.
@@ -19,6 +20,7 @@ from ..models.coords import as_box, as_floats, is_number
 
 ANSWER_TAGS = re.compile(r"^\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
 IMAGE_MARKER = "<image>"
+VIDEO_MARKER = "<video>"
 # markers: each image where its <image> marker stands in the problem (paddle_r1's default; all images first when
 # the problem has none). before_text: VLM-R1's prompt, every image before the text and the markers removed.
 IMAGE_PLACEMENTS = ("markers", "before_text")
@@ -78,7 +80,7 @@ def place_images(sample: dict, placement: str) -> dict:
     """VLM-R1's placement (before_text) drops the problem's <image> markers, so that the prompt has every image
     before the text, as VLM-R1 builds it; the markers placement keeps them for the prompt builder."""
     if placement == "before_text":
-        sample["problem"] = sample["problem"].replace(IMAGE_MARKER, "")
+        sample["problem"] = sample["problem"].replace(IMAGE_MARKER, "").replace(VIDEO_MARKER, "")
     return sample
 
 
@@ -239,12 +241,48 @@ def adapt_vl_sft(record: dict, ctx: SourceContext) -> dict:
             "solution": answer}
 
 
+def _media(record: dict, ctx: SourceContext) -> dict:
+    """A record's ``images`` and ``videos`` columns (each optional, at least one given) as the schema's lists
+    (``videos`` only when there are some)."""
+    media = {name: ctx.image_paths(record[name]) if record.get(name) not in (None, [], "") else []
+             for name in ("images", "videos")}
+    if not media["images"] and not media["videos"]:
+        raise SampleError("no image and no video")
+    return media if media["videos"] else {"images": media["images"]}
+
+
 def adapt_generic(record: dict, ctx: SourceContext) -> dict:
-    """The plain schema itself: {images: [...], problem, solution, reward_method?, ...}."""
-    images, problem = _required(record, "images", "problem")
+    """The plain schema itself: {images: [...], videos?: [...], problem, solution, reward_method?, ...}."""
+    (problem,) = _required(record, "problem")
     if "solution" not in record:
         raise SampleError("missing 'solution'")
-    return {**_extras(record, {"images"}), "images": ctx.image_paths(images), "problem": problem}
+    return {**_extras(record, {"images", "videos"}), **_media(record, ctx), "problem": problem}
+
+
+def adapt_easyr1(record: dict, ctx: SourceContext) -> dict:
+    """EasyR1 (its default ``prompt_key``, ``answer_key``, ``image_key``, ``video_key``): {problem, answer, images?,
+    videos?}, the problem's ``<image>`` and ``<video>`` placeholders standing where each goes."""
+    problem, answer = _required(record, "problem", "answer")
+    return {**_extras(record, {"images", "videos", "answer"}), **_media(record, ctx), "problem": problem,
+            "solution": strip_answer_tags(answer)}
+
+
+TEMPORAL_GROUNDING_PROMPT = ('<video>When does the event "{sentence}" happen in the video? Give its start and end '
+                             'times in seconds as "start to end", e.g. "12.54 to 17.83".')
+
+
+def adapt_temporal_grounding(record: dict, ctx: SourceContext) -> dict:
+    """Charades-STA as Temporal-R1 reads it: {video, duration, timestamp: [start, end], sentence}. The solution is
+    the span in seconds; ``duration`` travels to the ``temporal_iou`` reward, which normalises times by it."""
+    video, duration, span, sentence = _required(record, "video", "duration", "timestamp", "sentence")
+    if not is_number(duration) or not 0 < float(duration) < float("inf"):
+        raise SampleError(f"'duration' must be a positive number of seconds, got {duration!r}")
+    floats = as_floats(span) if isinstance(span, list) and len(span) == 2 else None
+    if floats is None or not 0 <= floats[0] < floats[1]:
+        raise SampleError(f"'timestamp' must be [start, end] seconds with 0 <= start < end, got {span!r}")
+    return {**_extras(record, {"video", "timestamp", "sentence"}), "images": [], "videos": ctx.image_paths(video),
+            "problem": TEMPORAL_GROUNDING_PROMPT.format(sentence=str(sentence).strip()), "solution": floats,
+            "duration": float(duration), "reward_method": record.get("reward_method") or "temporal_iou"}
 
 
 FORMATS: dict[str, Callable[[dict, SourceContext], dict]] = {
@@ -256,6 +294,8 @@ FORMATS: dict[str, Callable[[dict, SourceContext], dict]] = {
     "products": adapt_products,
     "vl_sft": adapt_vl_sft,
     "generic": adapt_generic,
+    "easyr1": adapt_easyr1,
+    "temporal_grounding": adapt_temporal_grounding,
 }
 
 
@@ -271,7 +311,11 @@ def detect_format(record: dict, rec_file: Optional[bool] = None) -> str:
         return "grounding"
     if {"image_path", "question", "ground_truth"} <= keys:
         return "r1v_eval"
-    if {"images", "problem"} <= keys:
+    if {"video", "timestamp", "sentence"} <= keys:
+        return "temporal_grounding"
+    if {"problem", "answer"} <= keys and keys & {"images", "videos"} and "solution" not in keys:
+        return "easyr1"
+    if {"problem"} <= keys and keys & {"images", "videos"}:
         return "generic"
     if {"image", "problem"} <= keys:
         is_rec = _looks_like_box(record.get("solution")) if rec_file is None else rec_file

@@ -1,7 +1,8 @@
 """From config to a list of checked samples, with one report of what was skipped and why.
 
 Every record goes: read -> adapt to the sample schema -> check fields -> check its images (present,
-readable, an aspect ratio Qwen's resize accepts). A record that fails is skipped and counted (or,
+readable, an aspect ratio Qwen's resize accepts) and its videos (present, a video stream whose first frame decodes:
+``video.check_clip``). A record that fails is skipped and counted (or,
 with ``strict_data``, stops the run with the same message). Nothing is ever silently replaced.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .images import set_max_image_pixels
 from .mixture import Source, check_strategy, read_mixture, sample_indices
 from .records import BadRecord, Record, read_records
 from .samples import SOURCE_KEY, DataError, validate_sample
+from .video import check_clip
 
 MAX_ASPECT_RATIO = 200  # Qwen2-VL's smart_resize refuses more extreme images
 SHOWN_PROBLEMS = 5
@@ -74,6 +76,17 @@ def check_images(paths: list[str]) -> list[tuple[int, int]]:
     return sizes
 
 
+def check_videos(paths: list[str]) -> list[tuple[int, int]]:
+    """Original (w, h) of each clip, from its header and first frame; SampleError naming the file otherwise."""
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(check_clip(path))
+        except DataError as e:
+            raise SampleError(str(e)) from None
+    return sizes
+
+
 def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool) -> dict:
     name = fmt or detect_format(record, rec_file)
     if name not in FORMATS:
@@ -86,6 +99,7 @@ def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool)
     except DataError as e:
         raise SampleError(str(e).lstrip(": ")) from None
     check_images(sample["images"])
+    check_videos(sample.get("videos", []))
     if "episode" in sample:  # a scripted multi-turn episode (SFT): its tool images resolve as the sample's do
         sample["episode"] = read_episode(sample["episode"], ctx.image_path)
         check_images(episode_images(sample["episode"]))

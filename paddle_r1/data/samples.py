@@ -1,4 +1,9 @@
-"""The sample schema every dataset format is adapted to."""
+"""The sample schema every dataset format is adapted to:
+
+    {"images": [path, ...], "videos": [path, ...], "problem": str, "solution": any, "reward_method": str | None, ...}
+
+``videos`` (clips, folders of frames, GIF/WebP animations: ``video.py``) is optional: a sample without the key has
+none (image-only samples stay as they were)."""
 from __future__ import annotations
 
 
@@ -11,9 +16,10 @@ class DataError(ValueError):
 
 def validate_sample(sample: dict, where: str) -> dict:
     """Check the schema's required fields; ``where`` (file:line) is named in the error."""
-    images = sample.get("images")
-    if not isinstance(images, list) or not all(isinstance(p, str) for p in images):
-        raise DataError(f"{where}: 'images' must be a list of paths, got {images!r}")
+    for name in ("images", "videos"):
+        paths = sample.get(name, [] if name == "videos" else None)
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise DataError(f"{where}: {name!r} must be a list of paths, got {paths!r}")
     if not isinstance(sample.get("problem"), str) or not sample["problem"].strip():
         raise DataError(f"{where}: empty or missing 'problem'")
     if "solution" not in sample:

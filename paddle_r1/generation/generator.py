@@ -1,6 +1,6 @@
 """A model and its processor answering samples: prompts, the KV-cached rollout, and the text of each completion.
 
-Samples -> chat messages -> one left-padded processor batch, with each image's sizes (``image_sizes``: the
+Samples -> chat messages -> one left-padded processor batch (clips read once per prompt: ``data/video.py``), with each image's sizes (``image_sizes``: the
 originals (w, h); ``input_sizes``: the processor's resized (w, h), read back from ``image_grid_thw`` so they are
 exactly what the model saw) -> ``rollout.sample_completions`` -> text.
 
@@ -9,12 +9,14 @@ completion per prompt) all generate through ``Generator.generate``.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
 import paddle
 
 from ..data.images import load_image
+from ..data.video import Clip, VideoSampling, read_clip
 from ..tools.builtins import ToolContext
 from ..tools.toolbox import Toolbox
 from .episodes import sample_episodes
@@ -28,20 +30,28 @@ class PromptFacts:
     texts: list  # the chat-formatted prompt strings
 
 
+MEDIA_MARKER = re.compile(r"(<image>|<video>)")
+
+
 def build_messages(sample: dict, question_template: str, system_prompt: Optional[str] = None) -> list[dict]:
-    """One user turn: the images, then the templated problem; a problem with one ``<image>`` marker per
-    image (VLM-R1 conversations) gets each image where its marker stands."""
+    """One user turn: the images and videos, then the templated problem. A problem with one ``<image>`` marker per
+    image (VLM-R1 conversations) gets each image where its marker stands, and one with a ``<video>`` marker per video
+    (EasyR1) each video where its marker stands; a kind whose markers do not match its count comes first, in order."""
     text = question_template.replace("{Question}", sample["problem"])
-    pieces = text.split("<image>")
-    content = []
-    if len(pieces) - 1 == len(sample["images"]) and len(pieces) > 1:
-        for i, piece in enumerate(pieces):
-            if i:
-                content.append({"type": "image"})
-            if piece.strip():
-                content.append({"type": "text", "text": piece})
-    else:
-        content = [{"type": "image"} for _ in sample["images"]] + [{"type": "text", "text": text}]
+    counts = {"image": len(sample["images"]), "video": len(sample.get("videos", []))}
+    placed = {kind for kind, count in counts.items() if count and text.count(f"<{kind}>") == count}
+    content = [{"type": kind} for kind in counts if kind not in placed for _ in range(counts[kind])]
+    words = ""
+    for piece in MEDIA_MARKER.split(text):
+        if piece[1:-1] in placed and MEDIA_MARKER.fullmatch(piece):
+            if words.strip():
+                content.append({"type": "text", "text": words})
+            content.append({"type": piece[1:-1]})
+            words = ""
+        else:
+            words += piece
+    if words.strip():
+        content.append({"type": "text", "text": words})
     # the system turn as a list of parts: PaddleOCR-VL's template reads only that form, Qwen's read both
     messages = [{"role": "system", "content": [{"type": "text", "text": system_prompt}]}] if system_prompt else []
     messages.append({"role": "user", "content": content})
@@ -52,21 +62,38 @@ def load_sample_images(sample: dict) -> list:
     return [load_image(path) for path in sample["images"]]
 
 
+def load_sample_videos(sample: dict, sampling: VideoSampling, processor) -> list[Clip]:
+    """The sample's clips, sampled and resized for ``processor`` (its patch x merge size): decoded once per prompt,
+    whatever the number of its completions."""
+    image_processor = processor.image_processor
+    factor = image_processor.patch_size * image_processor.merge_size
+    return [read_clip(path, sampling, factor) for path in sample.get("videos", [])]
+
+
 def build_prompt_batch(samples: list[dict], processor, question_template: str, system_prompt: Optional[str] = None,
-                       images: Optional[list] = None) -> tuple[PromptBatch, PromptFacts]:
-    """``images``: per sample, its opened images (else they are opened here)."""
+                       images: Optional[list] = None, video: VideoSampling = VideoSampling()
+                       ) -> tuple[PromptBatch, PromptFacts]:
+    """``images``: per sample, its opened images (else they are opened here); its clips are read with ``video``."""
     images = images if images is not None else [load_sample_images(s) for s in samples]
+    videos = [load_sample_videos(s, video, processor) for s in samples]
     texts = [processor.apply_chat_template(build_messages(s, question_template, system_prompt), tokenize=False,
                                            add_generation_prompt=True) for s in samples]
-    return encode_prompts(texts, images, processor)
+    return encode_prompts(texts, images, processor, videos)
 
 
-def encode_prompts(texts: list[str], images: list, processor) -> tuple[PromptBatch, PromptFacts]:
-    """Chat-formatted prompt strings and, per prompt, its opened images -> one left-padded processor batch and
-    the images' sizes (shared by the samples' prompts above and the chat server's)."""
+def encode_prompts(texts: list[str], images: list, processor, videos: Optional[list] = None
+                   ) -> tuple[PromptBatch, PromptFacts]:
+    """Chat-formatted prompt strings and, per prompt, its opened images (and read clips: ``video.Clip``) -> one
+    left-padded processor batch and the images' sizes (shared by the samples' prompts above and the chat server's).
+
+    A clip's frames are already sampled and sized as qwen-vl-utils does (``video.py``), so the processor does not
+    resize them again (its image limits would); each clip's ``second_per_grid_ts`` is its own, 2 / its sampled fps
+    (paddleformers 1.2.0's processor takes one fps for the whole call)."""
     image_sizes = [[img.size for img in opened] for opened in images]
     flat = [img for opened in images for img in opened]
-    encoded = processor(text=texts, images=flat or None, padding=True, return_tensors="pd")
+    clips = [clip for row in (videos or []) for clip in row]
+    media = {"videos": [clip.frames for clip in clips], "videos_kwargs": {"do_resize": False}} if clips else {}
+    encoded = processor(text=texts, images=flat or None, padding=True, return_tensors="pd", **media)
     patch = processor.image_processor.patch_size
     grids = encoded["image_grid_thw"].tolist() if flat else []
     input_sizes, k = [], 0
@@ -74,7 +101,11 @@ def encode_prompts(texts: list[str], images: list, processor) -> tuple[PromptBat
         input_sizes.append([(int(w) * patch, int(h) * patch) for _, h, w in grids[k:k + len(sizes)]])
         k += len(sizes)
     batch = PromptBatch(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
-                        pixel_values=encoded.get("pixel_values"), image_grid_thw=encoded.get("image_grid_thw"))
+                        pixel_values=encoded.get("pixel_values"), image_grid_thw=encoded.get("image_grid_thw"),
+                        pixel_values_videos=encoded.get("pixel_values_videos"),
+                        video_grid_thw=encoded.get("video_grid_thw"),
+                        second_per_grid_ts=paddle.to_tensor([clip.second_per_grid for clip in clips], "float32")
+                        if clips else None)
     return batch, PromptFacts(image_sizes=image_sizes, input_sizes=input_sizes, texts=texts)
 
 
@@ -95,8 +126,9 @@ class Generation:
 
 
 class Generator:
-    def __init__(self, model, processor, coord_system: str):
-        self.model, self.processor, self.coord_system = model, processor, coord_system
+    def __init__(self, model, processor, coord_system: str, video: VideoSampling = VideoSampling()):
+        """``video``: how the samples' clips are sampled (config keys ``video_*``)."""
+        self.model, self.processor, self.coord_system, self.video = model, processor, coord_system, video
         self.tokenizer = processor.tokenizer
         self.eos_token_ids = eos_token_ids(self.tokenizer)
 
@@ -108,7 +140,8 @@ class Generator:
         sample's opened images (else opened here); ``uniforms``: the random numbers each row samples with. With
         ``max_turns`` > 1, episodes in which the model may call the tools of ``toolbox`` (``episodes.py``)."""
         images = images if images is not None else [load_sample_images(s) for s in samples]
-        prompt, facts = build_prompt_batch(samples, self.processor, question_template, system_prompt, images=images)
+        prompt, facts = build_prompt_batch(samples, self.processor, question_template, system_prompt, images=images,
+                                           video=self.video)
         if max_turns > 1:
             contexts = [ToolContext(opened, sizes, input_sizes, self.coord_system)
                         for opened, sizes, input_sizes in zip(images, facts.image_sizes, facts.input_sizes)]

@@ -19,16 +19,29 @@ from .decoder import make_decoder
 
 @dataclass
 class PromptBatch:
-    """Processor output for B distinct prompts (left padded)."""
+    """Processor output for B distinct prompts (left padded), with their images' and videos' patches."""
 
     input_ids: paddle.Tensor
     attention_mask: paddle.Tensor
     pixel_values: Optional[paddle.Tensor] = None
     image_grid_thw: Optional[paddle.Tensor] = None
+    pixel_values_videos: Optional[paddle.Tensor] = None
+    video_grid_thw: Optional[paddle.Tensor] = None
+    second_per_grid_ts: Optional[paddle.Tensor] = None  # [videos] float32: seconds one frame pair spans
 
     @property
     def size(self) -> int:
         return self.input_ids.shape[0]
+
+    def embeddings(self, model):
+        """The prompts' input embeddings, images and videos in (``forward.embed_inputs``)."""
+        return embed_inputs(model, self.input_ids, self.pixel_values, self.image_grid_thw, self.pixel_values_videos,
+                            self.video_grid_thw)
+
+    def positions(self, model):
+        """The prompts' M-RoPE positions and each row's next one (``forward.rope_positions``)."""
+        return rope_positions(model, self.input_ids, self.attention_mask, self.image_grid_thw, self.video_grid_thw,
+                              self.second_per_grid_ts)
 
 
 @dataclass
@@ -104,10 +117,10 @@ def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Opti
 
 
 def prefill(model, prompt: PromptBatch):
-    """The prompts once (one row each; images through the vision tower once): their KV cache, next-token logits
+    """The prompts once (one row each; images and clips through the vision tower once): their KV cache, next-token logits
     [B, vocab] and each row's next M-RoPE position [B]."""
-    embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw)
-    positions, next_position = rope_positions(model, prompt.input_ids, prompt.attention_mask, prompt.image_grid_thw)
+    embeds = prompt.embeddings(model)
+    positions, next_position = prompt.positions(model)
     out = model(**embeds.model_inputs(), attention_mask=prompt.attention_mask, position_ids=positions,
                 use_cache=True, logits_to_keep=1)
     return out.past_key_values, out.logits[:, -1], next_position

@@ -80,6 +80,9 @@ class ModelFamily:
     processor_class: str  # its processor's class, as ``processor_config`` files name it
     fast_image_processor: bool  # the processor has a fast image processor (paddleformers' default, when it has one)
     one_token_decode: bool  # ``generation/decoder.py``'s one-token step can run its text decoder
+    # how its M-RoPE places a clip's frames in time: "seconds" (absolute time through ``second_per_grid_ts``),
+    # "frames" (one step per frame pair), "none" (no video here: ``VIDEO_REFUSED`` says why)
+    video_time: str
     requirements: tuple[Requirement, ...]
 
 
@@ -95,7 +98,7 @@ QWEN2_VL = ModelFamily(
     memory=MemoryLayout(vision_width="embed_dim", vision_mlp="mlp_ratio", vision_tower="layer_norm_fc",
                         windowed_vision=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_vl"), processor_class="Qwen2VLProcessor",
-    one_token_decode=True, **_QWEN_VL)
+    one_token_decode=True, video_time="frames", **_QWEN_VL)
 QWEN2_5_VL = ModelFamily(
     model_type="qwen2_5_vl", title="Qwen2.5-VL",
     model_class=Ref("paddle_r1.models.qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
@@ -103,7 +106,7 @@ QWEN2_5_VL = ModelFamily(
     memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
                         windowed_vision=True, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_5_vl"), processor_class="Qwen2_5_VLProcessor",
-    one_token_decode=True, **_QWEN_VL)
+    one_token_decode=True, video_time="seconds", **_QWEN_VL)
 # Qwen3-VL's tower (LayerNorm, fc1/fc2, DeepStack mergers) is counted as Qwen2.5-VL's blocks, as the estimate always
 # has; its decoder's q/k norms and DeepStack take the model's own layers to decode
 QWEN3_VL = ModelFamily(
@@ -113,7 +116,7 @@ QWEN3_VL = ModelFamily(
     memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
                         windowed_vision=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen3_vl"), processor_class="Qwen3VLProcessor",
-    one_token_decode=False, **_QWEN_VL)
+    one_token_decode=False, video_time="none", **_QWEN_VL)
 PADDLEOCR_VL = ModelFamily(
     model_type="paddleocr_vl", title="PaddleOCR-VL",
     model_class=Ref("paddle_r1.models.paddleocr_vl", "PaddleOCRVLForConditionalGeneration"),
@@ -132,7 +135,7 @@ PADDLEOCR_VL = ModelFamily(
     demo_task="ocr_lines",  # it reads text: rendered text lines, answered as they are
     processor_class="PaddleOCRVLProcessor",
     fast_image_processor=False,  # it has none, and asking for one, even by default, prints a warning
-    one_token_decode=False,
+    one_token_decode=False, video_time="none",
     requirements=(Requirement("triton", "paddleformers' paddleocr_vl module imports it; on CPU it then runs plain "
                                         "Paddle", "pip install 'paddle_r1[paddleocr_vl]'"),))
 
@@ -147,6 +150,21 @@ REFUSED = {
                     "builds its mixture-of-experts decoder only on paddlefleet, which is not on PyPI; the dense "
                     "Qwen3-VL models (qwen3_vl) load",
 }
+
+
+# Families that read no video here yet, and why (refused before any model loads: ``check_video``)
+VIDEO_REFUSED = {
+    "qwen3_vl": "Qwen3-VL reads a clip as frame groups each preceded by its timestamp written as text "
+                "(\"<1.0 seconds>\"), which paddle_r1 does not build yet; Qwen2-VL and Qwen2.5-VL models take video",
+    "paddleocr_vl": "PaddleOCR-VL reads images only",
+}
+
+
+def check_video(model_type: str) -> None:
+    """A ConfigError when the family cannot read the videos of a dataset."""
+    family = family_of(model_type)
+    if family.video_time == "none":
+        raise ConfigError(f"the dataset has videos and the model is {family.title}: {VIDEO_REFUSED[model_type]}")
 
 
 def not_supported(model_type) -> str:

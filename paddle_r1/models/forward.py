@@ -50,14 +50,20 @@ def text_decoder(model):
     return _sublayer(model, family_of(model).text_decoder_at)
 
 
-def embed_inputs(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> InputEmbeddings:
-    """Token embeddings with image features written over the image token slots (and Qwen3-VL's DeepStack), the
-    family's way (``ModelFamily.embed_prompt``: one of the three functions below)."""
-    return family_of(model).embed_prompt.load()(model, input_ids, pixel_values, image_grid_thw)
+def embed_inputs(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None, pixel_values_videos=None,
+                 video_grid_thw=None) -> InputEmbeddings:
+    """Token embeddings with image (and video) features written over their token slots (and Qwen3-VL's DeepStack),
+    the family's way (``ModelFamily.embed_prompt``: one of the three functions below). Videos reach only the
+    families that read them (``families.check_video``), so only ``embed_scattered`` is handed any."""
+    videos = {} if pixel_values_videos is None else {"pixel_values_videos": pixel_values_videos,
+                                                     "video_grid_thw": video_grid_thw}
+    return family_of(model).embed_prompt.load()(model, input_ids, pixel_values, image_grid_thw, **videos)
 
 
-def embed_scattered(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> InputEmbeddings:
-    """Qwen2-VL and Qwen2.5-VL: paddleformers' image features scattered over the image tokens."""
+def embed_scattered(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None, pixel_values_videos=None,
+                    video_grid_thw=None) -> InputEmbeddings:
+    """Qwen2-VL and Qwen2.5-VL: paddleformers' image and video features scattered over their tokens (a clip's
+    frames go through the same tower as images, two frames per temporal patch)."""
     inner = model.model
     embeds = inner.get_input_embeddings()(input_ids)
     if pixel_values is not None:
@@ -65,6 +71,11 @@ def embed_scattered(model, input_ids: paddle.Tensor, pixel_values=None, image_gr
         image_embeds = image_embeds.astype(embeds.dtype)
         image_mask, _ = inner.get_placeholder_mask(input_ids, inputs_embeds=embeds, image_features=image_embeds)
         embeds = embeds.masked_scatter(image_mask, image_embeds)
+    if pixel_values_videos is not None:
+        video_embeds = paddle.concat(inner.get_video_features(pixel_values_videos, video_grid_thw), axis=0)
+        video_embeds = video_embeds.astype(embeds.dtype)
+        _, video_mask = inner.get_placeholder_mask(input_ids, inputs_embeds=embeds, video_features=video_embeds)
+        embeds = embeds.masked_scatter(video_mask, video_embeds)
     return InputEmbeddings(embeds)
 
 
@@ -78,11 +89,19 @@ def embed_by_model(model, input_ids: paddle.Tensor, pixel_values=None, image_gri
     return InputEmbeddings(model.embed_prompt(input_ids, pixel_values, image_grid_thw))
 
 
-def rope_positions(model, input_ids: paddle.Tensor, attention_mask: paddle.Tensor, image_grid_thw=None):
+def rope_positions(model, input_ids: paddle.Tensor, attention_mask: paddle.Tensor, image_grid_thw=None,
+                   video_grid_thw=None, second_per_grid_ts=None):
     """M-RoPE position ids [3, B, L] of a (left-padded) prompt batch, and each row's next free position [B], from the
-    ``get_rope_index`` the family names (the inner model's in the Qwen-VL models, the whole model's in PaddleOCR-VL)."""
+    ``get_rope_index`` the family names (the inner model's in the Qwen-VL models, the whole model's in PaddleOCR-VL).
+
+    A video's time positions: Qwen2.5-VL's count absolute time, long(t * ``second_per_grid_ts`` *
+    ``tokens_per_second``) for its t-th frame pair; Qwen2-VL's count frame pairs (its family's ``video_time`` is
+    "frames": the seconds are not passed, and its rope index then steps 1 per pair). Text after a video continues
+    from the largest position before it + 1, and so does the decode (``next_position``)."""
     owner = _sublayer(model, family_of(model).rope_index_at)
-    positions, _ = owner.get_rope_index(input_ids, image_grid_thw, None, attention_mask=attention_mask)
+    seconds = {} if family_of(model).video_time != "seconds" else {"second_per_grid_ts": second_per_grid_ts}
+    positions, _ = owner.get_rope_index(input_ids, image_grid_thw, video_grid_thw, attention_mask=attention_mask,
+                                        **seconds)
     next_position = positions.max(axis=0).max(axis=-1) + 1
     return positions, next_position
 

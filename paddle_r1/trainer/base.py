@@ -27,6 +27,7 @@ from tqdm import tqdm
 from ..errors import ConfigError
 from ..data.samples import DataError
 from ..generation.generator import Generator
+from ..data.video import VideoSampling
 from ..generation.generator import load_sample_images
 from ..models.loading import default_coord_system, load_models
 from ..memory import check_fits
@@ -99,7 +100,7 @@ class Trainer:
         paddle.seed(cfg.seed)
         np.random.seed(cfg.seed)
         self.load_models()
-        self.generator = Generator(self.policy, self.processor, self.coord_system)
+        self.generator = Generator(self.policy, self.processor, self.coord_system, VideoSampling.from_config(cfg))
 
         if cfg.max_steps > 0:
             self.total_steps = cfg.max_steps

@@ -9,10 +9,12 @@ from typing import Optional
 
 import paddle
 
+from ..config.jobs import SFTConfig
 from ..errors import ConfigError
 from ..cpu_math import tune_cpu_math
 from ..data.loader import load_from_config
 from ..models.coords import COORD_SYSTEMS
+from ..models.families import check_video
 from ..models.loading import model_family
 from ..telemetry.trackers import check_installed
 
@@ -26,7 +28,22 @@ def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
             print(report.summary())
     if not samples:
         raise ConfigError("the dataset is empty")
+    if any(sample.get("videos") for sample in samples):
+        check_video_job(config)
     return samples
+
+
+def check_video_job(config) -> None:
+    """Videos reach the GRPO rollout and log-probs of Qwen2-VL and Qwen2.5-VL; a job whose model or features do not
+    carry them yet is refused here, before any model loads, rather than failing inside a step."""
+    check_video(model_family(config.model_name_or_path))
+    if isinstance(config, SFTConfig):
+        raise ConfigError("the dataset has videos: paddle-r1 sft does not train on videos yet (paddle-r1 train does)")
+    features = [key for key, on in (("max_turns", config.max_turns > 1), ("dynamic_sampling", config.dynamic_sampling))
+                if on]
+    if features:
+        raise ConfigError(f"the dataset has videos: config key {features[0]!r} (multi-turn tool episodes, dynamic "
+                          "sampling) does not carry videos yet", keys=tuple(features))
 
 
 def check_before_loading(config) -> None:

@@ -1,0 +1,220 @@
+"""Reading clips: a video file (PyAV), a folder of frames, or a GIF/WebP animation, sampled as Qwen's
+``qwen-vl-utils`` (0.0.11, ``vision_process.py``) samples them, so a model sees the frames it was trained on.
+
+Why PyAV: its wheels bundle FFmpeg, so ``pip install paddle_r1`` reads MP4/WebM/MKV/AVI with no system library, and
+no demuxing is written here. It is imported on the first clip read, so importing paddle_r1 stays cheap.
+GIF and WebP animations are read by Pillow (FFmpeg's WebP decoder reads no animation).
+
+Sampling (qwen-vl-utils' ``smart_nframes`` and ``fetch_video``):
+
+- frames kept: n = total / clip_fps * ``fps`` (clip time at ``fps`` frames per second), clamped to
+  [``min_frames`` rounded up to 2, ``max_frames`` rounded down to 2] and to the clip's frame count, then rounded down
+  to the temporal patch (2): the model's vision tower joins frames in pairs. A clip of fewer than 2 frames is refused.
+  The frames are spread evenly: indices round(linspace(0, total - 1, n)).
+- their rate: ``sample_fps`` = n / total * clip_fps, from which Qwen2.5-VL's ``second_per_grid_ts`` = 2 / sample_fps
+  (the seconds each pair of frames spans: its M-RoPE time positions are absolute).
+- their size: every frame resized (bicubic) to ``smart_resize`` (sides multiples of the processor's factor, 28)
+  with min ``min_pixels`` and max min(``max_pixels``, ``total_pixels`` / n * 2), the latter never below
+  1.05 x ``min_pixels``: the clip's pixels (so its tokens) stay within ``total_pixels`` however long it is.
+
+Memory stays bounded by those budgets: frames are decoded one at a time and only the kept ones, resized, are kept.
+A folder of frames is a clip at ``frames_fps`` frames per second, its files in name order.
+
+Every failure (missing, empty, truncated, corrupt, an unknown codec, no video stream, too few frames) is a
+``DataError`` naming the file: FFmpeg's own errors become its message, never a traceback.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageSequence
+
+from ..errors import ConfigError
+from .samples import DataError
+
+TEMPORAL_PATCH = 2  # qwen-vl-utils' FRAME_FACTOR: Qwen-VL towers join frames in pairs
+ANIMATION_SUFFIXES = (".gif", ".webp")
+FRAME_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+DEFAULT_ANIMATION_FPS = 10.0  # the rate of an animation whose frames state no duration
+
+
+@dataclass(frozen=True)
+class VideoSampling:
+    """How frames are picked and sized (config keys ``video_*``); the defaults are qwen-vl-utils'."""
+
+    fps: float = 2.0
+    min_frames: int = 4
+    max_frames: int = 768
+    min_pixels: int = 128 * 28 * 28
+    max_pixels: int = 768 * 28 * 28
+    total_pixels: int = int(128000 * 28 * 28 * 0.9)
+    frames_fps: float = 2.0  # the rate of a folder of frames
+
+    @classmethod
+    def from_config(cls, config) -> "VideoSampling":
+        """The config's ``video_*`` keys (their bounds checked already); a ConfigError when a minimum exceeds its
+        maximum."""
+        for low, high in (("video_min_frames", "video_max_frames"), ("video_min_pixels", "video_max_pixels")):
+            if getattr(config, low) > getattr(config, high):
+                raise ConfigError(f"config keys {low!r} and {high!r}: {getattr(config, low)} is above "
+                                  f"{getattr(config, high)}", keys=(low, high))
+        return cls(fps=config.video_fps, min_frames=config.video_min_frames, max_frames=config.video_max_frames,
+                   min_pixels=config.video_min_pixels, max_pixels=config.video_max_pixels,
+                   total_pixels=config.video_total_pixels, frames_fps=config.video_frames_fps)
+
+    def frame_count(self, total: int, clip_fps: float) -> int:
+        """How many of a clip's ``total`` frames to keep (qwen-vl-utils' ``smart_nframes``)."""
+        low = math.ceil(self.min_frames / TEMPORAL_PATCH) * TEMPORAL_PATCH
+        high = math.floor(min(self.max_frames, total) / TEMPORAL_PATCH) * TEMPORAL_PATCH
+        wanted = min(max(total / clip_fps * self.fps, low), high, total)
+        return math.floor(wanted / TEMPORAL_PATCH) * TEMPORAL_PATCH
+
+    def frame_size(self, width: int, height: int, count: int, factor: int) -> tuple[int, int]:
+        """(w, h) every kept frame is resized to (qwen-vl-utils' ``fetch_video``)."""
+        from paddleformers.transformers.qwen2_vl.image_processor_fast import smart_resize
+
+        budget = max(min(self.max_pixels, self.total_pixels / count * TEMPORAL_PATCH), int(self.min_pixels * 1.05))
+        h, w = smart_resize(height, width, factor=factor, min_pixels=self.min_pixels, max_pixels=budget)
+        return w, h
+
+
+@dataclass
+class Clip:
+    frames: np.ndarray  # [T, H, W, 3] uint8, resized, T a multiple of 2
+    fps: float  # kept frames per second of clip time (qwen-vl-utils' sample_fps)
+    size: tuple  # original (w, h)
+    duration: float  # seconds
+
+    @property
+    def second_per_grid(self) -> float:
+        """Seconds one temporal patch (2 frames) spans: Qwen2.5-VL's ``second_per_grid_ts`` entry."""
+        return TEMPORAL_PATCH / self.fps
+
+
+def read_clip(path: str, sampling: VideoSampling, factor: int = 28) -> Clip:
+    """The clip at ``path`` sampled and resized by ``sampling`` (``factor``: the processor's patch x merge size)."""
+    if os.path.isdir(path):
+        return _read_frames_folder(path, sampling, factor)
+    _check_file(path)
+    if path.lower().endswith(ANIMATION_SUFFIXES):
+        return _read_animation(path, sampling, factor)
+    return _read_video_file(path, sampling, factor)
+
+
+def check_clip(path: str) -> tuple[int, int]:
+    """A clip's original (w, h), from its header, its first frame and its last ones: what the loader checks before
+    training. A file cut short often keeps a header that states its full length (an MP4 written with its index
+    first): its end then does not decode, and it is refused here, not in the middle of a run."""
+    if os.path.isdir(path) or path.lower().endswith(ANIMATION_SUFFIXES):
+        return read_clip(path, VideoSampling(min_pixels=56 * 56, max_pixels=56 * 56, max_frames=2)).size
+    _check_file(path)
+    with _video_stream(path) as (container, stream):
+        if next(container.decode(stream), None) is None:
+            raise DataError(f"cannot read video {path}: no frame decodes")
+        if stream.duration and stream.average_rate:
+            start = stream.start_time or 0
+            end = start + stream.duration
+            container.seek(end - 1, stream=stream, backward=True, any_frame=False)  # the last key frame
+            tail = [frame.pts for frame in container.decode(stream)]  # to the end: at most one group of pictures
+            frame_ticks = 1 / (stream.average_rate * stream.time_base)
+            if not tail or (tail[-1] is not None and tail[-1] < end - 2 * frame_ticks):
+                raise DataError(f"cannot read video {path}: truncated, it ends before the "
+                                f"{float(stream.duration * stream.time_base):.2f} s its header states")
+        return stream.codec_context.width, stream.codec_context.height
+
+
+def _check_file(path: str) -> None:
+    if not os.path.isfile(path):
+        raise DataError(f"video not found: {path}")
+    if os.path.getsize(path) == 0:
+        raise DataError(f"cannot read video {path}: the file is empty")
+
+
+@contextlib.contextmanager
+def _video_stream(path: str):
+    """(container, its first video stream) open; FFmpeg's errors inside become a ``DataError`` naming ``path``."""
+    import av
+
+    try:
+        with av.open(path) as container:
+            if not container.streams.video:
+                raise DataError(f"cannot read video {path}: it has no video stream")
+            yield container, container.streams.video[0]
+    except av.FFmpegError as e:  # its text without the errno and the path it repeats
+        raise DataError(f"cannot read video {path}: {e.strerror or e}") from None
+
+
+def _keep(total: int, clip_fps: float, sampling: VideoSampling, path: str) -> list[int]:
+    count = sampling.frame_count(total, clip_fps)
+    if count < TEMPORAL_PATCH:
+        raise DataError(f"cannot read video {path}: {total} frame(s), at least {TEMPORAL_PATCH} are needed")
+    return np.linspace(0, total - 1, count).round().astype(int).tolist()
+
+
+def _resized(images: list, size: tuple[int, int]) -> np.ndarray:
+    return np.stack([np.asarray(img.convert("RGB").resize(size, Image.BICUBIC)) for img in images])
+
+
+def _clip(images: list, total: int, clip_fps: float, size: tuple[int, int], sampling: VideoSampling,
+          factor: int) -> Clip:
+    count = len(images)
+    frames = _resized(images, sampling.frame_size(size[0], size[1], count, factor))
+    return Clip(frames=frames, fps=count / total * clip_fps, size=size, duration=total / clip_fps)
+
+
+def _read_frames_folder(path: str, sampling: VideoSampling, factor: int) -> Clip:
+    from .images import load_image
+
+    files = sorted(f for f in os.listdir(path) if f.lower().endswith(FRAME_SUFFIXES))
+    keep = _keep(len(files), sampling.frames_fps, sampling, path)
+    images = [load_image(os.path.join(path, files[i])) for i in keep]
+    return _clip(images, len(files), sampling.frames_fps, images[0].size, sampling, factor)
+
+
+def _read_animation(path: str, sampling: VideoSampling, factor: int) -> Clip:
+    try:
+        with Image.open(path) as img:
+            durations = []
+            for frame in ImageSequence.Iterator(img):
+                frame.load()  # WebP sets a frame's duration when it is loaded
+                durations.append(frame.info.get("duration") or 0)
+            mean = sum(durations) / len(durations)
+            clip_fps = 1000.0 / mean if mean > 0 else DEFAULT_ANIMATION_FPS
+            keep = _keep(len(durations), clip_fps, sampling, path)
+            images = []
+            for i in keep:
+                img.seek(i)
+                images.append(img.convert("RGB"))
+            return _clip(images, len(durations), clip_fps, img.size, sampling, factor)
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError) as e:
+        raise DataError(f"cannot read video {path}: {e}") from None
+
+
+def _read_video_file(path: str, sampling: VideoSampling, factor: int) -> Clip:
+    with _video_stream(path) as (container, stream):
+        stream.thread_type = "AUTO"
+        clip_fps = float(stream.average_rate or stream.guessed_rate or 0)
+        if clip_fps <= 0:
+            raise DataError(f"cannot read video {path}: its frame rate is unknown")
+        total = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
+        if not stream.frames:
+            container.seek(0)
+        keep = _keep(total, clip_fps, sampling, path)
+        size = (stream.codec_context.width, stream.codec_context.height)
+        target = sampling.frame_size(size[0], size[1], len(keep), factor)
+        wanted, frames = set(keep), []
+        for index, frame in enumerate(container.decode(stream)):
+            if index in wanted:
+                frames.append(np.asarray(frame.to_image().resize(target, Image.BICUBIC)))
+            if index >= keep[-1]:
+                break
+    if len(frames) < len(keep):
+        raise DataError(f"cannot read video {path}: truncated, {len(frames)} of the {len(keep)} frames sampled from "
+                        f"its {total} decode")
+    return Clip(frames=np.stack(frames), fps=len(keep) / total * clip_fps, size=size, duration=total / clip_fps)

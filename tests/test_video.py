@@ -1,0 +1,252 @@
+"""Video data: clips written here by PyAV (MPEG-4 in MP4, VP9 in WebM), folders of frames and GIF/WebP animations
+drawn with Pillow, read back through paddle_r1's reader; the formats users bring; bad clips skipped and counted; a
+mixed image + video batch through the rollout and log-probs of a tiny Qwen2.5-VL; families without video refused."""
+import json
+import os
+
+import av
+import numpy as np
+import pytest
+from PIL import Image
+
+from paddle_r1.data.loader import load_samples
+from paddle_r1.data.samples import DataError
+from paddle_r1.data.video import VideoSampling, read_clip
+from paddle_r1.errors import ConfigError
+from paddle_r1.generation.generator import build_messages
+
+SMALL = dict(min_pixels=56 * 56, max_pixels=56 * 56)  # every frame 56 x 56
+
+
+def frame(i: int, size=(56, 56)) -> np.ndarray:
+    """Frame ``i``: its red level 20 * i, so a frame read back tells which it was."""
+    picture = np.zeros((size[1], size[0], 3), np.uint8)
+    picture[..., 0] = 20 * i
+    return picture
+
+
+def write_clip(path, count=8, fps=4, size=(56, 56), codec="mpeg4", index_first=False):
+    """A clip of ``count`` frames (``frame``); ``index_first``: the MP4 index before the frames (faststart), so
+    that a file cut short still opens and states its full length."""
+    with av.open(str(path), "w", options={"movflags": "faststart"} if index_first else {}) as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        for i in range(count):
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame(i, size), format="rgb24")))
+        container.mux(stream.encode())
+    return str(path)
+
+
+def red_levels(clip) -> list[int]:
+    """Which frames a clip holds (``frame``'s red level / 20)."""
+    return [int(round(f[..., 0].mean() / 20)) for f in clip.frames]
+
+
+def test_frames_are_sampled_as_qwen_vl_utils_does(tmp_path):
+    """8 frames at 4 fps = 2 s: at 2 fps 4 frames, spread evenly (round(linspace(0, 7, 4)) = 0, 2, 5, 7), sampled
+    at 2 fps: 1 second per frame pair."""
+    clip = read_clip(write_clip(tmp_path / "a.mp4"), VideoSampling(**SMALL))
+    assert clip.frames.shape == (4, 56, 56, 3) and clip.size == (56, 56)
+    assert red_levels(clip) == [0, 2, 5, 7]
+    assert clip.fps == pytest.approx(2.0) and clip.second_per_grid == pytest.approx(1.0)
+    assert clip.duration == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("total, clip_fps, sampling, want", [
+    (8, 4, VideoSampling(), 4),  # 2 s at 2 fps
+    (100, 25, VideoSampling(), 8),  # 4 s at 2 fps
+    (10, 25, VideoSampling(), 4),  # 0.4 s: the minimum, 4
+    (3, 25, VideoSampling(), 2),  # fewer frames than the minimum: all of them, rounded down to 2
+    (10_000, 25, VideoSampling(), 768),  # 400 s: the maximum
+    (100, 25, VideoSampling(fps=1, min_frames=5), 6),  # min 5 rounds up to 6
+    (100, 25, VideoSampling(max_frames=7), 6),  # max 7 rounds down to 6
+])
+def test_frame_count(total, clip_fps, sampling, want):
+    assert sampling.frame_count(total, clip_fps) == want
+
+
+def test_the_pixel_budget_shrinks_the_frames_of_a_long_clip():
+    """qwen-vl-utils: each frame at most min(max_pixels, total_pixels / n * 2) pixels, never below 1.05 min_pixels."""
+    sampling = VideoSampling(min_pixels=28 * 28, max_pixels=224 * 224, total_pixels=224 * 224 * 4)
+    assert sampling.frame_size(448, 448, 4, 28) == (224, 224)  # 2 pairs: the per-frame cap
+    w, h = sampling.frame_size(448, 448, 64, 28)
+    assert w * h <= 224 * 224 * 4 / 64 * 2 and w % 28 == h % 28 == 0
+
+
+def test_a_webm_clip_a_folder_of_frames_and_animations(tmp_path):
+    webm = read_clip(write_clip(tmp_path / "a.webm", codec="libvpx-vp9"), VideoSampling(**SMALL))
+    assert red_levels(webm) == [0, 2, 5, 7]
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(6):
+        Image.fromarray(frame(i)).save(folder / f"{i:03d}.png")
+    clip = read_clip(str(folder), VideoSampling(frames_fps=3, **SMALL))  # 2 s at 3 fps -> 4 frames at 2 fps
+    assert red_levels(clip) == [0, 2, 3, 5] and clip.fps == pytest.approx(2.0)
+    for suffix in ("gif", "webp"):
+        pictures = [Image.fromarray(frame(i)) for i in range(8)]
+        path = str(tmp_path / f"a.{suffix}")
+        pictures[0].save(path, save_all=True, append_images=pictures[1:], duration=250, loop=0)  # 4 fps
+        clip = read_clip(path, VideoSampling(**SMALL))
+        assert red_levels(clip) == [0, 2, 5, 7] and clip.fps == pytest.approx(2.0), suffix
+
+
+def bad_clips(tmp_path) -> dict:
+    good = open(write_clip(tmp_path / "good.mp4", count=40), "rb").read()
+    indexed = open(write_clip(tmp_path / "indexed.mp4", count=40, index_first=True), "rb").read()
+    files = {"empty.mp4": b"", "truncated.mp4": good[:len(good) // 3], "noise.mp4": os.urandom(4000),
+             "cut_short.mp4": indexed[:len(indexed) // 2],
+             "text.webm": b"not a video at all\n" * 50}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    unreadable = tmp_path / "unreadable.mp4"
+    unreadable.write_bytes(good)
+    unreadable.chmod(0)
+    Image.new("RGB", (56, 56)).save(tmp_path / "still.png")
+    return {**{name: str(tmp_path / name) for name in files}, "unreadable.mp4": str(unreadable),
+            "missing.mp4": str(tmp_path / "missing.mp4"), "one_frame.gif": _one_frame_gif(tmp_path)}
+
+
+def _one_frame_gif(tmp_path) -> str:
+    path = str(tmp_path / "one_frame.gif")
+    Image.fromarray(frame(1)).save(path)
+    return path
+
+
+def test_a_bad_clip_is_a_message_naming_it(tmp_path, capfd):
+    for name, path in bad_clips(tmp_path).items():
+        if name == "unreadable.mp4" and os.geteuid() == 0:
+            continue  # root reads a mode-0 file
+        with pytest.raises(DataError) as info:
+            read_clip(path, VideoSampling(**SMALL))
+        assert path in str(info.value), name
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_bad_clips_are_skipped_and_counted(tmp_path):
+    clips = bad_clips(tmp_path)
+    good = write_clip(tmp_path / "ok.mp4")
+    rows = [{"videos": [path], "problem": "<video>What?", "answer": "a"} for path in [good, *clips.values()]]
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    samples, report = load_samples(str(tmp_path / "data.jsonl"))
+    assert [s["videos"] for s in samples] == [[good]] + ([[clips["unreadable.mp4"]]] if os.geteuid() == 0 else [])
+    skipped = {reason.split(": ")[0] for _, reason in report.problems}
+    assert report.skipped == len(rows) - len(samples) and all("video" in reason for reason in skipped)
+    assert all(any(path in reason for _, reason in report.problems)
+               for name, path in clips.items() if name != "unreadable.mp4" or os.geteuid() != 0)
+
+
+def test_easyr1_and_charades_rows(tmp_path):
+    clip = write_clip(tmp_path / "v.mp4")
+    Image.new("RGB", (56, 56)).save(tmp_path / "p.png")
+    rows = [{"problem": "<video>Which color?", "answer": "<answer>red</answer>", "videos": ["v.mp4"]},
+            {"problem": "<image>Which color?", "answer": "black", "images": ["p.png"]},
+            {"video": "v.mp4", "duration": 2.0, "timestamp": [0.5, 1.5], "sentence": "the screen turns red"},
+            {"video": "v.mp4", "duration": 2.0, "timestamp": [1.5, 0.5], "sentence": "reversed"}]
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    samples, report = load_samples(str(tmp_path / "data.jsonl"))
+    assert samples[0]["videos"] == [clip] and samples[0]["solution"] == "red" and "videos" not in samples[1]
+    grounding = samples[2]
+    assert grounding["solution"] == [0.5, 1.5] and grounding["duration"] == 2.0
+    assert grounding["reward_method"] == "temporal_iou" and "the screen turns red" in grounding["problem"]
+    assert len(samples) == 3 and "timestamp" in report.problems[0][1]
+
+
+def test_markers_place_images_and_videos():
+    sample = {"images": ["a.png"], "videos": ["v.mp4"], "problem": "First <video> then <image> now."}
+    content = build_messages(sample, "{Question}")[0]["content"]
+    assert [part["type"] for part in content] == ["text", "video", "text", "image", "text"]
+    no_markers = {"images": ["a.png"], "videos": ["v.mp4", "w.mp4"], "problem": "Compare <video> them."}
+    content = build_messages(no_markers, "{Question}")[0]["content"]  # 1 marker for 2 videos: media first
+    assert content == [{"type": "image"}, {"type": "video"}, {"type": "video"},
+                       {"type": "text", "text": "Compare <video> them."}]
+
+
+def test_video_config_keys_are_checked():
+    from paddle_r1.config.jobs import GRPOConfig
+
+    with pytest.raises(ConfigError, match="video_min_frames"):
+        GRPOConfig(model_name_or_path="m", video_min_frames=10, video_max_frames=8)
+    with pytest.raises(ConfigError, match="video_fps"):
+        GRPOConfig(model_name_or_path="m", video_fps=0)
+
+
+@pytest.mark.parametrize("family, reason", [("qwen3_vl", "timestamp"), ("paddleocr_vl", "images only")])
+def test_families_without_video_are_refused(family, reason):
+    from paddle_r1.models.families import check_video
+
+    with pytest.raises(ConfigError, match=reason):
+        check_video(family)
+    check_video("qwen2_5_vl")
+
+
+def test_a_mixed_batch_through_rollout_and_logprobs(tmp_path):
+    """An image sample and a video sample in one batch, G = 2: the clip is read once per prompt, its time positions
+    step by its own seconds per frame pair, and the log-probs re-embed both prompts."""
+    import paddle
+
+    from paddle_r1.algorithms.logprobs import completion_logprobs
+    from paddle_r1.generation.generator import Generator
+    from paddle_r1.generation.rollout import SamplingParams
+    from paddle_r1.models.loading import load_model, load_processor
+    from paddle_r1.testing.tiny import make_tiny_model
+
+    folder = make_tiny_model(str(tmp_path / "tiny"), family="qwen2_5_vl")
+    model, processor = load_model(folder), load_processor(folder)
+    Image.new("RGB", (56, 56), (200, 0, 0)).save(tmp_path / "r.png")
+    samples = [{"images": [str(tmp_path / "r.png")], "problem": "What?", "solution": "x"},
+               {"images": [], "videos": [write_clip(tmp_path / "a.mp4", count=24, fps=3)], "problem": "<video>When?",
+                "solution": [0, 1]}]
+    generator = Generator(model, processor, "abs_resized", VideoSampling(fps=0.5, **SMALL))
+    out = generator.generate(samples, 2, SamplingParams(max_new_tokens=5), "{Question}")
+    prompt = out.rollout.prompt
+    # 8 s at 0.5 fps: the minimum, 4 frames, so 0.5 frames per second and 4 s per frame pair
+    assert prompt.video_grid_thw.tolist() == [[2, 4, 4]] and prompt.image_grid_thw.tolist() == [[1, 4, 4]]
+    assert prompt.pixel_values_videos.shape[0] == 2 * 4 * 4  # the clip's patches once, not once per completion
+    np.testing.assert_allclose(prompt.second_per_grid_ts.numpy(), [4.0])
+    positions, next_position = prompt.positions(model)
+    video = prompt.input_ids[1] == model.config.video_token_id
+    times = sorted(set(positions[0, 1][video].tolist()))
+    step = int(4.0 * model.config.vision_config.tokens_per_second)
+    assert len(times) == 2 and times[1] - times[0] == step
+    assert int(next_position[1]) == int(positions[:, 1].max()) + 1
+    logp = completion_logprobs(model, out.rollout, chunk_size=64)
+    assert logp.shape == out.rollout.completion_ids.shape and bool(paddle.isfinite(logp).all())
+
+
+def charades_samples(tmp_path, count=2) -> list[dict]:
+    clip = write_clip(tmp_path / "v.mp4", count=12, fps=4)
+    rows = [{"video": clip, "duration": 3.0, "timestamp": [0.5 + i, 2.0 + i / 2], "sentence": f"event {i}"}
+            for i in range(count)]
+    (tmp_path / "charades.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    return load_samples(str(tmp_path / "charades.jsonl"))[0]
+
+
+def test_grpo_steps_on_charades_rows(tiny_model_dir, tmp_path):
+    """Two GRPO steps of the tiny Qwen2.5-VL on clips: the rollout, temporal_iou and the loss's log-probs all take
+    them, and the weights move."""
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"), num_generations=2,
+                        reward_funcs=["temporal_iou", "reward_helpers:short_reward"], per_device_train_batch_size=4,
+                        max_completion_length=6, learning_rate=5e-3, max_steps=2, save_steps=100,
+                        use_visualdl=False, disable_tqdm=True, seed=3, video_min_pixels=56 * 56,
+                        video_max_pixels=56 * 56)
+    trainer = GRPOTrainer(config, samples=charades_samples(tmp_path))
+    before = {k: v.numpy().copy() for k, v in trainer.policy.state_dict().items()}
+    trainer.train()
+    metrics = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
+    assert [m["step"] for m in metrics] == [1, 2] and "rewards/temporal_iou/mean" in metrics[0]
+    assert any(not np.array_equal(before[k], v.numpy()) for k, v in trainer.policy.state_dict().items())
+
+
+@pytest.mark.parametrize("job, keys", [("sft", {}), ("train", {"dynamic_sampling": True}),
+                                       ("train", {"max_turns": 2, "tools": ["crop"]})])
+def test_jobs_that_do_not_carry_videos_refuse_them_before_loading(tiny_model_dir, tmp_path, job, keys):
+    from paddle_r1.config.jobs import GRPOConfig, SFTConfig
+    from paddle_r1.trainer.job import prepare_job
+
+    config_class = SFTConfig if job == "sft" else GRPOConfig
+    config = config_class(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"), **keys)
+    with pytest.raises(ConfigError, match="videos"):
+        prepare_job(config, charades_samples(tmp_path, count=1))
