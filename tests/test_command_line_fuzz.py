@@ -122,6 +122,9 @@ def configs(draw) -> dict:
                                                              min_size=1, max_size=3, unique=True))
     if values["sync_ref_model"]:
         values["ref_model_update"] = draw(st.sampled_from(("", "sync")))
+    # the video sampling's minimums at most their maximums
+    for low, high in (("video_min_frames", "video_max_frames"), ("video_min_pixels", "video_max_pixels")):
+        values[low], values[high] = sorted((values[low], values[high]))
     return values
 
 
