@@ -13,7 +13,8 @@ from typing import Optional, Union
 
 from ..algorithms.names import (ADV_ESTIMATORS, ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATES,
                                 KL_ESTIMATORS, LOG_RATIO_LEVELS, LOSS_TYPE_RULES, LOSS_TYPES,
-                                MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS, SHARDING_STAGES)
+                                MULTI_OBJECTIVE_AGGREGATIONS, SAMPLER_CORRECTIONS, SAMPLER_MODES, SCALE_REWARDS,
+                                SHARDING_STAGES)
 from .values import Bounds, above, at_least
 from ..memory import UNDO_COPY_BUDGET_GIB
 
@@ -289,6 +290,21 @@ class VariantKeys:
                             "added to the loss")
     importance_sampling_level: str = key("token", "the importance weight w's level: " + LOG_RATIO_LEVELS.choices_help(),
                                          choices=IMPORTANCE_SAMPLING_LEVELS)
+    importance_sampling_correction: bool = key(
+        False, "TRL's vllm_importance_sampling_correction for this project's rollout: the policy loss of each token "
+        "times rho, made from d_t = old_t - sampled_t, the training forward's log-prob of the token at rollout time "
+        "minus the rollout's own (from the logits it sampled from, at the sampling temperature, after top_k / top_p); "
+        "logs sampling/sampling_logp_difference/mean|max and sampling/importance_sampling_ratio/min|mean|max. Costs a "
+        "forward of the policy per micro-batch; false here (TRL: true with vLLM), the float32 CPU rollout differs by "
+        "~1e-6 nats: turn it on where the rollout's kernels drift from the training forward (bf16 on a GPU)")
+    importance_sampling_mode: str = key("sequence_mask", "the correction's rho (TRL's vllm_importance_sampling_mode): "
+                                        + SAMPLER_CORRECTIONS.choices_help(), choices=SAMPLER_MODES)
+    importance_sampling_clip_max: Optional[float] = key(3.0, "the correction's C_max: *_truncate caps rho at it, "
+                                                        "*_mask zeroes rho above it; none: no upper bound",
+                                                        bounds=above(0))
+    importance_sampling_clip_min: Optional[float] = key(None, "the correction's C_min: *_truncate raises rho to it, "
+                                                        "*_mask zeroes rho below it; default: no lower bound",
+                                                        bounds=at_least(0))
     dynamic_sampling: bool = key(False, "DAPO: drop groups whose rewards all tie and draw further prompt batches "
                                  "until the micro-batch is full (at most max_num_gen_batches; then the last dropped "
                                  "groups fill it), decided on every rank's completions of a group; logs "
