@@ -146,6 +146,7 @@ class LossSettings:
     off_policy_mask_threshold: Optional[float] = None
     use_bias_correction_kl: bool = False
     entropy_coef: float = 0.0
+    use_adaptive_entropy: bool = False  # the bonus is on with a coefficient of 0 too (``entropy_control``)
     gradient_accumulation_steps: int = 1
 
     @classmethod
@@ -340,7 +341,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: LossSettings
     plus beta * kl_t, kl_t = ``kl_divergence(logp, ref, kl_estimator)`` (k3 by default), times w with
     ``use_bias_correction_kl``; then the loss type's normalisation, divided by ``gradient_accumulation_steps``
     unless it divides by the step's tokens. With ``entropy_coef`` c: minus c * sum H m' / sum m' /
-    gradient_accumulation_steps, H the policy's entropies, m' the mask times the high-entropy mask.
+    gradient_accumulation_steps, H the policy's entropies, m' the mask times the high-entropy mask (with
+    ``use_adaptive_entropy`` c is the step's from ``entropy_control.AdaptiveEntropy``, 0 included).
     """
     loss_type = LOSS_TYPE_RULES.implementation(settings.loss_type)
     mask = mask.astype(logp.dtype)
@@ -364,7 +366,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: LossSettings
         per_token = per_token + settings.beta * kl
     policy_loss = loss_type.normalisation(per_token, mask, num_items_in_batch, settings)
     loss = policy_loss / settings.gradient_accumulation_steps if loss_type.per_micro_batch else policy_loss
-    if settings.entropy_coef != 0.0:
+    if settings.entropy_coef != 0.0 or settings.use_adaptive_entropy:
         bonus_mask = mask if entropy_mask is None else mask * entropy_mask
         entropy = (entropies * bonus_mask).sum() / bonus_mask.sum().clip(min=1.0)
         loss = loss - settings.entropy_coef * entropy / settings.gradient_accumulation_steps

@@ -257,8 +257,19 @@ class ObjectiveKeys:
                                       "token; 0: the highest only", bounds=UNIT)
     entropy_coef: float = key(0.0, "entropy bonus: minus coef * sum_t H_t m'_t / sum m', H the policy's entropy (with "
                               "its gradient), m' the mask times the high-entropy mask, divided by "
-                              "gradient_accumulation_steps only; logs policy_loss and entropy_coef (TRL's adaptive "
-                              "use_adaptive_entropy is not offered)", bounds=Bounds())
+                              "gradient_accumulation_steps only; logs policy_loss and entropy_coef; with "
+                              "use_adaptive_entropy the coefficient's start", bounds=Bounds())
+    use_adaptive_entropy: bool = key(False, "Skywork-OR1's adaptive entropy control (TRL 1.16's): after each optimizer "
+                                     "step entropy_coef moves by entropy_coef_delta toward entropy_target (up when the "
+                                     "step's entropy over every rank, on the bonus's tokens, is at or below it, else "
+                                     "down, within [entropy_coef_min, entropy_coef_max]); the bonus applies only in "
+                                     "steps after one whose entropy was at or below the target; logs entropy_coef "
+                                     "after the update; saved and restored on resume")
+    entropy_target: float = key(0.2, "adaptive entropy: the target mean entropy per token, in nats (TRL's default; "
+                                "set it near the entropy your run logs early)", bounds=at_least(0))
+    entropy_coef_delta: float = key(0.005, "adaptive entropy: the coefficient's step", bounds=at_least(0))
+    entropy_coef_min: float = key(0.0, "adaptive entropy: the coefficient's floor", bounds=Bounds())
+    entropy_coef_max: float = key(1.0, "adaptive entropy: the coefficient's ceiling", bounds=Bounds())
     off_policy_mask_threshold: Optional[float] = key(None, "DeepSeek-V3.2's off-policy sequence mask: the loss of a "
                                                      "completion with A < 0 whose mean_t(old_t - logp_t) exceeds it "
                                                      "is dropped (0 on-policy: it acts from the second of "

@@ -30,6 +30,7 @@ from ..parallel.distributed import gather_objects, phase, sum_across_ranks
 from ..algorithms.dynamic_sampling import concat_rollouts, kept_groups, select_groups
 from ..algorithms.groups import GroupTable, gather_groups
 from ..algorithms.advantages import longest_turns, overlong_penalty
+from ..algorithms.entropy_control import AdaptiveEntropy
 from ..algorithms.logprobs import completion_logprobs
 from ..algorithms.loss import (LossSettings, entropy_threshold, grpo_loss, high_entropy_mask, kl_divergence,
                                sampler_ratio, sampler_statistics, sampler_values)
@@ -120,6 +121,7 @@ class GRPOTrainer(Trainer):
         self.buffer: list[Experience] = []
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
         self.loss_settings = LossSettings.of(config)
+        self.entropy_control = AdaptiveEntropy.of(config) if config.use_adaptive_entropy else None
         self.toolbox = toolbox_for(config.tools, config.max_turns, config_folders(config))
         super().__init__(config, samples, heldout)
         one_token = decoder_supports(self.policy)
@@ -176,7 +178,13 @@ class GRPOTrainer(Trainer):
                 "checkpoint whose step is a multiple of num_iterations (a save_steps that is one gives only such "
                 "checkpoints)", keys=("resume_from_checkpoint",))
 
+    def trainer_state(self) -> dict:
+        """The adaptive entropy control's coefficient and last entropy (TRL saves both)."""
+        return {} if self.entropy_control is None else {"adaptive_entropy": self.entropy_control.state()}
+
     def restore_job(self, path: str, state: dict) -> None:
+        if self.entropy_control is not None and "adaptive_entropy" in state:
+            self.entropy_control.load(state["adaptive_entropy"])
         extra_path = os.path.join(path, BUFFER_FILE.format(self.rank))
         if os.path.isfile(extra_path):
             self.buffer = [Experience.from_state(e) for e in paddle.load(extra_path)["buffer"]]
@@ -388,23 +396,33 @@ class GRPOTrainer(Trainer):
         local_tokens = float(sum(float(e.mask.sum()) for e in self.buffer))
         tokens_in_step = sum_across_ranks(local_tokens, self.world_size, "the step's token count") / self.world_size
         phase("training forward and backward")
-        losses, stats, entropy_sums = [], [], []
+        control = self.entropy_control
+        settings = self.loss_settings if control is None else \
+            dataclasses.replace(self.loss_settings, entropy_coef=control.applied())
+        losses, stats, entropy_sums, bonus_sums = [], [], [], []
         for i, exp in enumerate(self.buffer):
             with self.precision.compute():
                 logp, entropy = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature, with_entropy=True,
-                                             entropy_gradient=cfg.entropy_coef != 0)
+                                             entropy_gradient=cfg.entropy_coef != 0 or control is not None)
                 mask = exp.mask.astype(entropy.dtype)
                 entropy_sums.append((entropy.detach() * mask).sum())
+                entropy_mask = self._high_entropy_mask(entropy.detach(), mask)
+                bonus_mask = mask if entropy_mask is None else mask * entropy_mask
+                bonus_sums.append(paddle.stack([(entropy.detach() * bonus_mask).sum(), bonus_mask.sum()]))
                 old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
-                loss, loss_stats = grpo_loss(logp, old_logp, exp.ref_logp, exp.advantages, exp.mask,
-                                             self.loss_settings, num_items_in_batch=tokens_in_step, entropies=entropy,
-                                             entropy_mask=self._high_entropy_mask(entropy.detach(), mask),
-                                             sampler_ratio=exp.sampler_ratio, sampling_logp=self._sampling_logp(exp))
+                loss, loss_stats = grpo_loss(logp, old_logp, exp.ref_logp, exp.advantages, exp.mask, settings,
+                                             num_items_in_batch=tokens_in_step, entropies=entropy,
+                                             entropy_mask=entropy_mask, sampler_ratio=exp.sampler_ratio,
+                                             sampling_logp=self._sampling_logp(exp))
             self.backward(loss, last=i == len(self.buffer) - 1)
             losses.append(float(loss))
             stats.append(loss_stats)
         update = self.apply_update(losses)
         self._update_reference()
+        if control is not None:  # the step's entropy on the bonus's tokens over every rank
+            local_sum, local_count = paddle.stack(bonus_sums).sum(axis=0).numpy().tolist()
+            control.update(sum_across_ranks(local_sum, self.world_size, "the step's entropy sum")
+                           / max(sum_across_ranks(local_count, self.world_size, "the step's entropy tokens"), 1.0))
         # TRL's entropy: the policy's mean entropy over the step's (masked) completion tokens of all ranks (TRL
         # averages the micro-batches' means instead); one host read
         entropy = Mean(float(paddle.stack(entropy_sums).sum()), local_tokens)
@@ -472,6 +490,8 @@ class GRPOTrainer(Trainer):
         # the loss's own statistics (kl, clip ratios, cispo_clip_ratio, ...): per micro-batch, as TRL gathers them
         for key in dict.fromkeys(key for s in stats for key in s):
             metrics[key] = Mean.of([s[key] for s in stats if key in s])
+        if self.entropy_control is not None:  # TRL logs the coefficient after the step's update
+            metrics["entropy_coef"] = Same(self.entropy_control.coef)
         return metrics
 
     def completion_rows(self) -> Optional[list[dict]]:
