@@ -177,7 +177,9 @@ def clipped_objective(w: _Weights, s: LossSettings):
     """grpo, bnpo, dr_grpo, dapo, luspo: PPO's clipped surrogate
     l_t = -min(min(w, delta) A, clip(w, 1 - eps_low, 1 + eps_high) A);
     ``delta`` (INTELLECT-2's two-sided clipping; None: off) caps w, which only a negative advantage reaches.
-    Logged: the fractions clipped below (w < 1 - eps_low, A < 0), above (w > 1 + eps_high, A > 0) and either."""
+    Logged: the fractions clipped below (w < 1 - eps_low, A < 0), above (w > 1 + eps_high, A > 0) and either, and
+    TRL's ``clip_ratio/low_min`` / ``high_max``: the least and the most of the completions' own fractions (a
+    completion without tokens left out)."""
     clipped = paddle.clip(w.weight, 1 - s.epsilon_low, 1 + s.epsilon_high)
     weight = w.weight if s.delta is None else paddle.clip(w.weight, max=s.delta)
     per_token = -paddle.minimum(weight * w.advantages, clipped * w.advantages)
@@ -185,7 +187,9 @@ def clipped_objective(w: _Weights, s: LossSettings):
     high = (weight > 1 + s.epsilon_high) & (w.advantages > 0)
     return per_token, {"clip_ratio/low_mean": _masked_mean(low, w.mask),
                        "clip_ratio/high_mean": _masked_mean(high, w.mask),
-                       "clip_ratio/region_mean": _masked_mean(low | high, w.mask)}
+                       "clip_ratio/region_mean": _masked_mean(low | high, w.mask),
+                       "clip_ratio/low_min": float(np.nanmin(_per_completion(low, w.mask))),
+                       "clip_ratio/high_max": float(np.nanmax(_per_completion(high, w.mask)))}
 
 
 def cispo_objective(w: _Weights, s: LossSettings):
@@ -374,6 +378,16 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: LossSettings
     with paddle.no_grad():
         stats["kl"] = float((kl * mask).sum() / mask.sum().clip(min=1.0)) if kl is not None else 0.0
     return loss, stats
+
+
+def _per_completion(flags: paddle.Tensor, mask: paddle.Tensor) -> np.ndarray:
+    """TRL 1.16's ``masked_seq_mean``: per completion the mean of ``flags`` over its tokens (NaN without any), or the
+    completion's one value ([N, 1])."""
+    flags, mask = flags.astype(mask.dtype).numpy(), mask.numpy()
+    if flags.shape[1] == 1:
+        return flags[:, 0]
+    with np.errstate(invalid="ignore"):
+        return (flags * mask).sum(axis=1) / mask.sum(axis=1)
 
 
 def _masked_mean(flags: paddle.Tensor, mask: paddle.Tensor) -> float:

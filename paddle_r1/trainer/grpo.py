@@ -490,6 +490,10 @@ class GRPOTrainer(Trainer):
         # the loss's own statistics (kl, clip ratios, cispo_clip_ratio, ...): per micro-batch, as TRL gathers them
         for key in dict.fromkeys(key for s in stats for key in s):
             metrics[key] = Mean.of([s[key] for s in stats if key in s])
+        for key, extreme in (("clip_ratio/low_min", np.nanmin), ("clip_ratio/high_max", np.nanmax)):
+            if key in metrics:  # TRL: per micro-batch the extreme over every rank's completions, then their mean
+                per_rank = gather_objects([s[key] for s in stats], self.world_size, f"the micro-batches' {key}")
+                metrics[key] = Same(float(np.nanmean(extreme(np.array(per_rank, dtype="float64"), axis=0))))
         if self.entropy_control is not None:  # TRL logs the coefficient after the step's update
             metrics["entropy_coef"] = Same(self.entropy_control.coef)
         return metrics
