@@ -58,6 +58,74 @@ def sequence_level(log_ratio, mask):
 
 
 @dataclass(frozen=True)
+class SamplerCorrection:
+    """A mode of the rollout/training mismatch correction (TRL 1.16's ``vllm_importance_sampling_mode``): one ratio
+    per token or one per completion, and outside [clip_min, clip_max] truncated to the bound or set to 0."""
+
+    per_completion: bool
+    truncate: bool
+
+
+SAMPLER_CORRECTIONS = Registry("importance_sampling_mode")  # d_t = m_t (old_t - sampled_t), NaN (not sampled) -> 0
+SAMPLER_CORRECTIONS.add("token_truncate", SamplerCorrection(per_completion=False, truncate=True),
+                        "rho_t = clip(exp(d_t), importance_sampling_clip_min, importance_sampling_clip_max)")
+SAMPLER_CORRECTIONS.add("token_mask", SamplerCorrection(per_completion=False, truncate=False),
+                        "rho_t = exp(d_t), 0 outside [importance_sampling_clip_min, importance_sampling_clip_max]")
+SAMPLER_CORRECTIONS.add("sequence_truncate", SamplerCorrection(per_completion=True, truncate=True),
+                        "one rho per completion, clip(exp(sum_t d_t), clip_min, clip_max)")
+SAMPLER_CORRECTIONS.add("sequence_mask", SamplerCorrection(per_completion=True, truncate=False),
+                        "one rho per completion, exp(sum_t d_t), 0 outside [clip_min, clip_max]: the completion leaves "
+                        "the loss")
+
+
+def sampler_ratio(old_logp, sampling_logp, mask, mode: str, clip_min: Optional[float], clip_max: Optional[float]
+                  ) -> paddle.Tensor:
+    """TRL 1.16's importance-sampling correction of the mismatch between the rollout's sampler and the training
+    forward (its ``vllm_importance_sampling_ratio``): d_t = m_t (old_t - sampled_t), old the training forward's
+    log-probs at rollout time, sampled the rollout's own (``Rollout.sampling_logp``; NaN, a token not sampled, gives
+    d_t = 0); rho = exp(d_t) per token [N, T], or exp(sum_t d_t) per completion [N, 1]; then truncated to
+    [clip_min, clip_max] or set to 0 outside it (``SAMPLER_CORRECTIONS``: the mode; a bound None is no bound). The
+    loss multiplies each token's policy loss by rho (vespo adds log rho to its sequence weight)."""
+    correction = SAMPLER_CORRECTIONS.implementation(mode)
+    diff = (old_logp - sampling_logp) * mask.astype(old_logp.dtype)
+    diff = paddle.where(paddle.isnan(diff), paddle.zeros_like(diff), diff)
+    if correction.per_completion:
+        diff = diff.sum(axis=1, keepdim=True)
+    ratio = paddle.exp(diff)
+    if correction.truncate:
+        return paddle.clip(ratio, min=clip_min, max=clip_max)
+    outside = paddle.zeros_like(ratio, dtype="bool")
+    if clip_min is not None:
+        outside = outside | (ratio < clip_min)
+    if clip_max is not None:
+        outside = outside | (ratio > clip_max)
+    return paddle.where(outside, paddle.zeros_like(ratio), ratio)
+
+
+def sampler_values(old_logp, sampling_logp, ratio, mask) -> tuple[np.ndarray, np.ndarray]:
+    """The values TRL 1.16 logs of the correction, of one micro-batch: |old_t - sampled_t| over the completion tokens
+    the sampler scored (not NaN), and rho over the completion tokens (per token) or every completion (per
+    completion)."""
+    mask, ratio, sampled = mask.numpy() > 0, ratio.numpy(), sampling_logp.numpy()
+    deltas = np.abs(old_logp.numpy() - sampled)[mask & ~np.isnan(sampled)]
+    return deltas, ratio.reshape(-1) if ratio.shape[1] == 1 else ratio[mask]
+
+
+def sampler_statistics(deltas: np.ndarray, ratios: np.ndarray) -> dict[str, float]:
+    """What TRL 1.16 logs of the correction over one generation batch of a process (``sampler_values`` of its
+    micro-batches, joined): the mean and max of the |old_t - sampled_t| ``deltas``, the min, mean and max of the rho
+    ``ratios``; 0 where there is none."""
+    def of(values, reduce):
+        return float(reduce(values)) if values.size else 0.0
+
+    return {"sampling/sampling_logp_difference/mean": of(deltas, np.mean),
+            "sampling/sampling_logp_difference/max": of(deltas, np.max),
+            "sampling/importance_sampling_ratio/min": of(ratios, np.min),
+            "sampling/importance_sampling_ratio/mean": of(ratios, np.mean),
+            "sampling/importance_sampling_ratio/max": of(ratios, np.max)}
+
+
+@dataclass(frozen=True)
 class LossSettings:
     """The policy loss's settings: GRPOConfig's keys of the same names, read as TRL 1.16 reads them (``of``)."""
 
@@ -78,6 +146,7 @@ class LossSettings:
     off_policy_mask_threshold: Optional[float] = None
     use_bias_correction_kl: bool = False
     entropy_coef: float = 0.0
+    use_adaptive_entropy: bool = False  # the bonus is on with a coefficient of 0 too (``entropy_control``)
     gradient_accumulation_steps: int = 1
 
     @classmethod
@@ -101,13 +170,16 @@ class _Weights:
     weight: paddle.Tensor
     advantages: paddle.Tensor
     mask: paddle.Tensor
+    sampler_ratio: Optional[paddle.Tensor] = None  # rho of ``sampler_ratio``, with the mismatch correction on
 
 
 def clipped_objective(w: _Weights, s: LossSettings):
     """grpo, bnpo, dr_grpo, dapo, luspo: PPO's clipped surrogate
     l_t = -min(min(w, delta) A, clip(w, 1 - eps_low, 1 + eps_high) A);
     ``delta`` (INTELLECT-2's two-sided clipping; None: off) caps w, which only a negative advantage reaches.
-    Logged: the fractions clipped below (w < 1 - eps_low, A < 0), above (w > 1 + eps_high, A > 0) and either."""
+    Logged: the fractions clipped below (w < 1 - eps_low, A < 0), above (w > 1 + eps_high, A > 0) and either, and
+    TRL's ``clip_ratio/low_min`` / ``high_max``: the least and the most of the completions' own fractions (a
+    completion without tokens left out)."""
     clipped = paddle.clip(w.weight, 1 - s.epsilon_low, 1 + s.epsilon_high)
     weight = w.weight if s.delta is None else paddle.clip(w.weight, max=s.delta)
     per_token = -paddle.minimum(weight * w.advantages, clipped * w.advantages)
@@ -115,7 +187,9 @@ def clipped_objective(w: _Weights, s: LossSettings):
     high = (weight > 1 + s.epsilon_high) & (w.advantages > 0)
     return per_token, {"clip_ratio/low_mean": _masked_mean(low, w.mask),
                        "clip_ratio/high_mean": _masked_mean(high, w.mask),
-                       "clip_ratio/region_mean": _masked_mean(low | high, w.mask)}
+                       "clip_ratio/region_mean": _masked_mean(low | high, w.mask),
+                       "clip_ratio/low_min": float(np.nanmin(_per_completion(low, w.mask))),
+                       "clip_ratio/high_max": float(np.nanmax(_per_completion(high, w.mask)))}
 
 
 def cispo_objective(w: _Weights, s: LossSettings):
@@ -140,10 +214,15 @@ def vespo_objective(w: _Weights, s: LossSettings):
     """vespo (Variational Sequence-level Soft Policy Optimization, arXiv 2602.10693): l_t = -sg(phi(W)) A logp_t
     with W = exp(clip(sum_t m_t clip(log_ratio_t, -20, 20), ln 1e-8, 20)) the sequence's importance weight and
     phi(W) = exp(lambda + k ln W - lambda W) (phi(1) = 1; non-finite values 0); (k, lambda) = (``vespo_k_pos``,
-    ``vespo_lambda_pos``) for A >= 0, else the ``_neg`` pair, lambda at least 1e-4. Logged: ``vespo/phi_seq_mean``."""
+    ``vespo_lambda_pos``) for A >= 0, else the ``_neg`` pair, lambda at least 1e-4. With the sampler's correction
+    (per-token rho), sum_t clip(ln rho_t, ln 1e-8, 20) is added to the sum inside W (over every position, as TRL).
+    Logged: ``vespo/phi_seq_mean``."""
     floor = math.log(1e-8)
     with paddle.no_grad():
-        log_w = (w.log_ratio.clip(-20.0, 20.0) * w.mask).sum(axis=1, keepdim=True).clip(floor, 20.0)
+        log_w = (w.log_ratio.clip(-20.0, 20.0) * w.mask).sum(axis=1, keepdim=True)
+        if w.sampler_ratio is not None:
+            log_w = log_w + paddle.log(w.sampler_ratio).clip(floor, 20.0).sum(axis=1, keepdim=True)
+        log_w = log_w.clip(floor, 20.0)
         nonnegative = w.advantages >= 0
         k = paddle.where(nonnegative, paddle.full_like(log_w, s.vespo_k_pos), paddle.full_like(log_w, s.vespo_k_neg))
         lam = paddle.where(nonnegative, paddle.full_like(log_w, s.vespo_lambda_pos),
@@ -187,6 +266,7 @@ class LossType:
     objective: Callable  # (_Weights, LossSettings) -> (per-token loss, its logged statistics)
     normalisation: Callable  # (per-token loss, mask, num_items_in_batch, settings) -> the micro-batch's loss
     per_micro_batch: bool = True  # divided by gradient_accumulation_steps (not when normalised by the step's tokens)
+    weighs_sampler_ratio: bool = False  # takes the sampler's correction rho into its objective (else l_t times rho)
 
 
 LOSS_TYPE_RULES = Registry("loss_type")  # TRL 1.16's loss types, in its order
@@ -208,7 +288,8 @@ LOSS_TYPE_RULES.add("cispo", LossType(cispo_objective, step_token_mean, per_micr
 LOSS_TYPE_RULES.add("sapo", LossType(sapo_objective, per_sequence_mean),
                     "l = -sigmoid(tau (w - 1)) 4 / tau A, tau = sapo_temperature_pos if A > 0 else "
                     "sapo_temperature_neg, normalised as grpo")
-LOSS_TYPE_RULES.add("vespo", LossType(vespo_objective, step_token_mean, per_micro_batch=False),
+LOSS_TYPE_RULES.add("vespo", LossType(vespo_objective, step_token_mean, per_micro_batch=False,
+                                      weighs_sampler_ratio=True),
                     "l = -sg(phi(W)) A logp_t (token level), W = exp(clip(sum_t m clip(logp - old, -20, 20), ln 1e-8, "
                     "20)) the completion's weight, phi(W) = exp(lambda + k ln W - lambda W) (k, lambda: vespo_*_pos if "
                     "A >= 0, else vespo_*_neg), sum l m / T_step; logs vespo/phi_seq_mean")
@@ -250,30 +331,37 @@ def high_entropy_mask(entropies: paddle.Tensor, mask: paddle.Tensor, threshold: 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: LossSettings, *,
               num_items_in_batch: Optional[float] = None, entropies: Optional[paddle.Tensor] = None,
-              entropy_mask: Optional[paddle.Tensor] = None) -> tuple[paddle.Tensor, dict[str, float]]:
+              entropy_mask: Optional[paddle.Tensor] = None, sampler_ratio: Optional[paddle.Tensor] = None,
+              sampling_logp: Optional[paddle.Tensor] = None) -> tuple[paddle.Tensor, dict[str, float]]:
     """The micro-batch's policy loss as TRL 1.16's ``_compute_loss`` makes it, and the statistics it logs under
     TRL's names. For N completions of T tokens, mask m:
 
     w = exp(logp_t - old_logp_t) per token, or for every token of completion i exp(sum_t m (logp - old) / sum_t m)
     (``importance_sampling_level`` sequence: GSPO, arXiv 2507.18071; ``LOG_RATIO_LEVELS``);
     l_t = the loss type's objective (``LOSS_TYPE_RULES``: clipped, cispo, sapo, vespo), times the off-policy mask
-    (``off_policy_mask_threshold``) and the high-entropy mask (``entropy_mask``, from ``top_entropy_quantile``);
+    (``off_policy_mask_threshold``; measured from ``sampling_logp``, the rollout's own log-probs, when given, else
+    from old_logp), the high-entropy mask (``entropy_mask``, from ``top_entropy_quantile``) and the sampler's
+    correction rho (``sampler_ratio``, [N, T] or [N, 1]; vespo takes it into its weight instead);
     plus beta * kl_t, kl_t = ``kl_divergence(logp, ref, kl_estimator)`` (k3 by default), times w with
     ``use_bias_correction_kl``; then the loss type's normalisation, divided by ``gradient_accumulation_steps``
     unless it divides by the step's tokens. With ``entropy_coef`` c: minus c * sum H m' / sum m' /
-    gradient_accumulation_steps, H the policy's entropies, m' the mask times the high-entropy mask.
+    gradient_accumulation_steps, H the policy's entropies, m' the mask times the high-entropy mask (with
+    ``use_adaptive_entropy`` c is the step's from ``entropy_control.AdaptiveEntropy``, 0 included).
     """
     loss_type = LOSS_TYPE_RULES.implementation(settings.loss_type)
     mask = mask.astype(logp.dtype)
     log_ratio = logp - old_logp
     level_log_ratio = LOG_RATIO_LEVELS.implementation(settings.importance_sampling_level)(log_ratio, mask)
     adv = advantages.unsqueeze(1)
-    weights = _Weights(logp, log_ratio, paddle.exp(level_log_ratio), adv, mask)
+    weights = _Weights(logp, log_ratio, paddle.exp(level_log_ratio), adv, mask, sampler_ratio)
     per_token, stats = loss_type.objective(weights, settings)
     if settings.off_policy_mask_threshold is not None:
-        per_token = per_token * off_policy_mask(adv, logp, old_logp, mask, settings.off_policy_mask_threshold)
+        behaviour = old_logp if sampling_logp is None else sampling_logp
+        per_token = per_token * off_policy_mask(adv, logp, behaviour, mask, settings.off_policy_mask_threshold)
     if entropy_mask is not None:
         per_token = per_token * entropy_mask
+    if sampler_ratio is not None and not loss_type.weighs_sampler_ratio:
+        per_token = per_token * sampler_ratio
     kl = None
     if settings.beta != 0.0:
         kl = kl_divergence(logp, ref_logp, settings.kl_estimator)
@@ -282,7 +370,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: LossSettings
         per_token = per_token + settings.beta * kl
     policy_loss = loss_type.normalisation(per_token, mask, num_items_in_batch, settings)
     loss = policy_loss / settings.gradient_accumulation_steps if loss_type.per_micro_batch else policy_loss
-    if settings.entropy_coef != 0.0:
+    if settings.entropy_coef != 0.0 or settings.use_adaptive_entropy:
         bonus_mask = mask if entropy_mask is None else mask * entropy_mask
         entropy = (entropies * bonus_mask).sum() / bonus_mask.sum().clip(min=1.0)
         loss = loss - settings.entropy_coef * entropy / settings.gradient_accumulation_steps
@@ -290,6 +378,16 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, settings: LossSettings
     with paddle.no_grad():
         stats["kl"] = float((kl * mask).sum() / mask.sum().clip(min=1.0)) if kl is not None else 0.0
     return loss, stats
+
+
+def _per_completion(flags: paddle.Tensor, mask: paddle.Tensor) -> np.ndarray:
+    """TRL 1.16's ``masked_seq_mean``: per completion the mean of ``flags`` over its tokens (NaN without any), or the
+    completion's one value ([N, 1])."""
+    flags, mask = flags.astype(mask.dtype).numpy(), mask.numpy()
+    if flags.shape[1] == 1:
+        return flags[:, 0]
+    with np.errstate(invalid="ignore"):
+        return (flags * mask).sum(axis=1) / mask.sum(axis=1)
 
 
 def _masked_mean(flags: paddle.Tensor, mask: paddle.Tensor) -> float:

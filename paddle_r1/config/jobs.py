@@ -186,6 +186,7 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
         leaves no place for."""
         for registry in REGISTRIES:
             registry.check(self)
+        self._check_sampler_correction()
         if self.multi_objective_aggregation == "normalize_then_sum":
             beside = [f"{key} {value!r}" for key, value, alone in (
                 ("adv_estimator", self.adv_estimator, self.adv_estimator == "grpo"),
@@ -196,6 +197,25 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
                                   f"reward function's scores (GDPO), which leaves no place for {', '.join(beside)} "
                                   "(they act on the summed reward); use sum_then_normalize with them",
                                   keys=("multi_objective_aggregation",))
+
+    def _check_sampler_correction(self) -> None:
+        """TRL 1.16's rules for its vllm_importance_sampling_* keys: vespo takes a per-token rho only, a truncation
+        needs a bound (TRL's torch.clamp fails without one), and the bounds in order."""
+        if not self.importance_sampling_correction:
+            return
+        mode, low, high = self.importance_sampling_mode, self.importance_sampling_clip_min, \
+            self.importance_sampling_clip_max
+        if self.loss_type == "vespo" and mode.startswith("sequence"):
+            raise ConfigError(f"config keys 'loss_type' and 'importance_sampling_mode': vespo adds the per-token log "
+                              f"rho to its own sequence weight and needs token_truncate or token_mask, not {mode}",
+                              keys=("loss_type", "importance_sampling_mode"))
+        if mode.endswith("truncate") and low is None and high is None:
+            raise ConfigError(f"config keys 'importance_sampling_mode', 'importance_sampling_clip_min' and "
+                              f"'importance_sampling_clip_max': {mode} truncates rho to its bounds, and neither is set",
+                              keys=("importance_sampling_mode", "importance_sampling_clip_max"))
+        if low is not None and high is not None and low > high:
+            raise ConfigError(f"config keys 'importance_sampling_clip_min' and 'importance_sampling_clip_max': {low} "
+                              f"is above {high}", keys=("importance_sampling_clip_min", "importance_sampling_clip_max"))
 
     def _check_filter_band(self) -> None:
         """EasyR1's online filtering band goes with dynamic sampling, which draws the groups to replace."""

@@ -13,7 +13,8 @@ from typing import Optional, Union
 
 from ..algorithms.names import (ADV_ESTIMATORS, ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATES,
                                 KL_ESTIMATORS, LOG_RATIO_LEVELS, LOSS_TYPE_RULES, LOSS_TYPES,
-                                MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS, SHARDING_STAGES)
+                                MULTI_OBJECTIVE_AGGREGATIONS, SAMPLER_CORRECTIONS, SAMPLER_MODES, SCALE_REWARDS,
+                                SHARDING_STAGES)
 from .values import Bounds, above, at_least
 from ..memory import UNDO_COPY_BUDGET_GIB
 
@@ -278,8 +279,19 @@ class ObjectiveKeys:
                                       "token; 0: the highest only", bounds=UNIT)
     entropy_coef: float = key(0.0, "entropy bonus: minus coef * sum_t H_t m'_t / sum m', H the policy's entropy (with "
                               "its gradient), m' the mask times the high-entropy mask, divided by "
-                              "gradient_accumulation_steps only; logs policy_loss and entropy_coef (TRL's adaptive "
-                              "use_adaptive_entropy is not offered)", bounds=Bounds())
+                              "gradient_accumulation_steps only; logs policy_loss and entropy_coef; with "
+                              "use_adaptive_entropy the coefficient's start", bounds=Bounds())
+    use_adaptive_entropy: bool = key(False, "Skywork-OR1's adaptive entropy control (TRL 1.16's): after each optimizer "
+                                     "step entropy_coef moves by entropy_coef_delta toward entropy_target (up when the "
+                                     "step's entropy over every rank, on the bonus's tokens, is at or below it, else "
+                                     "down, within [entropy_coef_min, entropy_coef_max]); the bonus applies only in "
+                                     "steps after one whose entropy was at or below the target; logs entropy_coef "
+                                     "after the update; saved and restored on resume")
+    entropy_target: float = key(0.2, "adaptive entropy: the target mean entropy per token, in nats (TRL's default; "
+                                "set it near the entropy your run logs early)", bounds=at_least(0))
+    entropy_coef_delta: float = key(0.005, "adaptive entropy: the coefficient's step", bounds=at_least(0))
+    entropy_coef_min: float = key(0.0, "adaptive entropy: the coefficient's floor", bounds=Bounds())
+    entropy_coef_max: float = key(1.0, "adaptive entropy: the coefficient's ceiling", bounds=Bounds())
     off_policy_mask_threshold: Optional[float] = key(None, "DeepSeek-V3.2's off-policy sequence mask: the loss of a "
                                                      "completion with A < 0 whose mean_t(old_t - logp_t) exceeds it "
                                                      "is dropped (0 on-policy: it acts from the second of "
@@ -311,6 +323,21 @@ class VariantKeys:
                             "added to the loss")
     importance_sampling_level: str = key("token", "the importance weight w's level: " + LOG_RATIO_LEVELS.choices_help(),
                                          choices=IMPORTANCE_SAMPLING_LEVELS)
+    importance_sampling_correction: bool = key(
+        False, "TRL's vllm_importance_sampling_correction for this project's rollout: the policy loss of each token "
+        "times rho, made from d_t = old_t - sampled_t, the training forward's log-prob of the token at rollout time "
+        "minus the rollout's own (from the logits it sampled from, at the sampling temperature, after top_k / top_p); "
+        "logs sampling/sampling_logp_difference/mean|max and sampling/importance_sampling_ratio/min|mean|max. Costs a "
+        "forward of the policy per micro-batch; false here (TRL: true with vLLM), the float32 CPU rollout differs by "
+        "~1e-6 nats: turn it on where the rollout's kernels drift from the training forward (bf16 on a GPU)")
+    importance_sampling_mode: str = key("sequence_mask", "the correction's rho (TRL's vllm_importance_sampling_mode): "
+                                        + SAMPLER_CORRECTIONS.choices_help(), choices=SAMPLER_MODES)
+    importance_sampling_clip_max: Optional[float] = key(3.0, "the correction's C_max: *_truncate caps rho at it, "
+                                                        "*_mask zeroes rho above it; none: no upper bound",
+                                                        bounds=above(0))
+    importance_sampling_clip_min: Optional[float] = key(None, "the correction's C_min: *_truncate raises rho to it, "
+                                                        "*_mask zeroes rho below it; default: no lower bound",
+                                                        bounds=at_least(0))
     dynamic_sampling: bool = key(False, "DAPO: drop groups whose rewards all tie and draw further prompt batches "
                                  "until the micro-batch is full (at most max_num_gen_batches; then the last dropped "
                                  "groups fill it), decided on every rank's completions of a group; logs "

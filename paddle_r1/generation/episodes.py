@@ -22,7 +22,7 @@ each row whole (``trainer.logprobs``). ``max_new_tokens`` bounds each turn.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
@@ -92,6 +92,7 @@ class _Row:
     turns: list
     calls: list
     truncated: bool = False
+    logps: list = field(default_factory=list)  # per token: its sampled log-prob (NaN: not sampled)
 
 
 class _Segment:
@@ -179,14 +180,15 @@ class _Episodes:
         for turn in range(self.max_turns):
             if turn == 0 and first_turns is not None:
                 tokens, finished = self._given_turn(decoder, first_turns)
+                logps = paddle.full(tokens.shape, float("nan"), dtype="float32")  # given, not sampled
             else:
                 span = slice(turn * self.params.max_new_tokens, (turn + 1) * self.params.max_new_tokens)
                 turn_uniforms = None if uniforms is None else uniforms[paddle.to_tensor(active)][:, span]
-                tokens, finished = sample_tokens(decoder, logits, self.params, self.eos, self.pad_token_id,
-                                                 turn_uniforms)
+                tokens, finished, logps = sample_tokens(decoder, logits, self.params, self.eos, self.pad_token_id,
+                                                        turn_uniforms)
             turn_mask = completion_mask_from_ids(tokens, self.eos)
             lengths = turn_mask.sum(axis=1)
-            calls = self._record_turn(active, tokens.numpy(), lengths.numpy(), finished.numpy())
+            calls = self._record_turn(active, tokens.numpy(), logps.numpy(), lengths.numpy(), finished.numpy())
             going = [j for j, row_calls in enumerate(calls) if row_calls and turn + 1 < self.max_turns]
             if not going:
                 break
@@ -215,7 +217,8 @@ class _Episodes:
             decoder.step(tokens[:, step])
         return tokens, paddle.ones([len(rows)], dtype="bool")
 
-    def _record_turn(self, active: list[int], tokens: np.ndarray, lengths: np.ndarray, finished: np.ndarray) -> list:
+    def _record_turn(self, active: list[int], tokens: np.ndarray, logps: np.ndarray, lengths: np.ndarray,
+                     finished: np.ndarray) -> list:
         """Each active row's turn into its episode; per row, the tool calls it made (none when the turn did not
         end: a turn cut off by max_new_tokens ends its episode)."""
         texts = self.tokenizer.batch_decode([tokens[j, :n].tolist() for j, n in enumerate(lengths)],
@@ -225,6 +228,7 @@ class _Episodes:
             row, n = self.rows[r], int(lengths[j])
             row.ids += tokens[j, :n].tolist()
             row.own += [1] * n
+            row.logps += logps[j, :n].tolist()
             row.turns.append({"role": "assistant", "text": texts[j]})
             row.truncated = not finished[j]
             calls.append(parse_tool_calls(texts[j]) if finished[j] else [])
@@ -250,6 +254,7 @@ class _Episodes:
             row = self.rows[r]
             row.ids += ids.tolist()
             row.own += [0] * ids.shape[0]
+            row.logps += [0.0] * ids.shape[0]
             if grid is not None:
                 row.pixels.append(pixels)
                 row.grids.append(grid)
@@ -263,6 +268,7 @@ class _Episodes:
             completion_ids=pad_rows([row.ids for row in self.rows], self.pad_token_id),
             completion_mask=pad_rows([row.own for row in self.rows], 0, dtype="int32"),
             truncated=paddle.to_tensor([row.truncated for row in self.rows]),
+            sampling_logp=pad_rows([row.logps for row in self.rows], 0.0, dtype="float32"),
             episode_mask=pad_rows([[1] * len(row.ids) for row in self.rows], 0, dtype="int32"),
             episode_pixel_values=paddle.concat(pixels) if pixels else None,
             episode_image_grid_thw=paddle.concat(grids) if grids else None,

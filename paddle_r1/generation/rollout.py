@@ -60,6 +60,9 @@ class Rollout:
     completion_ids: paddle.Tensor  # [B*G, T], pad after EOS; rows are grouped prompt by prompt
     completion_mask: paddle.Tensor  # [B*G, T] int32, 1 up to and including EOS
     truncated: paddle.Tensor  # [B*G] bool, no EOS within max_new_tokens
+    # [B*G, T] float32: each sampled token's log-prob under the distribution it was drawn from (``sample_tokens``), 0
+    # after EOS; NaN for a token the rollout did not sample (a given first turn); None in a buffer saved before it
+    sampling_logp: Optional[paddle.Tensor] = None
     # Multi-turn episodes (``episodes.sample_episodes``), else None. completion_ids then hold every token after the
     # prompt (the model's turns and the tools' messages) and completion_mask the model's own tokens only.
     episode_mask: Optional[paddle.Tensor] = None  # [B*G, T] int32, 1 over every token of the episode, 0 on padding
@@ -83,17 +86,12 @@ def pad_rows(rows: Sequence[Sequence[int]], pad: int, left: bool = False, dtype:
     return paddle.to_tensor(out)
 
 
-def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Optional[paddle.Tensor] = None
-                    ) -> paddle.Tensor:
-    """Greedy at temperature 0, else sample from softmax(logits / T) restricted by top-k and top-p.
-
-    ``uniform`` ([rows] in [0, 1)) makes the draw an inverse-CDF lookup, so a row's tokens depend only
-    on the numbers it is given (the trainer derives them from seed, step and the prompt's place in the
-    global batch: the same completions on 1 or N ranks, and after a resume).
-    """
+def sampling_logits(logits: paddle.Tensor, params: SamplingParams) -> paddle.Tensor:
+    """The float32 logits a token is drawn from: logits / T restricted by top-k and top-p (-inf outside); at
+    temperature 0 (greedy) the logits as they are, which the training forward's log-probs also take then."""
     logits = logits.astype("float32")
     if params.temperature == 0:
-        return logits.argmax(axis=-1)
+        return logits
     if params.temperature != 1.0:
         logits = logits / params.temperature
     if params.top_k > 0:
@@ -107,13 +105,30 @@ def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Opti
         drop = (paddle.cumsum(probs, axis=-1) - probs) > params.top_p
         sorted_logits = paddle.where(drop, paddle.full_like(sorted_logits, float("-inf")), sorted_logits)
         logits = paddle.put_along_axis(logits, order, sorted_logits, axis=-1)
-    probs = paddle.nn.functional.softmax(logits, axis=-1)
+    return logits
+
+
+def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Optional[paddle.Tensor] = None
+                    ) -> paddle.Tensor:
+    """Greedy at temperature 0, else sample from softmax(logits / T) restricted by top-k and top-p.
+
+    ``uniform`` ([rows] in [0, 1)) makes the draw an inverse-CDF lookup, so a row's tokens depend only
+    on the numbers it is given (the trainer derives them from seed, step and the prompt's place in the
+    global batch: the same completions on 1 or N ranks, and after a resume).
+    """
+    return _draw(sampling_logits(logits, params), params, uniform)
+
+
+def _draw(scores: paddle.Tensor, params: SamplingParams, uniform: Optional[paddle.Tensor]) -> paddle.Tensor:
+    if params.temperature == 0:
+        return scores.argmax(axis=-1)
+    probs = paddle.nn.functional.softmax(scores, axis=-1)
     if uniform is None:
         return paddle.multinomial(probs, num_samples=1).squeeze(-1)
     cdf = paddle.cumsum(probs, axis=-1)  # non-decreasing: the tokens whose cdf is below the draw are a prefix
     draw = uniform.astype(cdf.dtype).unsqueeze(-1) * cdf[:, -1:]
     below = paddle.searchsorted(cdf, draw).squeeze(-1)  # how many cdf values are < the draw
-    return paddle.clip(below, max=logits.shape[-1] - 1)
+    return paddle.clip(below, max=scores.shape[-1] - 1)
 
 
 def prefill(model, prompt: PromptBatch):
@@ -145,36 +160,44 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
         decoder = make_decoder(model, RepeatedPrompt(cache, num_generations), prompt_mask, next_position,
                                params.max_new_tokens, params.engine)
         eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
-        completion_ids, finished = sample_tokens(decoder, logits, params, eos, pad_token_id, uniforms, eos_check_every)
+        completion_ids, finished, sampling_logp = sample_tokens(decoder, logits, params, eos, pad_token_id, uniforms,
+                                                                eos_check_every)
     finally:
         model.train(was_training)
 
     completion_mask = completion_mask_from_ids(completion_ids, eos)
     ended = int(completion_mask.sum(axis=1).max())  # the step at which the last row ended
     return Rollout(prompt=prompt, num_generations=num_generations, completion_ids=completion_ids[:, :ended],
-                   completion_mask=completion_mask[:, :ended], truncated=~finished)
+                   completion_mask=completion_mask[:, :ended], truncated=~finished,
+                   sampling_logp=sampling_logp[:, :ended])
 
 
 def sample_tokens(decoder, logits: paddle.Tensor, params: SamplingParams, eos: paddle.Tensor, pad_token_id: int,
                   uniforms: Optional[paddle.Tensor] = None, eos_check_every: int = 8
-                  ) -> tuple[paddle.Tensor, paddle.Tensor]:
+                  ) -> tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
     """Tokens [rows, steps] sampled from ``logits`` then through ``decoder`` one step at a time until every row
     has ended (checked every ``eos_check_every`` steps) or ``params.max_new_tokens``; a row pads after its EOS.
-    Also which rows ended [rows]. The last column's tokens are not fed to the decoder."""
+    Also which rows ended [rows], and each token's log-prob [rows, steps] under the distribution it was drawn from,
+    log softmax(``sampling_logits``)[token] (TRL's sampling_per_token_logps, as vLLM's processed log-probs), 0 on
+    padding. The last column's tokens are not fed to the decoder."""
     finished = paddle.zeros([logits.shape[0]], dtype="bool")
     pad = paddle.full_like(finished, pad_token_id, dtype="int64")
-    tokens = []
+    tokens, logps = [], []
     for step in range(params.max_new_tokens):
         uniform = None if uniforms is None else uniforms[:, step]
-        token = pick_next_token(logits, params, uniform).astype("int64")
+        scores = sampling_logits(logits, params)
+        token = _draw(scores, params, uniform).astype("int64")
+        logp = (paddle.take_along_axis(scores, token.unsqueeze(-1), axis=-1)
+                - paddle.logsumexp(scores, axis=-1, keepdim=True)).squeeze(-1)
         token = paddle.where(finished, pad, token)
+        logps.append(paddle.where(finished, paddle.zeros_like(logp), logp))
         tokens.append(token)
         finished = finished | paddle.isin(token, eos)
         last = step == params.max_new_tokens - 1
         if last or ((step + 1) % eos_check_every == 0 and bool(finished.all())):
             break
         logits = decoder.step(token)
-    return paddle.stack(tokens, axis=1), finished
+    return paddle.stack(tokens, axis=1), finished, paddle.stack(logps, axis=1)
 
 
 def completion_mask_from_ids(completion_ids: paddle.Tensor, eos: paddle.Tensor) -> paddle.Tensor:

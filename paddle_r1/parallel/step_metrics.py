@@ -8,7 +8,7 @@ combination over its own statistics, so a 2-rank run logs what one process over 
 
 The combinations follow TRL 1.16 (``GRPOTrainer._generate_and_score_completions``, which gathers rewards over
 processes before computing them): means weighted by how many values each rank had; ``Std`` is TRL's ``nanstd``
-(Bessel-corrected, NaN left out) over the gathered values; counters are summed; ``*/max`` is the maximum.
+(Bessel-corrected, NaN left out) over the gathered values; counters are summed; ``*/max`` is the maximum, ``*/min`` the minimum.
 """
 from __future__ import annotations
 
@@ -55,6 +55,11 @@ class Max:
 
 
 @dataclass
+class Min:
+    value: float
+
+
+@dataclass
 class Std:
     """TRL's ``nanstd`` over every rank's values: sqrt(sum (x - mean)^2 / (n - 1)), NaN left out, NaN for n < 2."""
 
@@ -73,12 +78,12 @@ class Same:
     value: float
 
 
-Stat = Union[Mean, Sum, Max, Std, Same]
+Stat = Union[Mean, Sum, Max, Min, Std, Same]
 
 
 def as_stat(value) -> Stat:
     """A statistic as it is; a plain number is one every rank holds alike."""
-    return value if isinstance(value, (Mean, Sum, Max, Std, Same)) else Same(float(value))
+    return value if isinstance(value, (Mean, Sum, Max, Min, Std, Same)) else Same(float(value))
 
 
 def merge(old: Stat, new: Stat) -> Stat:
@@ -92,6 +97,8 @@ def merge(old: Stat, new: Stat) -> Stat:
         return Sum(old.value + new.value)
     if isinstance(old, Max):
         return Max(max(old.value, new.value))
+    if isinstance(old, Min):
+        return Min(min(old.value, new.value))
     if isinstance(old, Std):
         return Std(np.concatenate([old.values, new.values]))
     return new

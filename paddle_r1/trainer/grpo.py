@@ -30,10 +30,12 @@ from ..parallel.distributed import gather_objects, phase, sum_across_ranks
 from ..algorithms.dynamic_sampling import concat_rollouts, kept_groups, select_groups
 from ..algorithms.groups import GroupTable, gather_groups
 from ..algorithms.advantages import longest_turns, overlong_penalty
+from ..algorithms.entropy_control import AdaptiveEntropy
 from ..algorithms.logprobs import completion_logprobs
-from ..algorithms.loss import LossSettings, entropy_threshold, grpo_loss, high_entropy_mask, kl_divergence
+from ..algorithms.loss import (LossSettings, entropy_threshold, grpo_loss, high_entropy_mask, kl_divergence,
+                               sampler_ratio, sampler_statistics, sampler_values)
 from ..checkpoints.resume import BatchLayout
-from ..parallel.step_metrics import Max, Mean, Same, Std, Sum
+from ..parallel.step_metrics import Max, Mean, Min, Same, Std, Sum
 
 
 @dataclass
@@ -58,13 +60,15 @@ class Experience:
     rewards: Optional[np.ndarray] = None  # [N] weighted sum + overlong penalty (- beta * KL once it is in the reward)
     mask: Optional[paddle.Tensor] = None  # completion mask, truncated rows zeroed if mask_truncated_completions
     old_logp: Optional[paddle.Tensor] = None  # kept with num_iterations > 1 only
+    sampler_ratio: Optional[paddle.Tensor] = None  # rho of the sampler's correction (importance_sampling_correction)
+    sampler_values: Optional[tuple] = None  # its logged values: |old - sampled| and rho at the tokens TRL logs
     ref_logp: Optional[paddle.Tensor] = None  # kept with the KL in the loss only
     advantages: Optional[paddle.Tensor] = None
 
     def state(self) -> dict:
         """What a resume mid-way through num_iterations needs: the fields the loss and the logs read."""
         state = dataclasses.asdict(self)
-        for before_the_loss in ("tool_calls", "keys", "generations"):
+        for before_the_loss in ("tool_calls", "keys", "generations", "sampler_values"):
             del state[before_the_loss]
         return state
 
@@ -117,6 +121,7 @@ class GRPOTrainer(Trainer):
         self.buffer: list[Experience] = []
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
         self.loss_settings = LossSettings.of(config)
+        self.entropy_control = AdaptiveEntropy.of(config) if config.use_adaptive_entropy else None
         self.toolbox = toolbox_for(config.tools, config.max_turns, config_folders(config))
         super().__init__(config, samples, heldout)
         one_token = decoder_supports(self.policy)
@@ -173,7 +178,13 @@ class GRPOTrainer(Trainer):
                 "checkpoint whose step is a multiple of num_iterations (a save_steps that is one gives only such "
                 "checkpoints)", keys=("resume_from_checkpoint",))
 
+    def trainer_state(self) -> dict:
+        """The adaptive entropy control's coefficient and last entropy (TRL saves both)."""
+        return {} if self.entropy_control is None else {"adaptive_entropy": self.entropy_control.state()}
+
     def restore_job(self, path: str, state: dict) -> None:
+        if self.entropy_control is not None and "adaptive_entropy" in state:
+            self.entropy_control.load(state["adaptive_entropy"])
         extra_path = os.path.join(path, BUFFER_FILE.format(self.rank))
         if os.path.isfile(extra_path):
             self.buffer = [Experience.from_state(e) for e in paddle.load(extra_path)["buffer"]]
@@ -208,7 +219,9 @@ class GRPOTrainer(Trainer):
 
     def make_experience(self, micro_batch: int = 0) -> Experience:
         """One micro-batch, in the order it is made: the rollout (with dynamic sampling, the groups it keeps), the
-        old policy's and the reference's log-probs, then the reward stage, which ends with the advantages."""
+        old policy's and the reference's log-probs (with ``importance_sampling_correction`` the sampler's rho from
+        the old and the rollout's own log-probs, ``loss.sampler_ratio``), then the reward stage, which ends with the
+        advantages."""
         cfg = self.config
         exp = self._dynamic_rollout(micro_batch) if cfg.dynamic_sampling else self._rollout(micro_batch)
         exp.mask = exp.rollout.completion_mask
@@ -216,13 +229,34 @@ class GRPOTrainer(Trainer):
             exp.mask = exp.mask * (~exp.rollout.truncated).astype(exp.mask.dtype).unsqueeze(1)
         phase("log-probs of the rollout")
         with paddle.no_grad():
-            if cfg.num_iterations > 1 or self._kl_in_reward:
+            if cfg.num_iterations > 1 or self._kl_in_reward or cfg.importance_sampling_correction:
                 exp.old_logp = completion_logprobs(self.policy, exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
+            if cfg.importance_sampling_correction:
+                self._sampler_correction(exp)
             exp.ref_logp = self._reference_logprobs(exp.rollout) if cfg.uses_reference else None
         self._rewards_and_advantages(exp)
         if cfg.num_iterations == 1:  # made for the KL in the reward only: one step's loss takes its own, detached
             exp.old_logp = None
         return exp
+
+    def _sampler_correction(self, exp: Experience) -> None:
+        """rho of the mismatch between the rollout's sampler and the training forward (TRL's vLLM importance
+        sampling, ``loss.sampler_ratio``), and the values TRL logs of it (``_record_sampler_statistics``)."""
+        cfg = self.config
+        sampled = exp.rollout.sampling_logp
+        exp.sampler_ratio = sampler_ratio(exp.old_logp, sampled, exp.mask, cfg.importance_sampling_mode,
+                                          cfg.importance_sampling_clip_min, cfg.importance_sampling_clip_max)
+        exp.sampler_values = sampler_values(exp.old_logp, sampled, exp.sampler_ratio, exp.mask)
+
+    def _record_sampler_statistics(self) -> None:
+        """TRL's sampling/* metrics over this rank's generation batch (its micro-batches' tokens together), then the
+        ranks' figures combined as TRL gathers them: the mean of their means, the min of their mins, the max of
+        their maxima."""
+        deltas = np.concatenate([e.sampler_values[0] for e in self.buffer])
+        rhos = np.concatenate([e.sampler_values[1] for e in self.buffer])
+        combine = {"mean": Mean.one, "max": Max, "min": Min}
+        for name, value in sampler_statistics(deltas, rhos).items():
+            self.record(name, combine[name.rsplit("/", 1)[1]](value))
 
     @property
     def _kl_in_reward(self) -> bool:
@@ -356,30 +390,48 @@ class GRPOTrainer(Trainer):
         if self.step % cfg.num_iterations == 0:
             with self.precision.compute():
                 self.buffer = [self.make_experience(i) for i in range(cfg.gradient_accumulation_steps)]
+            if cfg.importance_sampling_correction:
+                self._record_sampler_statistics()
         # dapo, cispo and vespo divide by the step's completion tokens over all ranks; gradients are then averaged
         local_tokens = float(sum(float(e.mask.sum()) for e in self.buffer))
         tokens_in_step = sum_across_ranks(local_tokens, self.world_size, "the step's token count") / self.world_size
         phase("training forward and backward")
-        losses, stats, entropy_sums = [], [], []
+        control = self.entropy_control
+        settings = self.loss_settings if control is None else \
+            dataclasses.replace(self.loss_settings, entropy_coef=control.applied())
+        losses, stats, entropy_sums, bonus_sums = [], [], [], []
         for i, exp in enumerate(self.buffer):
             with self.precision.compute():
                 logp, entropy = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature, with_entropy=True,
-                                             entropy_gradient=cfg.entropy_coef != 0)
+                                             entropy_gradient=cfg.entropy_coef != 0 or control is not None)
                 mask = exp.mask.astype(entropy.dtype)
                 entropy_sums.append((entropy.detach() * mask).sum())
+                entropy_mask = self._high_entropy_mask(entropy.detach(), mask)
+                bonus_mask = mask if entropy_mask is None else mask * entropy_mask
+                bonus_sums.append(paddle.stack([(entropy.detach() * bonus_mask).sum(), bonus_mask.sum()]))
                 old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
-                loss, loss_stats = grpo_loss(logp, old_logp, exp.ref_logp, exp.advantages, exp.mask,
-                                             self.loss_settings, num_items_in_batch=tokens_in_step, entropies=entropy,
-                                             entropy_mask=self._high_entropy_mask(entropy.detach(), mask))
+                loss, loss_stats = grpo_loss(logp, old_logp, exp.ref_logp, exp.advantages, exp.mask, settings,
+                                             num_items_in_batch=tokens_in_step, entropies=entropy,
+                                             entropy_mask=entropy_mask, sampler_ratio=exp.sampler_ratio,
+                                             sampling_logp=self._sampling_logp(exp))
             self.backward(loss, last=i == len(self.buffer) - 1)
             losses.append(float(loss))
             stats.append(loss_stats)
         update = self.apply_update(losses)
         self._update_reference()
+        if control is not None:  # the step's entropy on the bonus's tokens over every rank
+            local_sum, local_count = paddle.stack(bonus_sums).sum(axis=0).numpy().tolist()
+            control.update(sum_across_ranks(local_sum, self.world_size, "the step's entropy sum")
+                           / max(sum_across_ranks(local_count, self.world_size, "the step's entropy tokens"), 1.0))
         # TRL's entropy: the policy's mean entropy over the step's (masked) completion tokens of all ranks (TRL
         # averages the micro-batches' means instead); one host read
         entropy = Mean(float(paddle.stack(entropy_sums).sum()), local_tokens)
         return self.step_metrics(self._step_stats(losses, stats, update, time.perf_counter() - start, entropy))
+
+    def _sampling_logp(self, exp: Experience) -> Optional[paddle.Tensor]:
+        """The rollout's own log-probs, which the off-policy mask measures from with the sampler's correction on (as
+        TRL's does with vLLM), else None (it measures from the old policy's)."""
+        return exp.rollout.sampling_logp if self.config.importance_sampling_correction else None
 
     def _high_entropy_mask(self, entropy: paddle.Tensor, mask: paddle.Tensor) -> Optional[paddle.Tensor]:
         """With ``top_entropy_quantile`` < 1, the micro-batch's tokens at or above the quantile of the entropies of
@@ -438,6 +490,12 @@ class GRPOTrainer(Trainer):
         # the loss's own statistics (kl, clip ratios, cispo_clip_ratio, ...): per micro-batch, as TRL gathers them
         for key in dict.fromkeys(key for s in stats for key in s):
             metrics[key] = Mean.of([s[key] for s in stats if key in s])
+        for key, extreme in (("clip_ratio/low_min", np.nanmin), ("clip_ratio/high_max", np.nanmax)):
+            if key in metrics:  # TRL: per micro-batch the extreme over every rank's completions, then their mean
+                per_rank = gather_objects([s[key] for s in stats], self.world_size, f"the micro-batches' {key}")
+                metrics[key] = Same(float(np.nanmean(extreme(np.array(per_rank, dtype="float64"), axis=0))))
+        if self.entropy_control is not None:  # TRL logs the coefficient after the step's update
+            metrics["entropy_coef"] = Same(self.entropy_control.coef)
         return metrics
 
     def completion_rows(self) -> Optional[list[dict]]:

@@ -199,6 +199,12 @@ SOURCE_KEYS: dict[str, SourceKey] = {
     "use_peft": SourceKey(TRL, _alias("lora")),
     "lora_r": SourceKey(TRL, _alias("lora_rank")),
     "lora_task_type": SourceKey(TRL, _no_effect("LoRA adapts the language model's projections here")),
+    # TRL's correction of the mismatch between vLLM's sampler and the training forward: here, this project's rollout
+    "vllm_importance_sampling_correction": SourceKey(TRL, _alias("importance_sampling_correction")),
+    "vllm_importance_sampling_mode": SourceKey(TRL, _alias("importance_sampling_mode")),
+    "vllm_importance_sampling_clip_max": SourceKey(TRL, _alias("importance_sampling_clip_max")),
+    "vllm_importance_sampling_clip_min": SourceKey(TRL, _alias("importance_sampling_clip_min")),
+    "vllm_importance_sampling_cap": SourceKey(TRL, _alias("importance_sampling_clip_max")),  # TRL's deprecated name
     "deepspeed": SourceKey(TRL, _no_effect("DeepSpeed does not apply to Paddle; sharding: stage1 / stage2 splits the "
                                            "optimizer state")),
 }
