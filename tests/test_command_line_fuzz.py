@@ -36,7 +36,8 @@ CHOICES = {"dataset_name": ("synthetic_rec",), "attn_implementation": ("eager", 
            "adv_estimator": algorithms.ADV_ESTIMATORS, "kl_estimator": algorithms.KL_ESTIMATORS,
            "importance_sampling_level": algorithms.IMPORTANCE_SAMPLING_LEVELS,
            # signal names: a process can catch only some (the key refuses SIGKILL and names it does not know)
-           "stop_signals": (["SIGTERM"], ["SIGTERM", "SIGUSR1"], ["SIGUSR2"])}
+           "stop_signals": (["SIGTERM"], ["SIGTERM", "SIGUSR1"], ["SIGUSR2"]),
+           "importance_sampling_mode": algorithms.SAMPLER_MODES}
 TYPES = typing.get_type_hints(GRPOConfig)
 
 # characters users' paths, ids and prompts hold, and any other but surrogates (no file or argv holds them), NUL (no
@@ -122,6 +123,12 @@ def configs(draw) -> dict:
                                                              min_size=1, max_size=3, unique=True))
     if values["sync_ref_model"]:
         values["ref_model_update"] = draw(st.sampled_from(("", "sync")))
+    # the sampler correction's truncation needs a bound, its lower bound at most its upper one
+    low, high = values["importance_sampling_clip_min"], values["importance_sampling_clip_max"]
+    if low is not None and high is not None:
+        values["importance_sampling_clip_min"], values["importance_sampling_clip_max"] = sorted((low, high))
+    elif low is None and high is None:
+        values["importance_sampling_clip_max"] = 3.0
     # the video sampling's minimums at most their maximums
     for low, high in (("video_min_frames", "video_max_frames"), ("video_min_pixels", "video_max_pixels")):
         values[low], values[high] = sorted((values[low], values[high]))
