@@ -218,7 +218,8 @@ def test_per_device_train_batch_size_counts_completions_as_in_trl():
     assert (paddlemix.prompts_per_device, paddlemix.generations_per_device, paddlemix.ranks_per_group) == (1, 2, 4)
     assert (vlm_r1.prompts_per_device, vlm_r1.generations_per_device, vlm_r1.ranks_per_group) == (1, 1, 8)
     paddlemix.check_ranks(8)
-    with pytest.raises(ConfigError, match="a group of 8 completions takes 4 ranks of 2, but this job has 2 rank\\(s\\): "
+    with pytest.raises(ConfigError, match="a group of 8 completions takes 4 ranks of 2, but this job has "
+                                          "2 rank\\(s\\): "
                                           "ranks x per_device_train_batch_size \\(4\\) must be a multiple of "
                                           "num_generations, as in TRL"):
         paddlemix.check_ranks(2)

@@ -38,7 +38,8 @@ def test_help_lists_every_key_by_group_with_type_default_and_help(capsys, comman
     if cls is SFTConfig:  # SFT's own default and help for a shared key, in the shared group
         assert batch_help.startswith("int samples per device") and batch_help.endswith("(default: 8; >= 1)")
     else:
-        assert batch_help.startswith("int | None completions per device") and batch_help.endswith("(default: null; >= 1)")
+        assert batch_help.startswith("int | None completions per device")
+        assert batch_help.endswith("(default: null; >= 1)")
         assert '--reward_funcs list[str] registry names' in text and '(default: ["format", "iou"])' in text
         for title in ("Model and memory", "Data", "Rewards", "Rollout", "GRPO objective and reference model"):
             assert f"{title}: " in text
@@ -54,8 +55,8 @@ def test_the_keys_in_help_leave_parsing_to_the_overrides():
 def test_the_config_reference_is_generated_from_the_help_strings():
     with open(os.path.join(ROOT, CONFIG_DOC), encoding="utf-8") as f:
         written = f.read()
-    assert written == config_reference(), (f"{CONFIG_DOC} differs from the keys' declarations in paddle_r1/config/keys.py: "
-                                           f"run `{WRITE_COMMAND}` and commit it")
+    assert written == config_reference(), (f"{CONFIG_DOC} differs from the keys' declarations in "
+                                           f"paddle_r1/config/keys.py: run `{WRITE_COMMAND}` and commit it")
     for cls in (GRPOConfig, SFTConfig):
         for field in dataclasses.fields(cls):
             assert f"| `{field.name}` |" in written

@@ -186,7 +186,8 @@ def _bad_rows(tmp_path):
     image(tmp_path, "strip.png", (4000, 10))
     (tmp_path / "broken.png").write_bytes(b"\x89PNG not really")
     good = {"image": "ok.png", "problem": "p", "solution": [0, 0, 4, 4]}
-    lines = [json.dumps(good), '{"image": "ok.png", "problem": "p", "solution": [0, 0', json.dumps({**good, "image": "gone.png"}),
+    lines = [json.dumps(good), '{"image": "ok.png", "problem": "p", "solution": [0, 0',
+             json.dumps({**good, "image": "gone.png"}),
              json.dumps({**good, "image": "broken.png"}), json.dumps({**good, "problem": "  "}),
              json.dumps({**good, "solution": [[0, 0, 4, 4]]}), json.dumps({**good, "image": "strip.png"}),
              json.dumps(good)]

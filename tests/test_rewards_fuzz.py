@@ -53,7 +53,8 @@ def nested(rng: random.Random) -> str:
 def jsonish(rng: random.Random, depth: int = 0):
     kind = rng.randrange(6 if depth < 4 else 4)
     if kind == 0:
-        return rng.choice([None, True, False, rng.randint(-10 ** 30, 10 ** 30), rng.random() * 10 ** rng.randint(-30, 30)])
+        return rng.choice([None, True, False, rng.randint(-10 ** 30, 10 ** 30),
+                           rng.random() * 10 ** rng.randint(-30, 30)])
     if kind == 1:
         return random_text(rng, rng.randint(0, 12))
     if kind == 2:

@@ -88,9 +88,11 @@ def written_as_a_model(gold: str) -> list[str]:
     (\\sqrt{3}, \\pi, ^{\\circ}, ^\\circ), in \\boxed{} or between $...$, with its unit or without."""
     value, unit = value_and_unit(gold)
     latex = as_latex(value)
-    return [gold, f"The answer is {gold}.", f"So the length is {value}.", f"答案是{gold}。", latex, f"\\boxed{{{latex}}}",
+    return [gold, f"The answer is {gold}.", f"So the length is {value}.", f"答案是{gold}。", latex,
+            f"\\boxed{{{latex}}}",
             f"\\boxed{{{value}}}", f"Therefore, the answer is ${latex}$.", f"So the answer is \\boxed{{{latex}}}.",
-            f"The answer is {latex}{unit}."] + [latex.replace("^{\\circ}", "^\\circ"), f"\\boxed{{{value[:-1]}^\\circ}}",
+            f"The answer is {latex}{unit}."] + [latex.replace("^{\\circ}", "^\\circ"),
+                                                f"\\boxed{{{value[:-1]}^\\circ}}",
                                                 f"The angle is {value[:-1]} degrees."] * value.endswith("°")
 
 

@@ -18,7 +18,8 @@ from ..generation.rollout import PromptBatch, Rollout
 from ..models.forward import image_spans
 
 
-def kept_groups(table, filter_key: str = "overall", reward_names: Sequence[str] = (), filter_low: Optional[float] = None,
+def kept_groups(table, filter_key: str = "overall", reward_names: Sequence[str] = (),
+                filter_low: Optional[float] = None,
                 filter_high: Optional[float] = None) -> np.ndarray:
     """Per group of ``table`` (``groups.GroupTable``: every rank's completions), whether dynamic sampling keeps it:
     its scored rewards (NaN: unscored) are not all equal (std > 0 over at least two), and, with EasyR1's filtering

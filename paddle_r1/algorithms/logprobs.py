@@ -132,7 +132,8 @@ def completion_logprobs(model, rollout: Rollout, chunk_size: int, temperature: f
 
 
 def _completion_inputs(model, rollout: Rollout):
-    """The prompts' embeddings (images and clips once per prompt; ``InputEmbeddings``) and M-RoPE positions, the completions'
+    """The prompts' embeddings (images and clips once per prompt; ``InputEmbeddings``) and M-RoPE positions, the
+    completions'
     embeddings and positions (continuing each prompt's), and the 2D mask over prompt + completion of every row."""
     prompt, g = rollout.prompt, rollout.num_generations
     prompt_embeds = prompt.embeddings(model)

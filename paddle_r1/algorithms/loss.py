@@ -276,7 +276,8 @@ LOSS_TYPE_RULES.add("grpo", LossType(clipped_objective, per_sequence_mean),
 LOSS_TYPE_RULES.add("bnpo", LossType(clipped_objective, token_mean), "same l, sum l m / sum m over the micro-batch")
 LOSS_TYPE_RULES.add("dr_grpo", LossType(clipped_objective, fixed_length_mean),
                     "same l, sum l m / (N max_completion_length)")
-LOSS_TYPE_RULES.add("dapo", LossType(clipped_objective, step_token_mean, per_micro_batch=False), "same l, sum l m / T_step")
+LOSS_TYPE_RULES.add("dapo", LossType(clipped_objective, step_token_mean, per_micro_batch=False),
+                    "same l, sum l m / T_step")
 LOSS_TYPE_RULES.add("luspo", LossType(clipped_objective, sequence_sum_mean),
                     "same l, mean_i(sum_t l m), a completion weighs by its length (use with importance_sampling_level "
                     "sequence)")

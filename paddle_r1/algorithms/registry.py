@@ -94,7 +94,8 @@ class Registry(Mapping):
 
     def choices_help(self) -> str:
         """'name: help | name: help (needs key) ...', the part of the key's help that lists its values."""
-        return " | ".join(f"{a.name}: {a.help}" + (f" (needs {', '.join(n.key for n in a.needs)} set)" if a.needs else "")
+        return " | ".join(f"{a.name}: {a.help}"
+                          + (f" (needs {', '.join(n.key for n in a.needs)} set)" if a.needs else "")
                           for a in self._algorithms.values())
 
     def check(self, config) -> None:

@@ -218,8 +218,9 @@ def removed_if_disk_fills(tmp: str):
 def finish_checkpoint(tmp: str, final: str, *, write_model, policy, optimizer, trainer_state: dict,
                       reference=None, save_total_limit: Optional[int] = None) -> str:
     """Write the model folder (``write_model(folder)``: weights, config, processor files, model card), optimizer
-    (None: each rank wrote its shard), RNG and trainer state (plus its ``save_order``) into ``tmp``, then the manifest of all of it, then put it in place of
-    ``final`` and keep the ``save_total_limit`` most recently written checkpoints."""
+    (None: each rank wrote its shard), RNG and trainer state (plus its ``save_order``) into ``tmp``, then the manifest
+    of all of it, then put it in place of ``final`` and keep the ``save_total_limit`` most recently written
+    checkpoints."""
     output_dir = os.path.dirname(final)
     with removed_if_disk_fills(tmp):
         write_model(tmp)

@@ -105,7 +105,8 @@ class KeysHelpParser(argparse.ArgumentParser):
 def config_reference() -> str:
     """docs/config.md: every key of both jobs, by group, with type, default and help."""
     lines = ["# Config keys", "",
-             f"Generated from the keys' declarations in `paddle_r1/config/keys.py` by `{WRITE_COMMAND}`; do not edit by hand. "
+             f"Generated from the keys' declarations in `paddle_r1/config/keys.py` by `{WRITE_COMMAND}`; do not edit "
+             "by hand. "
              "`paddle-r1 train --help` and `paddle-r1 sft --help` show the same. Keys go in the yaml/json config "
              "file or on the command line as `--key value`.", ""]
     for command, cls in JOBS.items():

@@ -128,7 +128,8 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
                 f"config keys 'per_device_train_batch_size' and 'num_generations': per_device_train_batch_size counts "
                 f"completions (as in TRL), and {batch} neither holds whole groups of num_generations {group} (a "
                 f"multiple of it) nor an equal part of one group (a divisor of it, the rest of the group on the next "
-                f"ranks); use a multiple or a divisor of {group}", keys=("per_device_train_batch_size", "num_generations"))
+                f"ranks); use a multiple or a divisor of {group}",
+                keys=("per_device_train_batch_size", "num_generations"))
 
     def check_ranks(self, world_size: int) -> None:
         """Before any model loads, once the number of ranks is known: a group spread over ranks needs them all
@@ -137,7 +138,8 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
             raise ConfigError(
                 f"config keys 'per_device_train_batch_size' and 'num_generations': a group of {self.num_generations} "
                 f"completions takes {self.ranks_per_group} ranks of {self.completions_per_device}, but this job has "
-                f"{world_size} rank(s): ranks x per_device_train_batch_size ({world_size * self.completions_per_device})"
+                f"{world_size} rank(s): ranks x per_device_train_batch_size "
+                f"({world_size * self.completions_per_device})"
                 f" must be a multiple of num_generations, as in TRL",
                 keys=("per_device_train_batch_size", "num_generations"))
 
@@ -228,7 +230,8 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
                               f"{self.filter_high}", keys=("filter_low", "filter_high"))
         if self.filter_key != "overall" and self.filter_key not in self.reward_funcs:
             raise ConfigError(f"config key 'filter_key': {self.filter_key!r} is neither overall (the weighted "
-                              f"reward) nor one of reward_funcs {self.reward_funcs}", keys=("filter_key", "reward_funcs"))
+                              f"reward) nor one of reward_funcs {self.reward_funcs}",
+                              keys=("filter_key", "reward_funcs"))
 
     def _check_tools(self) -> None:
         if (self.max_turns > 1) != bool(self.tools):

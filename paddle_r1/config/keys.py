@@ -68,8 +68,8 @@ class ModelKeys:
                      "scaler), what a GPU without bfloat16 (V100, T4) runs for bfloat16; a CPU runs float32 only",
                      choices=DTYPES)
     device: Optional[str] = key(None, "gpu, gpu:N, cpu, ...; default: gpu when Paddle was built with CUDA, else cpu")
-    tune_cpu_math: bool = key(True, "on the CPU: MKL's AVX-512 or AVX2 kernels on AMD processors and glibc's large heap blocks "
-                              "(paddle_r1/cpu_math.py)")
+    tune_cpu_math: bool = key(True, "on the CPU: MKL's AVX-512 or AVX2 kernels on AMD processors and glibc's large "
+                              "heap blocks (paddle_r1/cpu_math.py)")
     freeze_vision: bool = key(False, "train the language model only; the vision tower's weights stay as loaded")
     gradient_checkpointing: bool = key(False, "recompute activations in the backward pass (memory for time)")
     attn_implementation: Optional[str] = key(None, "eager | sdpa; default: sdpa on GPU (flash / memory-efficient), "
@@ -96,8 +96,8 @@ class DataKeys:
 
     The keys both jobs take."""
 
-    dataset_name: Optional[str] = key(None, "synthetic_rec (shapes to locate) or synthetic_zoom (a small pattern to crop "
-                                      "and name, with scripted crop episodes) for a built-in set, else unset")
+    dataset_name: Optional[str] = key(None, "synthetic_rec (shapes to locate) or synthetic_zoom (a small pattern to "
+                                      "crop and name, with scripted crop episodes) for a built-in set, else unset")
     data_path: Optional[str] = key(None, "a json/jsonl/csv/parquet file, a datasets folder, or a mixture yaml")
     image_root: Optional[str] = key(None, "folder relative image paths are read from; default: the data file's")
     data_format: Optional[str] = key(None, "rec | conversation | r1v | r1v_eval | grounding | products | generic | "
@@ -352,8 +352,8 @@ class VariantKeys:
                                       bounds=Bounds())
     filter_high: Optional[float] = key(None, "the band's upper bound (strict); default: none", bounds=Bounds())
     overlong_buffer: int = key(0, "DAPO's soft overlong penalty added to the reward, -factor * (L - (L_max - "
-                               "buffer)) / buffer in the last buffer tokens before max_completion_length (with tools: of the "
-                               "episode's longest turn); 0: off",
+                               "buffer)) / buffer in the last buffer tokens before max_completion_length (with tools: "
+                               "of the episode's longest turn); 0: off",
                                bounds=at_least(0))
     overlong_penalty_factor: float = key(1.0, "the overlong penalty at max_completion_length", bounds=at_least(0))
 
@@ -390,5 +390,5 @@ class AnswerKeys:
     """SFT target"""
 
     answer_template: str = key(DEFAULT_ANSWER_TEMPLATE, "the target text SFT teaches; {Answer} is the solution in "
-                               "the model's own terms (a box in its coordinate system, a count); must contain {Answer}; "
-                               "a sample with an 'episode' is taught its episode's turns as they are")
+                               "the model's own terms (a box in its coordinate system, a count); must contain "
+                               "{Answer}; a sample with an 'episode' is taught its episode's turns as they are")

@@ -148,7 +148,8 @@ def adapt_conversation(record: dict, ctx: SourceContext) -> dict:
     if not isinstance(turns, list):
         raise SampleError("'conversations' must be a list of {from, value}")
     question = next((t.get("value") for t in turns if isinstance(t, dict) and t.get("from") in ("human", "user")), None)
-    answer = next((t.get("value") for t in turns if isinstance(t, dict) and t.get("from") in ("gpt", "assistant")), None)
+    answer = next((t.get("value") for t in turns
+                   if isinstance(t, dict) and t.get("from") in ("gpt", "assistant")), None)
     if not isinstance(question, str) or not question.strip():
         raise SampleError("no human turn with text in 'conversations'")
     if answer is None:

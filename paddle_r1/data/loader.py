@@ -150,7 +150,8 @@ def load_samples(data_path: str, *, image_root: Optional[str] = None, data_forma
                  strict: bool = False, seed: int = 0, image_columns=None, image_cache_dir=None,
                  sampling_strategy: str = "all", image_placement: str = "markers") -> tuple[list[dict], DataReport]:
     if image_placement not in IMAGE_PLACEMENTS:
-        raise DataError(f"config key 'image_placement': {image_placement!r} is not one of {', '.join(IMAGE_PLACEMENTS)}")
+        raise DataError(f"config key 'image_placement': {image_placement!r} is not one of "
+                        f"{', '.join(IMAGE_PLACEMENTS)}")
     report = DataReport()
     samples = []
     for i, source in enumerate(sources_from(data_path, image_root, data_format, sampling_strategy)):

@@ -1,7 +1,7 @@
 """Reading raw records, each with the place it came from ("file:line"), from json, jsonl, csv, xlsx, parquet and
 arrow files, folders saved by the ``datasets`` library and folders as ``huggingface-cli download --local-dir`` leaves
-them (README.md plus ``data/train-00000-of-00002.parquet``, ...). A line that cannot be parsed, or holds bytes that are not UTF-8,
-becomes a ``BadRecord``: the loader decides whether to skip and count it or to stop. Files are decoded with
+them (README.md plus ``data/train-00000-of-00002.parquet``, ...). A line that cannot be parsed, or holds bytes that are
+not UTF-8, becomes a ``BadRecord``: the loader decides whether to skip and count it or to stop. Files are decoded with
 ``surrogateescape`` so that one bad byte costs its own line, not the whole file."""
 from __future__ import annotations
 

@@ -2,13 +2,13 @@
 
 A sample with an ``episode`` (``paddle_r1.data.episodes``) is the prompt's messages, then each assistant turn and
 each tool result (a message of the template's own tool role: the tool's images, then its text; see
-``data/episodes.py``), rendered by the processor's chat template as one conversation. The text is cut where the template writes each assistant turn:
-the turn's text and its end-of-turn token are targets (what the model generates); everything else (the prompt,
-the tool results with their image tokens, the template's role headers) is context. Context pieces go through the
-processor with their own images (image tokens expanded), targets through the tokenizer alone, and the pieces' tokens
-are concatenated: the context before a turn is tokenized as the generation prompt a rollout feeds the model, and
-the turn as the model writes it (a template whose assistant header ends with a space, as PaddleOCR-VL's does, would
-merge that space into the turn's first token if the conversation were tokenized whole).
+``data/episodes.py``), rendered by the processor's chat template as one conversation. The text is cut where the template
+writes each assistant turn: the turn's text and its end-of-turn token are targets (what the model generates); everything
+else (the prompt, the tool results with their image tokens, the template's role headers) is context. Context pieces go
+through the processor with their own images (image tokens expanded), targets through the tokenizer alone, and the
+pieces' tokens are concatenated: the context before a turn is tokenized as the generation prompt a rollout feeds the
+model, and the turn as the model writes it (a template whose assistant header ends with a space, as PaddleOCR-VL's does,
+would merge that space into the turn's first token if the conversation were tokenized whole).
 """
 from __future__ import annotations
 

@@ -174,7 +174,8 @@ class OneTokenDecoder:
         text = text_decoder(model)
         attention = text.layers[0].self_attn
         self.model, self.text = model, text
-        self.heads, self.kv_heads, self.head_dim = attention.num_heads, attention.num_key_value_heads, attention.head_dim
+        self.heads, self.kv_heads = attention.num_heads, attention.num_key_value_heads
+        self.head_dim = attention.head_dim
         self.scaling = attention.scaling
         self.epsilon = text.norm.variance_epsilon
         self.act_fn = text.layers[0].mlp.act_fn

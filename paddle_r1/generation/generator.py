@@ -1,8 +1,8 @@
 """A model and its processor answering samples: prompts, the KV-cached rollout, and the text of each completion.
 
-Samples -> chat messages -> one left-padded processor batch (clips read once per prompt: ``data/video.py``), with each image's sizes (``image_sizes``: the
-originals (w, h); ``input_sizes``: the processor's resized (w, h), read back from ``image_grid_thw`` so they are
-exactly what the model saw) -> ``rollout.sample_completions`` -> text.
+Samples -> chat messages -> one left-padded processor batch (clips read once per prompt: ``data/video.py``), with each
+image's sizes (``image_sizes``: the originals (w, h); ``input_sizes``: the processor's resized (w, h), read back from
+``image_grid_thw`` so they are exactly what the model saw) -> ``rollout.sample_completions`` -> text.
 
 Training (G sampled completions per prompt), the held-out evaluation and the benchmark scripts (one greedy
 completion per prompt) all generate through ``Generator.generate``.

@@ -56,7 +56,8 @@ class SamplingParams:
 @dataclass
 class Rollout:
     prompt: PromptBatch
-    num_generations: int  # G here: completions of each prompt in this rollout (a rank's part of a group spread over ranks)
+    # G here: completions of each prompt in this rollout (a rank's part of a group spread over ranks)
+    num_generations: int
     completion_ids: paddle.Tensor  # [B*G, T], pad after EOS; rows are grouped prompt by prompt
     completion_mask: paddle.Tensor  # [B*G, T] int32, 1 up to and including EOS
     truncated: paddle.Tensor  # [B*G] bool, no EOS within max_new_tokens
@@ -132,7 +133,8 @@ def _draw(scores: paddle.Tensor, params: SamplingParams, uniform: Optional[paddl
 
 
 def prefill(model, prompt: PromptBatch):
-    """The prompts once (one row each; images and clips through the vision tower once): their KV cache, next-token logits
+    """The prompts once (one row each; images and clips through the vision tower once): their KV cache, next-token
+    logits
     [B, vocab] and each row's next M-RoPE position [B]."""
     embeds = prompt.embeddings(model)
     positions, next_position = prompt.positions(model)

@@ -73,7 +73,8 @@ def choose_precision(requested_dtype: str, capability: Optional[tuple], attentio
                          f"CPU: {requested_dtype}, {attention or 'eager'} attention (Paddle has no fused CPU kernel)")
     attention = attention or "sdpa"
     name = f"GPU sm{capability[0]}{capability[1]}"
-    mixed = f"float32 weights, float16 products (Paddle's O1 auto_cast) and a dynamic loss scaler; {attention} attention"
+    mixed = (f"float32 weights, float16 products (Paddle's O1 auto_cast) and a dynamic loss scaler; {attention} "
+             "attention")
     if requested_dtype == "bfloat16" and tuple(capability) < BF16_MIN_CAPABILITY:
         if tuple(capability) >= FP16_MIN_CAPABILITY:
             return Precision("float32", attention, True, f"{name} has no native bfloat16: {mixed} (flash attention "

@@ -3,10 +3,10 @@
 paddleformers' ``RMSNorm`` calls Paddle's fused kernel (``fused_rms_norm_ext``) when the config's ``fuse_rms_norm`` is
 true, its default; the kernel is registered for GPUs, not for CPU, so ``fused_norm_runs`` asks the kernel itself
 once and the loader sets ``fuse_rms_norm`` to its answer (a checkpoint's saved value, written on another device,
-does not decide). Where the kernel is missing, ``FastRMSNorm`` replaces the unfused path's per-call costs: ``pow(2)`` (a generic power kernel whose
-forward and gradient each cost several times ``x * x``'s), an ``auto_cast(False)`` context and a device query on
-every call; and ``rsqrt(variance) * hidden`` (the broadcast [.., 1] operand first: 10x slower on CPU than
-``hidden * rsqrt(variance)``, the same products). In a profile of a GRPO step on CPU these were a fifth of the
+does not decide). Where the kernel is missing, ``FastRMSNorm`` replaces the unfused path's per-call costs: ``pow(2)`` (a
+generic power kernel whose forward and gradient each cost several times ``x * x``'s), an ``auto_cast(False)`` context
+and a device query on every call; and ``rsqrt(variance) * hidden`` (the broadcast [.., 1] operand first: 10x slower on
+CPU than ``hidden * rsqrt(variance)``, the same products). In a profile of a GRPO step on CPU these were a fifth of the
 rollout's decode step (9 norms a token).
 
 Outside an AMP context the numbers are paddleformers' (``x * x`` is ``pow(x, 2)`` exactly); inside one this

@@ -135,7 +135,8 @@ class FastTextAttention(Qwen2_5_VLAttention):
                 output_attentions=False, use_cache=False, position_embeddings=None, **kwargs):
         batch, length = hidden_states.shape[:2]
         groups = self.num_key_value_groups
-        mixed = self.qkv_proj(hidden_states).reshape([batch, length, self.num_key_value_heads, (groups + 2) * self.head_dim])
+        mixed = self.qkv_proj(hidden_states).reshape(
+            [batch, length, self.num_key_value_heads, (groups + 2) * self.head_dim])
         query, key, value = paddle.split(mixed, [groups * self.head_dim, self.head_dim, self.head_dim], axis=-1)
         query = query.reshape([batch, length, self.num_heads, self.head_dim]).transpose([0, 2, 1, 3])
         key, value = key.transpose([0, 2, 1, 3]), value.transpose([0, 2, 1, 3])

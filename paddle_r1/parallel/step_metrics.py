@@ -8,7 +8,8 @@ combination over its own statistics, so a 2-rank run logs what one process over 
 
 The combinations follow TRL 1.16 (``GRPOTrainer._generate_and_score_completions``, which gathers rewards over
 processes before computing them): means weighted by how many values each rank had; ``Std`` is TRL's ``nanstd``
-(Bessel-corrected, NaN left out) over the gathered values; counters are summed; ``*/max`` is the maximum, ``*/min`` the minimum.
+(Bessel-corrected, NaN left out) over the gathered values; counters are summed; ``*/max`` is the maximum, ``*/min`` the
+minimum.
 """
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ Two kinds of entries in ``REWARDS``:
   Its counters go through ``count``, which reports to whatever the ``RewardManager`` injected.
 
 ``paddle_r1.rewards.manager.RewardManager`` resolves names, binds and checks settings once, builds the columns
-and calls the rewards; ``registry`` names them, ``lookup`` finds them (``load_builtin_rewards()`` fills ``REWARDS`` with the built-in
-families, which importing this package does not do).
+and calls the rewards; ``registry`` names them, ``lookup`` finds them (``load_builtin_rewards()`` fills ``REWARDS`` with
+the built-in families, which importing this package does not do).
 """
 from .lookup import get_reward, load_builtin_rewards
 from .registry import REWARDS, BadSolution, CountedReward, register

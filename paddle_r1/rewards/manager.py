@@ -51,8 +51,8 @@ def reward_columns(samples: list[dict], image_sizes: list, input_sizes: list, co
     """Per completion: every column of its sample (extra fields included) and the rollout's facts, each sample's
     values repeated ``repeat`` times (its G completions are contiguous). A multi-turn rollout adds, per completion,
     ``turns`` (the episode's turns: ``{"role": "assistant", "text"}`` and ``{"role": "tool", "name", "arguments",
-    "text", "images"}``, the images as PIL images) and ``tool_calls`` (``{"name", "arguments", "error"}`` of each call run; error None when
-    the tool answered)."""
+    "text", "images"}``, the images as PIL images) and ``tool_calls`` (``{"name", "arguments", "error"}`` of each call
+    run; error None when the tool answered)."""
     keys = {k for s in samples for k in s}
     columns = {key: [s.get(key) for s in samples for _ in range(repeat)] for key in keys}
     columns["image_sizes"] = [sizes for sizes in image_sizes for _ in range(repeat)]

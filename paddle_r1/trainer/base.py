@@ -35,8 +35,8 @@ from ..parallel.optimizer_state import allocate_optimizer_state, stepping_optimi
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
 from ..models.precision import check_dtype_runs_here, precision_for_this_device
 from ..checkpoints import folders as ckpt
-from ..parallel.distributed import (barrier, decided_by_main, explain_failure, gather_objects, in_rank_order, init_distributed,
-                          phase, replica_io, sum_across_ranks)
+from ..parallel.distributed import (barrier, decided_by_main, explain_failure, gather_objects, in_rank_order,
+                                    init_distributed, phase, replica_io, sum_across_ranks)
 from .job import prepare_job
 from ..telemetry.metrics import MetricsLogger
 from ..checkpoints.model_card import write_model_card
@@ -186,7 +186,8 @@ class Trainer:
         policy_path = cfg.model_name_or_path if cfg.lora else self.resume_path or cfg.model_name_or_path
         with replica_io(self.world_size):
             loaded = in_rank_order(lambda: load_models(
-                policy_path, beta=cfg.beta if self.loads_reference_model else 0.0, dtype=cfg.dtype, freeze_vision=cfg.freeze_vision,
+                policy_path, beta=cfg.beta if self.loads_reference_model else 0.0, dtype=cfg.dtype,
+                freeze_vision=cfg.freeze_vision,
                 min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels, reference_path=self.reference_path(),
                 gradient_checkpointing=cfg.gradient_checkpointing, attn_implementation=self.precision.attention),
                 self.rank, self.world_size)
@@ -311,7 +312,8 @@ class Trainer:
                 f"norm or update; stopping (config key max_skipped_steps). The weights are those of the last finite "
                 "update; " + self._newest_checkpoint_words() + "Lower learning_rate or max_grad_norm, or check the "
                 "rewards.")
-        return {"learning_rate": float(learning_rate), "grad_norm": grad_norm, "train/skipped_steps": self.skipped_steps}
+        return {"learning_rate": float(learning_rate), "grad_norm": grad_norm,
+                "train/skipped_steps": self.skipped_steps}
 
     # ---- checkpoints -------------------------------------------------------------------------
     def _newest_checkpoint_words(self) -> str:
@@ -326,8 +328,8 @@ class Trainer:
                  if tensor.is_floating_point()]
         bad = [name for (name, _), finite in zip(named, finite_flags([t for _, t in named])) if not finite]
         if sum_across_ranks(float(len(bad)), self.world_size):
-            which = f"{len(bad)} of {len(named)} weight tensors ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" \
-                if bad else "another rank's weights"
+            listed = f"{', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}"
+            which = f"{len(bad)} of {len(named)} weight tensors ({listed})" if bad else "another rank's weights"
             raise TrainingDiverged(f"step {self.step}: {which} hold NaN or infinity; "
                                    f"{ckpt.checkpoint_dir(self.config.output_dir, self.step)} is not written; "
                                    + self._newest_checkpoint_words())

@@ -118,7 +118,8 @@ class SFTTrainer(Trainer):
         self.backward(loss)
         update = self.apply_update([float(loss)])
         return self.step_metrics({"loss": Mean.one(float(loss)), **update, "target_tokens": Sum(int(mask.sum())),
-                                  "step_seconds": Max(time.perf_counter() - start), "epoch": Same(self.sampler.progress)})
+                                  "step_seconds": Max(time.perf_counter() - start),
+                                  "epoch": Same(self.sampler.progress)})
 
     def trainer_state(self) -> dict:
         return {"job": "sft"}

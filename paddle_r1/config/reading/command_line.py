@@ -45,8 +45,8 @@ def _read_text(key: str, text: str, annotation) -> Any:
 
 def _read_texts(key: str, texts: list[str], annotation) -> Any:
     """The value of ``--key texts...`` as TRL's HfArgumentParser takes it: no text is true for a key that may be
-    true/false (a flag) or a key ``cls`` lacks (a peer's flag, see ``SOURCE_KEYS``), and an error for any other; yaml's null unsets
-    a key that may be null (``--data_path null``); a list key takes every text as one item, or one yaml list
+    true/false (a flag) or a key ``cls`` lacks (a peer's flag, see ``SOURCE_KEYS``), and an error for any other; yaml's
+    null unsets a key that may be null (``--data_path null``); a list key takes every text as one item, or one yaml list
     ``"[a, b]"`` (a text in brackets; ``"[qk]_proj"`` is an item); any other key one value."""
     inner, optional = split_optional(annotation)
     if not texts:

@@ -55,7 +55,8 @@ def from_easydistill(values: dict, source: str, known: set) -> dict:
 # ---- the peers' keys: PaddleMIX r1_mllm, VLM-R1 (open-r1-multimodal), R1-V, TRL -------------------------------
 # Each key is translated to paddle_r1's keys with its source's meaning, or accepted with one printed line saying
 # what it does here. A converter takes (value, every key given) and returns ({paddle_r1 key: value}, note).
-VLM_R1_TEMPLATES = {  # VLM-R1's Qwen question template per --task_type (vlm_modules/qwen_module.py); others: the default
+# VLM-R1's Qwen question template per --task_type (vlm_modules/qwen_module.py); others: the default
+VLM_R1_TEMPLATES = {
     "rec": DEFAULT_QUESTION_TEMPLATE + " Output the final answer in JSON format.",
     "ic": "{Question} First thinks about the reasoning process in the mind and then provides the user with the answer. "
           "The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
@@ -178,8 +179,8 @@ SOURCE_KEYS: dict[str, SourceKey] = {
     "max_prompt_length": SourceKey(TRL, _no_effect("prompts are not truncated here (cutting a prompt cuts its image "
                                                    "tokens); max_pixels bounds their length")),
     "do_train": SourceKey(TRL, _no_effect("paddle-r1 train always trains")),
-    "overwrite_output_dir": SourceKey(TRL, _no_effect("output_dir is reused; resume_from_checkpoint decides whether its "
-                                                      "checkpoints are continued")),
+    "overwrite_output_dir": SourceKey(TRL, _no_effect("output_dir is reused; resume_from_checkpoint decides whether "
+                                                      "its checkpoints are continued")),
     "logging_dir": SourceKey(TRL, _no_effect("logs go to output_dir (metrics.jsonl, visualdl/)")),
     "dataloader_num_workers": SourceKey(TRL, _no_effect("images are opened lazily by the training process")),
     "save_strategy": SourceKey(TRL, _no_effect("checkpoints every save_steps steps")),
