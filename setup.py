@@ -49,7 +49,8 @@ setup(
     # beside VisualDL (paddle_r1/telemetry/trackers.py), which tests/test_trackers.py runs in their offline modes;
     # ruff: the lint rules of ruff.toml, run before the tests
     extras_require={"test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "ruff>=0.15", "openai>=1.0", "nbclient",
-                             "nbformat", "ipykernel", "hypothesis", *TRACKERS["swanlab"], *TRACKERS["wandb"], "triton>=3"],
+                             "nbformat", "ipykernel", "hypothesis", *TRACKERS["swanlab"], *TRACKERS["wandb"],
+                             "triton>=3"],
                     **TRACKERS, "paddleocr_vl": ["triton>=3"]},  # paddleformers' paddleocr_vl imports triton
     entry_points={"console_scripts": ["paddle-r1=paddle_r1.cli:main"]},
 )
