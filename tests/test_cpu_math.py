@@ -71,7 +71,9 @@ def test_a_cpu_job_chooses_the_avx2_kernels_unless_told_not_to(tmp_path, tiny_mo
 
 def test_large_blocks_are_reused_from_the_heap_not_faulted_in_again():
     """A 64 MB tensor made, freed and made again: with mmap-ed blocks (glibc's way above 32 MiB) the second one
-    starts on untouched pages (a page fault each, ~16,000); from the heap it reuses the first one's."""
+    starts on untouched pages (a page fault each, ~16,000); from the heap it reuses the first one's. The heap side is
+    the fewest faults of up to three processes: in one clean-clone CI run, while the other worker ran its tests, one
+    process faulted the second block in anew (16,385) where alone it never did (1 fault in every one of 12 runs)."""
     import subprocess
     import sys
 
@@ -80,9 +82,13 @@ def test_large_blocks_are_reused_from_the_heap_not_faulted_in_again():
             "    from paddle_r1.cpu_math import keep_large_blocks_on_the_heap; keep_large_blocks_on_the_heap()\n"
             "paddle.ones([16 << 20]); before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
             "paddle.ones([16 << 20]); print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n")
-    faults = {}
-    for policy in ("mmap", "heap"):
+    def faults(policy: str) -> int:
         result = subprocess.run([sys.executable, "-c", code, policy], capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-2000:]
-        faults[policy] = int(result.stdout.split()[-1])
-    assert faults["mmap"] > 10_000 and faults["heap"] < 1_000, faults
+        return int(result.stdout.split()[-1])
+
+    mmap = faults("mmap")
+    heap = [faults("heap")]
+    while heap[-1] >= 1_000 and len(heap) < 3:
+        heap.append(faults("heap"))
+    assert mmap > 10_000 and min(heap) < 1_000, (mmap, heap)
