@@ -36,7 +36,19 @@ def stepping_optimizer_and_owned_weights(optimizer):
     return inner, inner._parameter_list
 
 
-def _accumulator_bytes(optimizer) -> int:
-    tensors = [t for per_param in optimizer._accumulators.values() for t in per_param.values()]
-    tensors += list(getattr(optimizer, "_master_weights", {}).values())
+def state_tensors(optimizer) -> dict:
+    """The state tensors of the optimizer that steps (``stepping_optimizer``), by a name that stays the same from step
+    to step: each accumulator (moments, beta powers) as ``kind/name``, each float32 master weight as ``master/name``."""
+    named = {}
+    for kind, per_param in optimizer._accumulators.items():
+        named.update({f"{kind}/{name}": t for name, t in per_param.items()})
+    named.update({f"master/{name}": t for name, t in getattr(optimizer, "_master_weights", {}).items()})
+    return named
+
+
+def tensor_bytes(tensors) -> int:
     return sum(int(t.numel()) * t.element_size() for t in tensors)
+
+
+def _accumulator_bytes(optimizer) -> int:
+    return tensor_bytes(state_tensors(optimizer).values())

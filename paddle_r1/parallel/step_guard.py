@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
-from .optimizer_state import stepping_optimizer
+from .optimizer_state import state_tensors, stepping_optimizer, tensor_bytes
 
 
 @paddle.no_grad()
@@ -47,17 +47,12 @@ def step_tensors(optimizer, parameters: list) -> dict:
     """Everything a step of ``optimizer`` (the wrapper or the one that steps) writes, by a name that stays the same
     from step to step: ``parameters`` and the optimizer's state tensors (which may be replaced, by a resume's
     ``set_state_dict``, so they are looked up each time)."""
-    optimizer = stepping_optimizer(optimizer)
-    named = {f"param/{p.name}": p for p in parameters}
-    for kind, per_param in optimizer._accumulators.items():
-        named.update({f"{kind}/{name}": t for name, t in per_param.items()})
-    named.update({f"master/{name}": t for name, t in getattr(optimizer, "_master_weights", {}).items()})
-    return named
+    return {**{f"param/{p.name}": p for p in parameters}, **state_tensors(stepping_optimizer(optimizer))}
 
 
 def copy_bytes(optimizer, parameters: list) -> int:
     """Host bytes of a ``StepSnapshot`` of ``optimizer`` and ``parameters`` (once the optimizer state exists)."""
-    return sum(int(t.numel()) * t.element_size() for t in step_tensors(optimizer, parameters).values())
+    return tensor_bytes(step_tensors(optimizer, parameters).values())
 
 
 class StepSnapshot:

@@ -161,7 +161,7 @@ def memory_estimate(ws) -> str:
     # the update guard's host copy: what the trainer's snapshot holds against the estimate's host row
     guard = trainer.update
     held = copy_bytes(guard.optimizer, guard.stepped_parameters()) / GIB if guard.undo_non_finite else 0.0
-    counted = estimate.host_rows[0][1]
+    counted = next(gib for name, gib, _ in estimate.host_rows if name == "update guard copy")
     figure += f"; update guard host copy {held:.3f} GiB, estimated {counted:.3f}"
     if held > counted * 1.01 + 1e-3:
         raise CheckFailed(f"{figure}: the estimate's host row is below the guard's copy\n{estimate.table()}")
