@@ -170,13 +170,13 @@ def test_video_config_keys_are_checked():
         GRPOConfig(model_name_or_path="m", video_fps=0)
 
 
-@pytest.mark.parametrize("family, reason", [("qwen3_vl", "timestamp"), ("paddleocr_vl", "images only")])
-def test_families_without_video_are_refused(family, reason):
+def test_families_without_video_are_refused():
     from paddle_r1.models.families import check_video
 
-    with pytest.raises(ConfigError, match=reason):
+    with pytest.raises(ConfigError, match="images only"):
+        check_video("paddleocr_vl")
+    for family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
         check_video(family)
-    check_video("qwen2_5_vl")
 
 
 def test_a_mixed_batch_through_rollout_and_logprobs(tmp_path):

@@ -17,6 +17,18 @@ Sampling (qwen-vl-utils' ``smart_nframes`` and ``fetch_video``):
   with min ``min_pixels`` and max min(``max_pixels``, ``total_pixels`` / n * 2), the latter never below
   1.05 x ``min_pixels``: the clip's pixels (so its tokens) stay within ``total_pixels`` however long it is.
 
+Qwen3-VL's video processor (transformers 5.3's and paddleformers' ``Qwen3VLVideoProcessor``) budgets the clip as a
+whole instead (``VideoSampling.clip_pixels``, set from the model's processor by ``for_processor``):
+
+- frames kept: n = int(total / clip_fps * ``fps``), clamped to [``min_frames``, ``max_frames``] and to the clip's
+  frame count, not rounded: an odd count gets its last frame (and that frame's index) repeated, as the processor
+  pads it, so the clip always fills whole temporal patches.
+- their size: its video ``smart_resize`` (sides multiples of 32): the sides rounded, then, when t x h x w (t the
+  count rounded up to 2) is above the processor's ``size["longest_edge"]`` (capped by ``total_pixels``), scaled down
+  by sqrt(n x H x W / max), or when below its ``size["shortest_edge"]`` scaled up the same way.
+- the frame indices and the clip's own fps go to the processor as the clip's metadata: it writes each temporal
+  patch's time, the mean of its two frames' idx / fps, as text before the patch (``"<1.2 seconds>"``).
+
 Memory stays bounded by those budgets: frames are decoded one at a time and only the kept ones, resized, are kept.
 A folder of frames is a clip at ``frames_fps`` frames per second, its files in name order.
 
@@ -28,7 +40,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 from PIL import Image, ImageSequence
@@ -53,6 +66,9 @@ class VideoSampling:
     max_pixels: int = 768 * 28 * 28
     total_pixels: int = int(128000 * 28 * 28 * 0.9)
     frames_fps: float = 2.0  # the rate of a folder of frames
+    # Qwen3-VL's video processor: (min, max) pixels of the clip's frames together, frame count not rounded to pairs;
+    # None: qwen-vl-utils' per-frame budgets above (Qwen2-VL, Qwen2.5-VL)
+    clip_pixels: Optional[tuple[int, int]] = None
 
     @classmethod
     def from_config(cls, config) -> "VideoSampling":
@@ -66,15 +82,35 @@ class VideoSampling:
                    min_pixels=config.video_min_pixels, max_pixels=config.video_max_pixels,
                    total_pixels=config.video_total_pixels, frames_fps=config.video_frames_fps)
 
+    def for_processor(self, video_processor, budget: str) -> "VideoSampling":
+        """This sampling for a model whose family budgets clips by ``budget`` (``ModelFamily.video_budget``):
+        "frame" keeps it as it is; "clip" takes the (min, max) pixels of a clip from ``video_processor.size``
+        (``shortest_edge``, ``longest_edge``: the checkpoint's ``video_preprocessor_config.json``), the max capped by
+        ``total_pixels``."""
+        if budget == "frame":
+            return self
+        size = video_processor.size
+        return replace(self, clip_pixels=(size["shortest_edge"], min(size["longest_edge"], self.total_pixels)))
+
     def frame_count(self, total: int, clip_fps: float) -> int:
-        """How many of a clip's ``total`` frames to keep (qwen-vl-utils' ``smart_nframes``)."""
+        """How many of a clip's ``total`` frames to keep (qwen-vl-utils' ``smart_nframes``; with ``clip_pixels``,
+        Qwen3-VL's processor's ``sample_frames``)."""
+        if self.clip_pixels is not None:
+            return min(max(int(total / clip_fps * self.fps), self.min_frames), self.max_frames, total)
         low = math.ceil(self.min_frames / TEMPORAL_PATCH) * TEMPORAL_PATCH
         high = math.floor(min(self.max_frames, total) / TEMPORAL_PATCH) * TEMPORAL_PATCH
         wanted = min(max(total / clip_fps * self.fps, low), high, total)
         return math.floor(wanted / TEMPORAL_PATCH) * TEMPORAL_PATCH
 
     def frame_size(self, width: int, height: int, count: int, factor: int) -> tuple[int, int]:
-        """(w, h) every kept frame is resized to (qwen-vl-utils' ``fetch_video``)."""
+        """(w, h) every kept frame is resized to (qwen-vl-utils' ``fetch_video``; with ``clip_pixels``, Qwen3-VL's
+        video ``smart_resize`` over the ``count`` frames)."""
+        if self.clip_pixels is not None:
+            from paddleformers.transformers.qwen3_vl.video_processor import smart_resize as clip_resize
+
+            h, w = clip_resize(count, height, width, temporal_factor=TEMPORAL_PATCH, factor=factor,
+                               min_pixels=self.clip_pixels[0], max_pixels=self.clip_pixels[1])
+            return w, h
         from paddleformers.transformers.qwen2_vl.image_processor_fast import smart_resize
 
         budget = max(min(self.max_pixels, self.total_pixels / count * TEMPORAL_PATCH), int(self.min_pixels * 1.05))
@@ -88,11 +124,21 @@ class Clip:
     fps: float  # kept frames per second of clip time (qwen-vl-utils' sample_fps)
     size: tuple  # original (w, h)
     duration: float  # seconds
+    indices: Optional[list] = None  # the kept frames' indices in the clip (a padded last one repeats); None: 0..T-1
+    source_fps: Optional[float] = None  # the clip's own frame rate; None: ``fps`` (frames given as they are)
 
     @property
     def second_per_grid(self) -> float:
         """Seconds one temporal patch (2 frames) spans: Qwen2.5-VL's ``second_per_grid_ts`` entry."""
         return TEMPORAL_PATCH / self.fps
+
+    def metadata(self) -> dict:
+        """The clip as the video processor's ``video_metadata`` takes it: Qwen3-VL's processor writes each temporal
+        patch's time, the mean of its frames' index / fps, before the patch."""
+        indices = list(range(len(self.frames))) if self.indices is None else list(self.indices)
+        fps = self.source_fps or self.fps
+        return {"total_num_frames": max(round(self.duration * fps), len(indices)), "fps": fps,
+                "frames_indices": indices}
 
 
 def read_clip(path: str, sampling: VideoSampling, factor: int = 28) -> Clip:
@@ -149,21 +195,32 @@ def _video_stream(path: str):
 
 
 def _keep(total: int, clip_fps: float, sampling: VideoSampling, path: str) -> list[int]:
+    """The indices of the frames kept, spread evenly."""
     count = sampling.frame_count(total, clip_fps)
     if count < TEMPORAL_PATCH:
         raise DataError(f"cannot read video {path}: {total} frame(s), at least {TEMPORAL_PATCH} are needed")
     return np.linspace(0, total - 1, count).round().astype(int).tolist()
 
 
-def _resized(images: list, size: tuple[int, int]) -> np.ndarray:
-    return np.stack([np.asarray(img.convert("RGB").resize(size, Image.BICUBIC)) for img in images])
+def _whole_patches(keep: list[int]) -> list[int]:
+    """``keep`` with its last index repeated up to a multiple of the temporal patch (Qwen3-VL's processor pads an odd
+    count so, and its timestamps count the repeated frame)."""
+    return keep + keep[-1:] * (-len(keep) % TEMPORAL_PATCH)
 
 
-def _clip(images: list, total: int, clip_fps: float, size: tuple[int, int], sampling: VideoSampling,
-          factor: int) -> Clip:
-    count = len(images)
-    frames = _resized(images, sampling.frame_size(size[0], size[1], count, factor))
-    return Clip(frames=frames, fps=count / total * clip_fps, size=size, duration=total / clip_fps)
+def _clip(frames: list, keep: list[int], total: int, clip_fps: float, size: tuple[int, int]) -> Clip:
+    """The kept (resized) ``frames``, in the order of ``keep``, padded to whole temporal patches."""
+    by_index = dict(zip(keep, frames))
+    indices = _whole_patches(keep)
+    return Clip(frames=np.stack([by_index[i] for i in indices]), fps=len(keep) / total * clip_fps, size=size,
+                duration=total / clip_fps, indices=indices, source_fps=clip_fps)
+
+
+def _resized(images: list, keep: list[int], total: int, clip_fps: float, size: tuple[int, int],
+             sampling: VideoSampling, factor: int) -> Clip:
+    target = sampling.frame_size(size[0], size[1], len(keep), factor)
+    frames = [np.asarray(img.convert("RGB").resize(target, Image.BICUBIC)) for img in images]
+    return _clip(frames, keep, total, clip_fps, size)
 
 
 def _read_frames_folder(path: str, sampling: VideoSampling, factor: int) -> Clip:
@@ -172,7 +229,7 @@ def _read_frames_folder(path: str, sampling: VideoSampling, factor: int) -> Clip
     files = sorted(f for f in os.listdir(path) if f.lower().endswith(FRAME_SUFFIXES))
     keep = _keep(len(files), sampling.frames_fps, sampling, path)
     images = [load_image(os.path.join(path, files[i])) for i in keep]
-    return _clip(images, len(files), sampling.frames_fps, images[0].size, sampling, factor)
+    return _resized(images, keep, len(files), sampling.frames_fps, images[0].size, sampling, factor)
 
 
 def _read_animation(path: str, sampling: VideoSampling, factor: int) -> Clip:
@@ -189,7 +246,7 @@ def _read_animation(path: str, sampling: VideoSampling, factor: int) -> Clip:
             for i in keep:
                 img.seek(i)
                 images.append(img.convert("RGB"))
-            return _clip(images, len(durations), clip_fps, img.size, sampling, factor)
+            return _resized(images, keep, len(durations), clip_fps, img.size, sampling, factor)
     except DataError:
         raise
     except (OSError, ValueError, EOFError) as e:
@@ -217,4 +274,4 @@ def _read_video_file(path: str, sampling: VideoSampling, factor: int) -> Clip:
     if len(frames) < len(keep):
         raise DataError(f"cannot read video {path}: truncated, {len(frames)} of the {len(keep)} frames sampled from "
                         f"its {total} decode")
-    return Clip(frames=np.stack(frames), fps=len(keep) / total * clip_fps, size=size, duration=total / clip_fps)
+    return _clip(frames, keep, total, clip_fps, size)

@@ -17,6 +17,7 @@ import paddle
 
 from ..data.images import load_image
 from ..data.video import Clip, VideoSampling, read_clip
+from ..models.families import family_of_processor
 from ..tools.builtins import ToolContext
 from ..tools.toolbox import Toolbox
 from .episodes import sample_episodes
@@ -63,11 +64,15 @@ def load_sample_images(sample: dict) -> list:
 
 
 def load_sample_videos(sample: dict, sampling: VideoSampling, processor) -> list[Clip]:
-    """The sample's clips, sampled and resized for ``processor`` (its patch x merge size): decoded once per prompt,
-    whatever the number of its completions."""
+    """The sample's clips, sampled and resized for ``processor`` (its patch x merge size, and its family's budget:
+    Qwen3-VL's video processor's pixels per clip): decoded once per prompt, whatever the number of its
+    completions."""
+    if not sample.get("videos"):
+        return []
     image_processor = processor.image_processor
     factor = image_processor.patch_size * image_processor.merge_size
-    return [read_clip(path, sampling, factor) for path in sample.get("videos", [])]
+    sampling = sampling.for_processor(processor.video_processor, family_of_processor(processor).video_budget)
+    return [read_clip(path, sampling, factor) for path in sample["videos"]]
 
 
 def build_prompt_batch(samples: list[dict], processor, question_template: str, system_prompt: Optional[str] = None,
@@ -86,13 +91,17 @@ def encode_prompts(texts: list[str], images: list, processor, videos: Optional[l
     """Chat-formatted prompt strings and, per prompt, its opened images (and read clips: ``video.Clip``) -> one
     left-padded processor batch and the images' sizes (shared by the samples' prompts above and the chat server's).
 
-    A clip's frames are already sampled and sized as qwen-vl-utils does (``video.py``), so the processor does not
-    resize them again (its image limits would); each clip's ``second_per_grid_ts`` is its own, 2 / its sampled fps
-    (paddleformers 1.2.0's processor takes one fps for the whole call)."""
+    A clip's frames are already sampled and sized (``video.py``), so the processor neither samples nor resizes them
+    again (its image limits would); their indices and the clip's fps go with them as ``video_metadata``, from which
+    Qwen3-VL's processor writes each frame pair's time as text before it. Each clip's ``second_per_grid_ts``
+    (Qwen2.5-VL) is its own, 2 / its sampled fps (paddleformers 1.2.0's processor takes one fps for the whole
+    call)."""
     image_sizes = [[img.size for img in opened] for opened in images]
     flat = [img for opened in images for img in opened]
     clips = [clip for row in (videos or []) for clip in row]
-    media = {"videos": [clip.frames for clip in clips], "videos_kwargs": {"do_resize": False}} if clips else {}
+    media = {"videos": [clip.frames for clip in clips],
+             "videos_kwargs": {"do_resize": False, "do_sample_frames": False,
+                               "video_metadata": [clip.metadata() for clip in clips]}} if clips else {}
     encoded = processor(text=texts, images=flat or None, padding=True, return_tensors="pd", **media)
     patch = processor.image_processor.patch_size
     grids = encoded["image_grid_thw"].tolist() if flat else []

@@ -81,8 +81,13 @@ class ModelFamily:
     fast_image_processor: bool  # the processor has a fast image processor (paddleformers' default, when it has one)
     one_token_decode: bool  # ``generation/decoder.py``'s one-token step can run its text decoder
     # how its M-RoPE places a clip's frames in time: "seconds" (absolute time through ``second_per_grid_ts``),
-    # "frames" (one step per frame pair), "none" (no video here: ``VIDEO_REFUSED`` says why)
+    # "frames" (one step per frame pair), "text" (each frame pair its own image after its time written as text,
+    # "<1.2 seconds>", the pairs' positions in text order), "none" (no video here: ``VIDEO_REFUSED`` says why)
     video_time: str
+    # how a clip's frames are counted and sized (``data/video.py``): "frame" (qwen-vl-utils' per-frame pixel limits,
+    # a count rounded to pairs), "clip" (its video processor's: the pixels of all frames together within its
+    # ``size``, an odd count padded with the last frame)
+    video_budget: str
     requirements: tuple[Requirement, ...]
 
 
@@ -98,7 +103,7 @@ QWEN2_VL = ModelFamily(
     memory=MemoryLayout(vision_width="embed_dim", vision_mlp="mlp_ratio", vision_tower="layer_norm_fc",
                         windowed_vision=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_vl"), processor_class="Qwen2VLProcessor",
-    one_token_decode=True, video_time="frames", **_QWEN_VL)
+    one_token_decode=True, video_time="frames", video_budget="frame", **_QWEN_VL)
 QWEN2_5_VL = ModelFamily(
     model_type="qwen2_5_vl", title="Qwen2.5-VL",
     model_class=Ref("paddle_r1.models.qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
@@ -106,7 +111,7 @@ QWEN2_5_VL = ModelFamily(
     memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
                         windowed_vision=True, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_5_vl"), processor_class="Qwen2_5_VLProcessor",
-    one_token_decode=True, video_time="seconds", **_QWEN_VL)
+    one_token_decode=True, video_time="seconds", video_budget="frame", **_QWEN_VL)
 # Qwen3-VL's tower (LayerNorm, fc1/fc2, DeepStack mergers) is counted as Qwen2.5-VL's blocks, as the estimate always
 # has; its decoder's q/k norms and DeepStack take the model's own layers to decode
 QWEN3_VL = ModelFamily(
@@ -116,7 +121,7 @@ QWEN3_VL = ModelFamily(
     memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
                         windowed_vision=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen3_vl"), processor_class="Qwen3VLProcessor",
-    one_token_decode=False, video_time="none", **_QWEN_VL)
+    one_token_decode=False, video_time="text", video_budget="clip", **_QWEN_VL)
 PADDLEOCR_VL = ModelFamily(
     model_type="paddleocr_vl", title="PaddleOCR-VL",
     model_class=Ref("paddle_r1.models.paddleocr_vl", "PaddleOCRVLForConditionalGeneration"),
@@ -135,7 +140,7 @@ PADDLEOCR_VL = ModelFamily(
     demo_task="ocr_lines",  # it reads text: rendered text lines, answered as they are
     processor_class="PaddleOCRVLProcessor",
     fast_image_processor=False,  # it has none, and asking for one, even by default, prints a warning
-    one_token_decode=False, video_time="none",
+    one_token_decode=False, video_time="none", video_budget="frame",
     requirements=(Requirement("triton", "paddleformers' paddleocr_vl module imports it; on CPU it then runs plain "
                                         "Paddle", "pip install 'paddle_r1[paddleocr_vl]'"),))
 
@@ -154,8 +159,6 @@ REFUSED = {
 
 # Families that read no video here yet, and why (refused before any model loads: ``check_video``)
 VIDEO_REFUSED = {
-    "qwen3_vl": "Qwen3-VL reads a clip as frame groups each preceded by its timestamp written as text "
-                "(\"<1.0 seconds>\"), which paddle_r1 does not build yet; Qwen2-VL and Qwen2.5-VL models take video",
     "paddleocr_vl": "PaddleOCR-VL reads images only",
 }
 
@@ -165,6 +168,15 @@ def check_video(model_type: str) -> None:
     family = family_of(model_type)
     if family.video_time == "none":
         raise ConfigError(f"the dataset has videos and the model is {family.title}: {VIDEO_REFUSED[model_type]}")
+
+
+def family_of_processor(processor) -> ModelFamily:
+    """The family whose ``processor_class`` the processor is (a ConfigError for one of no family)."""
+    name = type(processor).__name__
+    for family in FAMILIES.values():
+        if family.processor_class == name:
+            return family
+    raise ConfigError(f"processor {name} is of no supported model family ({', '.join(FAMILIES)})")
 
 
 def not_supported(model_type) -> str:

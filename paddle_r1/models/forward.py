@@ -54,7 +54,7 @@ def embed_inputs(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_
                  video_grid_thw=None) -> InputEmbeddings:
     """Token embeddings with image (and video) features written over their token slots (and Qwen3-VL's DeepStack),
     the family's way (``ModelFamily.embed_prompt``: one of the three functions below). Videos reach only the
-    families that read them (``families.check_video``), so only ``embed_scattered`` is handed any."""
+    families that read them (``families.check_video``): ``embed_by_model`` (PaddleOCR-VL) is handed none."""
     videos = {} if pixel_values_videos is None else {"pixel_values_videos": pixel_values_videos,
                                                      "video_grid_thw": video_grid_thw}
     return family_of(model).embed_prompt.load()(model, input_ids, pixel_values, image_grid_thw, **videos)
@@ -79,9 +79,11 @@ def embed_scattered(model, input_ids: paddle.Tensor, pixel_values=None, image_gr
     return InputEmbeddings(embeds)
 
 
-def embed_with_deepstack(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> InputEmbeddings:
+def embed_with_deepstack(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None,
+                         pixel_values_videos=None, video_grid_thw=None) -> InputEmbeddings:
     """Qwen3-VL: the embeddings and their DeepStack features (``qwen3_vl.Qwen3VLModel.embed_prompt``)."""
-    return InputEmbeddings(*model.model.embed_prompt(input_ids, pixel_values, image_grid_thw))
+    return InputEmbeddings(*model.model.embed_prompt(input_ids, pixel_values, image_grid_thw, pixel_values_videos,
+                                                     video_grid_thw))
 
 
 def embed_by_model(model, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None) -> InputEmbeddings:

@@ -20,7 +20,12 @@ What this module changes, and why:
 - The text attention under sdpa (``Qwen3VLTextAttention``): paddleformers' drops an all-ones mask and asks Paddle for
   top-left causality, so queries after a KV cache (a text-only prompt's completions in the log-prob pass, a
   multi-turn episode's next segment) saw only the cache's first keys; ``causal_mask.py`` holds it bottom-right.
-- Images only: the video path (timestamps between frames) is not used by paddle_r1 and is refused.
+- Videos: a clip's frame pairs go through the same tower (``get_video_features``) and land, with their DeepStack
+  features, on the ``<|video_pad|>`` tokens. The processor writes each pair as its own vision block after its time
+  as text (``<1.2 seconds><|vision_start|><|video_pad|>...<|vision_end|>``), and paddleformers' rope index splits the
+  clip's grid into one-frame grids, each placed like an image where its block stands: time enters as text, not as
+  the temporal position (transformers 5.3.0's rope index raises StopIteration there; huggingface/transformers#44474
+  restored the split).
 
 Checkpoints load from and save to the published names (``model.visual...``, ``model.language_model...``,
 ``lm_head.weight``) through PaddleFormers' name mappings, and config.json keeps its published nested layout.
@@ -80,32 +85,38 @@ class Qwen3VLModel(Qwen3VLModelDeprecated):
         self.language_model = Qwen3VLTextModel._from_config(config.text_config)
         self.rope_deltas = None
 
-    def embed_prompt(self, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None):
-        """Input embeddings [B, L, D] with the image features at the ``<|image_pad|>`` tokens, and the DeepStack
-        features at the same tokens [layers, B, L, D] (None without images)."""
+    def embed_prompt(self, input_ids: paddle.Tensor, pixel_values=None, image_grid_thw=None, pixel_values_videos=None,
+                     video_grid_thw=None):
+        """Input embeddings [B, L, D] with the image features at the ``<|image_pad|>`` tokens and the video features
+        at the ``<|video_pad|>`` tokens, and the DeepStack features at the same tokens [layers, B, L, D] (None
+        without images or videos)."""
         embeds = self.get_input_embeddings()(input_ids)
-        if pixel_values is None:
-            return embeds, None
-        image_embeds, deepstack = self.get_image_features(pixel_values, image_grid_thw)
-        image_mask, _ = self.get_placeholder_mask(input_ids, inputs_embeds=embeds,
-                                                  image_features=paddle.concat(image_embeds, axis=0))
-        embeds = embeds.masked_scatter(image_mask, paddle.concat(image_embeds, axis=0).astype(embeds.dtype))
-        zeros = paddle.zeros_like(embeds)
-        deepstack = paddle.stack([zeros.masked_scatter(image_mask, f.astype(embeds.dtype)) for f in deepstack])
+        deepstack = None
+        for pixels, grid, features, kind in ((pixel_values, image_grid_thw, self.get_image_features, "image"),
+                                             (pixel_values_videos, video_grid_thw, self.get_video_features, "video")):
+            if pixels is None:
+                continue
+            merged, layers = features(pixels, grid)
+            merged = paddle.concat(merged, axis=0)
+            masks = self.get_placeholder_mask(input_ids, inputs_embeds=embeds, **{f"{kind}_features": merged})
+            mask = masks[0] if kind == "image" else masks[1]
+            embeds = embeds.masked_scatter(mask, merged.astype(embeds.dtype))
+            placed = paddle.stack([paddle.zeros_like(embeds).masked_scatter(mask, f.astype(embeds.dtype))
+                                   for f in layers])
+            deepstack = placed if deepstack is None else deepstack + placed  # image and video tokens never overlap
         return embeds, deepstack
 
     def forward(self, input_ids=None, inputs_embeds=None, pixel_values=None, image_grid_thw=None,
-                deepstack_embeds=None, pixel_values_videos=None, **kwargs):
+                deepstack_embeds=None, pixel_values_videos=None, video_grid_thw=None, **kwargs):
         """paddleformers' forward (positions from ``get_rope_index``, generation's position offsets) on embeddings
         made by ``embed_prompt``; ``inputs_embeds`` may come with their ``deepstack_embeds`` instead of pixels."""
-        if pixel_values_videos is not None:
-            raise NotImplementedError("paddle_r1's Qwen3-VL takes images only, not videos")
         if inputs_embeds is None:
-            inputs_embeds, deepstack_embeds = self.embed_prompt(input_ids, pixel_values, image_grid_thw)
+            inputs_embeds, deepstack_embeds = self.embed_prompt(input_ids, pixel_values, image_grid_thw,
+                                                                pixel_values_videos, video_grid_thw)
         if deepstack_embeds is not None:
             kwargs["deepstack_embeds"] = deepstack_embeds
         return super().forward(input_ids=input_ids, inputs_embeds=inputs_embeds, image_grid_thw=image_grid_thw,
-                               **kwargs)
+                               video_grid_thw=video_grid_thw, **kwargs)
 
 
 class Qwen3VLForConditionalGeneration(Qwen3VLForConditionalGenerationDeprecated):

@@ -25,6 +25,9 @@ QWEN2_VL_NORMALIZATION = {"image_mean": [0.48145466, 0.4578275, 0.40821073],  # 
                           "image_std": [0.26862954, 0.26130258, 0.27577711]}
 QWEN3_VL_NORMALIZATION = {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
 QWEN3_VL_POSITION_TABLE = 64  # learned vision positions, an 8 x 8 grid interpolated to each image (published: 48 x 48)
+# Qwen3-VL's video processor budgets a clip's frames together: at least 4096 pixels (as published) and at most 8
+# frames of 64 x 64 (published: 25,165,824, 24,576 patches of 32 x 32)
+QWEN3_VL_VIDEO_PIXELS = {"shortest_edge": 4096, "longest_edge": 8 * 64 * 64}
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",
@@ -153,8 +156,18 @@ def make_tiny_qwen2_5_vl(family: ModelFamily, out_dir: str, seed: int, size: Tin
 def make_tiny_qwen3_vl(family: ModelFamily, out_dir: str, seed: int, size: TinySize, max_pixels: int,
                        min_pixels: int) -> str:
     """Qwen3-VL's layout: text fields nested in ``text_config``, 16-pixel patches, DeepStack mergers."""
-    return _write_qwen_vl(family, out_dir, seed, size, max_pixels, min_pixels, _qwen3_vl_weights, _nested_config,
-                          _qwen3_vl_vision(family, size), patch=QWEN3_VL_PATCH, normalization=QWEN3_VL_NORMALIZATION)
+    folder = _write_qwen_vl(family, out_dir, seed, size, max_pixels, min_pixels, _qwen3_vl_weights, _nested_config,
+                            _qwen3_vl_vision(family, size), patch=QWEN3_VL_PATCH, normalization=QWEN3_VL_NORMALIZATION)
+    write_json(folder, "video_preprocessor_config.json", qwen3_vl_video_processor(family))
+    return folder
+
+
+def qwen3_vl_video_processor(family: ModelFamily) -> dict:
+    """Qwen3-VL's ``video_preprocessor_config.json`` as published, with the tiny clip budget: 2 frames per second,
+    4 to 768 frames, 16-pixel patches merged 2 x 2."""
+    return {"size": QWEN3_VL_VIDEO_PIXELS, "patch_size": QWEN3_VL_PATCH, "temporal_patch_size": 2, "merge_size": 2,
+            **QWEN3_VL_NORMALIZATION, "fps": 2, "min_frames": 4, "max_frames": 768, "do_sample_frames": True,
+            "video_processor_type": "Qwen3VLVideoProcessor", "processor_class": family.processor_class}
 
 
 def _write_qwen_vl(family: ModelFamily, out_dir: str, seed: int, size: TinySize, max_pixels: int, min_pixels: int,
