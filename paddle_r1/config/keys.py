@@ -111,14 +111,19 @@ class DataKeys:
                                           "about 89M", bounds=at_least(1))
     question_template: str = key(DEFAULT_QUESTION_TEMPLATE, "the prompt's text; {Question} is the sample's problem")
     system_prompt: Optional[str] = key(None, "a system message before every prompt; default: none")
-    # a clip's frames and their size, as qwen-vl-utils picks them (paddle_r1.data.video)
+    # a clip's frames and their size, as qwen-vl-utils picks them, or Qwen3-VL's video processor (paddle_r1.data.video)
     video_fps: float = key(2.0, "frames kept per second of a clip (EasyR1's, qwen-vl-utils' fps)", bounds=above(0))
-    video_min_frames: int = key(4, "fewest frames kept of a clip (rounded up to 2)", bounds=at_least(2))
-    video_max_frames: int = key(768, "most frames kept of a clip (rounded down to 2)", bounds=at_least(2))
-    video_min_pixels: int = key(128 * 28 * 28, "fewest pixels a frame is resized to", bounds=at_least(1))
-    video_max_pixels: int = key(768 * 28 * 28, "most pixels a frame is resized to", bounds=at_least(1))
+    video_min_frames: int = key(4, "fewest frames kept of a clip (rounded up to 2; Qwen3-VL: as it is)",
+                                bounds=at_least(2))
+    video_max_frames: int = key(768, "most frames kept of a clip (rounded down to 2; Qwen3-VL: as it is)",
+                                bounds=at_least(2))
+    video_min_pixels: int = key(128 * 28 * 28, "fewest pixels a frame is resized to (Qwen2/2.5-VL; Qwen3-VL budgets "
+                                "whole clips by its video_preprocessor_config.json's size)", bounds=at_least(1))
+    video_max_pixels: int = key(768 * 28 * 28, "most pixels a frame is resized to (Qwen2/2.5-VL; Qwen3-VL: see "
+                                "video_min_pixels)", bounds=at_least(1))
     video_total_pixels: int = key(int(128000 * 28 * 28 * 0.9), "most pixels of a clip's frames together (video "
-                                  "tokens = pixels / 28^2 / 2); long clips get smaller frames", bounds=at_least(1))
+                                  "tokens = pixels / 28^2 / 2); long clips get smaller frames; Qwen3-VL: caps its "
+                                  "processor's size longest_edge (tokens = pixels / 32^2 / 2)", bounds=at_least(1))
     video_frames_fps: float = key(2.0, "frames per second of a video given as a folder of frames",
                                   bounds=above(0))
 

@@ -34,8 +34,8 @@ def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
 
 
 def check_video_job(config) -> None:
-    """Videos reach the GRPO rollout and log-probs of Qwen2-VL and Qwen2.5-VL; a job whose model or features do not
-    carry them yet is refused here, before any model loads, rather than failing inside a step."""
+    """Videos reach the GRPO rollout and log-probs of Qwen2-VL, Qwen2.5-VL and Qwen3-VL; a job whose model or features
+    do not carry them yet is refused here, before any model loads, rather than failing inside a step."""
     check_video(model_family(config.model_name_or_path))
     if isinstance(config, SFTConfig):
         raise ConfigError("the dataset has videos: paddle-r1 sft does not train on videos yet (paddle-r1 train does)")
