@@ -103,12 +103,24 @@ def _demo(args, extra: list[str]) -> int:
 def _estimate_memory(args, extra: list[str]) -> int:
     from .config.jobs import GRPOConfig
     from .config.reading.loading import load_config
-    from .memory import estimate
+    from .memory import VideoClip, estimate
 
+    video = None
+    if args.video_seconds is not None:
+        video = VideoClip(args.video_seconds, *args.video_size, args.video_fps, args.videos_per_prompt)
     result = estimate(load_config(GRPOConfig, args.config, extra), args.gpus, args.gpu_memory,
-                      flash_attention=args.sm >= 80, host_memory_gib=args.host_memory)
+                      flash_attention=args.sm >= 80, host_memory_gib=args.host_memory, video=video)
     print(result.table())
     return 0 if result.fits and result.host_fits else 1
+
+
+def _frame_size(text: str) -> tuple[int, int]:
+    """``WxH`` (``1280x720``) as (w, h)."""
+    try:
+        width, height = (int(side) for side in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WxH, e.g. 1280x720") from None
+    return width, height
 
 
 def _make_tiny_model(args, extra: list[str]) -> int:
@@ -208,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "A100: 80): below 80 sdpa has no flash attention, and the attention's copies are counted")
     memory.add_argument("--host_memory", type=float, help="GiB of RAM per machine, shared by its ranks (all --gpus); "
                         "default: the host rows are shown, not compared")
+    memory.add_argument("--video_seconds", type=float, help="the data's longest clip, in seconds: its frames and "
+                        "tokens (video_* keys) join each prompt; default: no video")
+    memory.add_argument("--video_size", type=_frame_size, default=(1280, 720),
+                        help="the data's largest clip frame, WxH (default 1280x720)")
+    memory.add_argument("--video_fps", type=float, default=30.0, help="the clips' own frame rate")
+    memory.add_argument("--videos_per_prompt", type=int, default=1)
     memory.set_defaults(run=_estimate_memory)
     tiny = sub.add_parser("make-tiny-model", help="write a seeded tiny checkpoint folder")
     tiny.add_argument("dir")

@@ -16,7 +16,10 @@ allocator) plus the larger of two phases' working memory:
   vision tower's forward. With tools (``max_turns`` > 1) a completion is an episode: ``max_turns`` turns of
   ``max_completion_length`` tokens and between them ``max_turns - 1`` tool results of one image each (what
   ``crop`` and ``zoom`` return) at ``max_pixels``; the log-prob passes run each episode row whole, so the vision
-  tower sees every row's images;
+  tower sees every row's images. With a clip per prompt (``VideoClip``: ``estimate-memory --video_seconds``), its
+  tokens join the prompt and its frames the vision tower's input: frames and their size as ``data/video.py`` picks
+  them for the family (the ``video_*`` keys; Qwen3-VL's pixels per clip from its ``video_preprocessor_config.json``),
+  ``VideoSampling.clip_tokens``, the very count the processor gives (``tests/test_qwen3_video.py``);
 - training forward + backward: the decoder activations kept for backward (all layers, or with
   ``gradient_checkpointing`` each layer's input plus one layer recomputed), attention scores (eager: [H, L, L]
   per sequence, kept in float32 for the softmax; sdpa with flash attention: none), one log-prob chunk of float32
@@ -55,6 +58,9 @@ GIB = 2.0**30
 PROMPT_TEXT_TOKENS = 128  # system prompt, chat template and question around the image tokens
 IMAGES_PER_PROMPT = 1
 TOOL_TEXT_TOKENS = 32  # a tool result's message around its image: role tokens, the result's text, the next turn's start
+# text a clip brings beside its tokens, per frame pair: Qwen3-VL's "<12.5 seconds>" and its vision start and end
+# (at most 9 tokens); the other families' one vision start and end per clip are within PROMPT_TEXT_TOKENS
+PAIR_TEXT_TOKENS = {"text": 9}
 DEFAULT_MAX_PIXELS = 12845056  # Qwen's preprocessor_config.json
 RESERVE_GIB = 2.0  # CUDA context, cuBLAS / NCCL workspaces, allocator fragmentation
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -364,6 +370,55 @@ def _host_rows(config, shape: ModelShape, gpus: int, checkpoint_dtype: str) -> l
             ("checkpoint while loading", checkpoint / GIB, f"{params / 1e9:.2f}B params read in {checkpoint_dtype}")]
 
 
+@dataclass(frozen=True)
+class VideoClip:
+    """The clips a prompt brings, as the estimate counts them: ``per_prompt`` clips of ``seconds`` at ``fps`` and
+    ``width`` x ``height`` (the data's longest and largest)."""
+
+    seconds: float
+    width: int
+    height: int
+    fps: float = 30.0
+    per_prompt: int = 1
+
+
+@dataclass(frozen=True)
+class VideoLoad:
+    """What a prompt's clips add: decoder tokens (video tokens and the text between frame pairs) and vision patches
+    (``frame_patches`` per frame pair, which attends within itself)."""
+
+    tokens: int  # video tokens of one clip
+    text_tokens: int  # text of one clip (Qwen3-VL's times)
+    pairs: int  # frame pairs of one clip
+    frame_patches: int  # vision patches of one frame pair
+    per_prompt: int
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.per_prompt * (self.tokens + self.text_tokens)
+
+    @property
+    def patches(self) -> int:
+        return self.per_prompt * self.pairs * self.frame_patches
+
+
+def video_load(config, shape: ModelShape, clip: VideoClip, model_dir: str) -> VideoLoad:
+    """The tokens and patches of ``clip`` for the model in ``model_dir`` (its video processor's size, for a family
+    that budgets whole clips) under the config's ``video_*`` keys."""
+    from .data.video import VideoSampling
+    from .models.resize import video_processor_size
+
+    family = family_of(shape.family)
+    sampling = VideoSampling.from_config(config)
+    if family.video_budget == "clip":
+        sampling = sampling.for_family(family.video_budget, video_processor_size(model_dir))
+    factor = shape.patch_size * shape.merge_size
+    frames = max(1, round(clip.seconds * clip.fps))
+    pairs, tokens = sampling.clip_tokens(frames, clip.fps, (clip.width, clip.height), factor)
+    return VideoLoad(tokens=tokens, text_tokens=pairs * PAIR_TEXT_TOKENS.get(family.video_time, 0), pairs=pairs,
+                     frame_patches=tokens // pairs * shape.merge_size**2, per_prompt=clip.per_prompt)
+
+
 def _vision_tokens(shape: ModelShape, max_pixels: int) -> tuple[int, int]:
     """(patches the vision tower sees, merged tokens the decoder sees) for one image at ``max_pixels``."""
     factor = shape.patch_size * shape.merge_size
@@ -371,9 +426,10 @@ def _vision_tokens(shape: ModelShape, max_pixels: int) -> tuple[int, int]:
     return merged * shape.merge_size**2, merged
 
 
-def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True) -> list:
+def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True,
+          video: Optional[VideoLoad] = None) -> list:
     """The table's rows, GiB each; indented rows are the phases' parts (the phase total counts once; deeper ones are
-    the parts of a part)."""
+    the parts of a part). ``video``: what each prompt's clips add."""
     w = DTYPE_BYTES[config.dtype]
     params = count_parameters(shape)
     path = attention_path(config, flash_attention)
@@ -391,7 +447,7 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True) ->
     patches, image_tokens = _vision_tokens(shape, config.max_pixels or DEFAULT_MAX_PIXELS)
     prompts = config.prompts_per_device
     sequences = prompts * config.generations_per_device
-    prompt_len = PROMPT_TEXT_TOKENS + IMAGES_PER_PROMPT * image_tokens
+    prompt_len = PROMPT_TEXT_TOKENS + IMAGES_PER_PROMPT * image_tokens + (video.prompt_tokens if video else 0)
     tool_results = config.max_turns - 1  # one image each
     completion = config.max_turns * config.max_completion_length + tool_results * (TOOL_TEXT_TOKENS + image_tokens)
     length = prompt_len + completion
@@ -401,15 +457,21 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True) ->
 
     vision_trains = not (config.freeze_vision or config.lora)
     images = prompts * IMAGES_PER_PROMPT if not tool_results else sequences * (IMAGES_PER_PROMPT + tool_results)
-    vision_patches = images * patches
+    clip_rows = (sequences if tool_results else prompts) if video else 0  # episodes' log-probs run rows whole
+    vision_patches = images * patches + clip_rows * (video.patches if video else 0)
     vision_layer = vision_patches * _activation_elements(shape.vision_width, shape.vision_width,
                                                          shape.vision_intermediate) * w
     image_scores = shape.vision_heads * patches**2 if eager else 0
+    # a clip's frame pairs attend within themselves: [heads, patches, patches] per pair
+    pair_scores = shape.vision_heads * video.frame_patches**2 if eager and video else 0
+    all_scores = images * image_scores + clip_rows * video.per_prompt * video.pairs * pair_scores if video else \
+        images * image_scores
     if vision_trains and not config.gradient_checkpointing:
-        vision = shape.vision_depth * vision_layer + (shape.vision_full_attention_blocks * images * image_scores
-                                                      * scores_kept_bytes(w))
+        vision = shape.vision_depth * vision_layer + shape.vision_full_attention_blocks * all_scores \
+            * scores_kept_bytes(w)
     else:
-        vision = vision_layer * (2 if vision_trains else 1) + image_scores * scores_transient_bytes(w)
+        vision = vision_layer * (2 if vision_trains else 1) + max(image_scores, pair_scores) \
+            * scores_transient_bytes(w)
 
     # the auto engine's decoder depends on the device's layers: the larger of the two caches
     kv = max((rollout_kv_parts(shape, prompts, config.generations_per_device, prompt_len, completion, w, growing)
@@ -436,6 +498,7 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True) ->
         ("reserve", RESERVE_GIB, "CUDA context, workspaces, fragmentation"),
         ("working memory: max(rollout, train)", max(rollout, training) / GIB,
          f"{sequences} sequences x {length} tokens ({image_tokens} image tokens from max_pixels"
+         + (f"; {video.per_prompt} x {video.tokens} video tokens, {video.pairs} frame pairs" if video else "")
          + (f"; episodes of {config.max_turns} turns, {tool_results} tool images)" if tool_results else ")")),
         ("  rollout KV cache (peak)", kv["peak"] / GIB,
          "prefill + max(repeated prompt + first buffers, buffers + growth copy); 2 x layers x kv width per token"),
@@ -488,19 +551,21 @@ def _cheapest_fix(config, gpus: int, fits) -> Optional[dict]:
 
 def estimate(config, gpus: int, gpu_memory_gib: float, model_config: Optional[dict] = None,
              flash_attention: bool = True, host_memory_gib: Optional[float] = None,
-             ranks_per_host: Optional[int] = None) -> Estimate:
+             ranks_per_host: Optional[int] = None, video: Optional[VideoClip] = None) -> Estimate:
     """Per-GPU table for ``config`` (a GRPOConfig) on ``gpus`` GPUs of ``gpu_memory_gib`` each (``flash_attention``:
     whether sdpa can take it: sm80 and newer), and per rank host RAM, ``ranks_per_host`` (default: all ``gpus``) of
-    them sharing ``host_memory_gib`` (None: not compared). When the GPU part does not fit, ``suggestions`` holds the
-    cheapest config changes that make it fit, or all of them and a note to lower the sizes when none do."""
+    them sharing ``host_memory_gib`` (None: not compared); ``video``: the clips each prompt brings (their tokens from
+    the model folder's processor files). When the GPU part does not fit, ``suggestions`` holds the cheapest config
+    changes that make it fit, or all of them and a note to lower the sizes when none do."""
     model_config = model_config or read_model_config(config.model_name_or_path)
     shape = ModelShape.from_config(model_config)
     checkpoint_dtype = model_config.get("torch_dtype") or model_config.get("dtype") or config.dtype
+    clips = video and video_load(config, shape, video, config.model_name_or_path)
 
     def fits(cfg) -> bool:
-        return Estimate(_rows(cfg, shape, gpus, flash_attention), gpus, gpu_memory_gib).fits
+        return Estimate(_rows(cfg, shape, gpus, flash_attention, clips), gpus, gpu_memory_gib).fits
 
-    result = Estimate(_rows(config, shape, gpus, flash_attention), gpus, gpu_memory_gib,
+    result = Estimate(_rows(config, shape, gpus, flash_attention, clips), gpus, gpu_memory_gib,
                       host_rows=_host_rows(config, shape, gpus, checkpoint_dtype),
                       ranks_per_host=ranks_per_host or gpus, host_memory_gib=host_memory_gib)
     if not result.fits:

@@ -54,12 +54,10 @@ def test_the_clip_budget_bounds_all_frames_together():
     assert (w, h) == (96, 64) and 4 * w * h <= CLIP[1]
     assert sampling.frame_size(32, 32, 2, 32) == (64, 64)  # 2 x 32 x 32 = 2,048: grown to the minimum, 4,096
 
-    class Processor:
-        size = {"shortest_edge": 4096, "longest_edge": 1 << 30}
-
-    assert VideoSampling().for_processor(Processor, "frame").clip_pixels is None
-    assert VideoSampling().for_processor(Processor, "clip").clip_pixels == (4096, VideoSampling().total_pixels)
-    capped = VideoSampling(total_pixels=4 * 32 * 64).for_processor(Processor, "clip")
+    size = {"shortest_edge": 4096, "longest_edge": 1 << 30}
+    assert VideoSampling().for_family("frame", size).clip_pixels is None
+    assert VideoSampling().for_family("clip", size).clip_pixels == (4096, VideoSampling().total_pixels)
+    capped = VideoSampling(total_pixels=4 * 32 * 64).for_family("clip", size)
     assert capped.frame_size(160, 128, 4, 32) == (32, 32)  # shrunk by sqrt(10)
 
 

@@ -82,15 +82,23 @@ class VideoSampling:
                    min_pixels=config.video_min_pixels, max_pixels=config.video_max_pixels,
                    total_pixels=config.video_total_pixels, frames_fps=config.video_frames_fps)
 
-    def for_processor(self, video_processor, budget: str) -> "VideoSampling":
+    def for_family(self, budget: str, processor_size: dict) -> "VideoSampling":
         """This sampling for a model whose family budgets clips by ``budget`` (``ModelFamily.video_budget``):
-        "frame" keeps it as it is; "clip" takes the (min, max) pixels of a clip from ``video_processor.size``
-        (``shortest_edge``, ``longest_edge``: the checkpoint's ``video_preprocessor_config.json``), the max capped by
-        ``total_pixels``."""
+        "frame" keeps it as it is; "clip" takes the (min, max) pixels of a clip from its video processor's
+        ``processor_size`` (``shortest_edge``, ``longest_edge``: the checkpoint's ``video_preprocessor_config.json``),
+        the max capped by ``total_pixels``."""
         if budget == "frame":
             return self
-        size = video_processor.size
-        return replace(self, clip_pixels=(size["shortest_edge"], min(size["longest_edge"], self.total_pixels)))
+        return replace(self, clip_pixels=(processor_size["shortest_edge"],
+                                          min(processor_size["longest_edge"], self.total_pixels)))
+
+    def clip_tokens(self, frames: int, clip_fps: float, size: tuple[int, int], factor: int) -> tuple[int, int]:
+        """(frame pairs, merged tokens) of a clip of ``frames`` frames at ``clip_fps`` and ``size`` (w, h), as
+        ``read_clip`` samples and sizes it and the processor counts its tokens (the memory estimate's)."""
+        count = self.frame_count(frames, clip_fps)
+        w, h = self.frame_size(size[0], size[1], count, factor)
+        pairs = -(-count // TEMPORAL_PATCH)
+        return pairs, pairs * (w // factor) * (h // factor)
 
     def frame_count(self, total: int, clip_fps: float) -> int:
         """How many of a clip's ``total`` frames to keep (qwen-vl-utils' ``smart_nframes``; with ``clip_pixels``,

@@ -71,7 +71,7 @@ def load_sample_videos(sample: dict, sampling: VideoSampling, processor) -> list
         return []
     image_processor = processor.image_processor
     factor = image_processor.patch_size * image_processor.merge_size
-    sampling = sampling.for_processor(processor.video_processor, family_of_processor(processor).video_budget)
+    sampling = sampling.for_family(family_of_processor(processor).video_budget, processor.video_processor.size)
     return [read_clip(path, sampling, factor) for path in sample["videos"]]
 
 

@@ -45,3 +45,18 @@ def resizer_for(model_dir: str) -> Resizer:
                    min_pixels=int(pre.get("min_pixels") or size.get("shortest_edge") or 56 * 56),
                    max_pixels=int(pre.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280),
                    coord_system=coord_system)
+
+
+def video_processor_size(model_dir: str) -> dict:
+    """The folder's video processor's ``size`` (``shortest_edge``, ``longest_edge``: Qwen3-VL's pixels of a whole
+    clip), from ``video_preprocessor_config.json``; without one, paddleformers builds the video processor from
+    ``preprocessor_config.json``, and so does this."""
+    for name in ("video_preprocessor_config.json", "preprocessor_config.json"):
+        path = os.path.join(model_dir, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                pre = json.load(f)
+            size = pre.get("size") or {}
+            return {"shortest_edge": int(size.get("shortest_edge") or pre["min_pixels"]),
+                    "longest_edge": int(size.get("longest_edge") or pre["max_pixels"])}
+    raise FileNotFoundError(f"{model_dir} has no video_preprocessor_config.json or preprocessor_config.json")
