@@ -64,6 +64,7 @@ def _view(args, extra: list[str]) -> int:
 
 def _serve(args, extra: list[str]) -> int:
     from .cpu_math import tune_if_no_gpu
+    from .data.video import VideoSampling
     from .serve.limits import ServeLimits
     from .serve.server import serve
 
@@ -73,9 +74,9 @@ def _serve(args, extra: list[str]) -> int:
     limits = ServeLimits(max_request_bytes=args.max_request_mb << 20, max_images=args.max_images,
                          max_image_pixels=args.max_image_pixels, max_tokens=args.max_tokens, max_n=args.max_n,
                          max_concurrency=args.max_concurrency, max_batch=args.max_batch, read_timeout=args.read_timeout,
-                         max_prompt_tokens=args.max_prompt_tokens)
+                         max_prompt_tokens=args.max_prompt_tokens, max_videos=args.max_videos)
     serve(args.checkpoint, host=args.host, port=args.port, model_name=args.model_name, image_root=args.image_root,
-          limits=limits, dtype=args.dtype, api_key=args.api_key)
+          limits=limits, dtype=args.dtype, api_key=args.api_key, video=VideoSampling(frames_fps=args.video_frames_fps))
     return 0
 
 
@@ -197,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max_batch", type=int, default=8, help="requests decoded together in one batch")
     srv.add_argument("--read_timeout", type=float, default=30.0, help="seconds a request (headers and body) may take "
                      "to arrive; slower clients get 408")
+    srv.add_argument("--max_videos", type=int, default=2, help="videos per request (video_url parts)")
+    srv.add_argument("--video_frames_fps", type=float, default=2.0, help="frames per second of a video sent as a "
+                     "list of frames (data:video/jpeg;base64,<frame>,<frame>,...)")
     srv.add_argument("--max_prompt_tokens", type=int, help="longest prompt, text and image tokens (default: the "
                      "model's context less max_tokens, and what a full batch fits in half the free memory)")
     srv.set_defaults(run=_serve)

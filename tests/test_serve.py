@@ -207,7 +207,7 @@ def test_slow_clients_hold_no_slot_and_are_cut_off(server, client):
 
 def test_a_long_prompt_gets_400_naming_the_limit(client, server, tiny_model_dir, rec_samples):
     """A 16,000-character prompt (8,020 tokens on the tiny model) used to be generated from, for 13.8 s and 3.2 GB."""
-    with pytest.raises(openai.BadRequestError, match=r"the prompt is \d+ tokens \(text and images\), over this "
+    with pytest.raises(openai.BadRequestError, match=r"the prompt is \d+ tokens \(text, images, videos\), over this "
                                                      r"server's limit of 1024 \(--max_prompt_tokens\)"):
         _ask(client, "word " * 3200)
     assert _ask(client).choices

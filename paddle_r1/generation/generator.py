@@ -9,9 +9,10 @@ completion per prompt) all generate through ``Generator.generate``.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import paddle
 
@@ -63,16 +64,22 @@ def load_sample_images(sample: dict) -> list:
     return [load_image(path) for path in sample["images"]]
 
 
-def load_sample_videos(sample: dict, sampling: VideoSampling, processor) -> list[Clip]:
-    """The sample's clips, sampled and resized for ``processor`` (its patch x merge size, and its family's budget:
-    Qwen3-VL's video processor's pixels per clip): decoded once per prompt, whatever the number of its
-    completions."""
-    if not sample.get("videos"):
-        return []
+def clip_reader(processor, sampling: VideoSampling) -> Callable[[str], Clip]:
+    """``read_clip`` for ``processor``: its patch x merge size, and its family's budget (Qwen3-VL's video processor's
+    pixels per clip)."""
     image_processor = processor.image_processor
     factor = image_processor.patch_size * image_processor.merge_size
     sampling = sampling.for_family(family_of_processor(processor).video_budget, processor.video_processor.size)
-    return [read_clip(path, sampling, factor) for path in sample["videos"]]
+    return functools.partial(read_clip, sampling=sampling, factor=factor)
+
+
+def load_sample_videos(sample: dict, sampling: VideoSampling, processor) -> list[Clip]:
+    """The sample's clips, sampled and resized for ``processor`` (``clip_reader``): decoded once per prompt, whatever
+    the number of its completions."""
+    if not sample.get("videos"):
+        return []
+    read = clip_reader(processor, sampling)
+    return [read(path) for path in sample["videos"]]
 
 
 def build_prompt_batch(samples: list[dict], processor, question_template: str, system_prompt: Optional[str] = None,

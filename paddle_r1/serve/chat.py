@@ -4,6 +4,13 @@ message naming the field, raised before the request reaches the model.
 Images come as data URLs (``data:image/png;base64,...``). An http(s) URL is refused (the server fetches nothing:
 it may run where there is no network, and fetching would let a client make it request any address); a local path
 (``file://`` or plain) only under the ``--image_root`` the server was started with.
+
+Videos (``{"type": "video_url", "video_url": {"url": ...}}``, as vLLM takes them) come the same three ways: a clip
+as a data URL (``data:video/mp4;base64,...``, any container FFmpeg reads, or a GIF / WebP animation), a list of
+frames as vLLM reads one (``data:video/jpeg;base64,<frame>,<frame>,...``: base64 images joined by commas, at the
+server's frames-folder rate, ``video_frames_fps``), or the path of a clip or of a folder of frames under
+``--image_root``. Each is read as training reads a sample's clip (``data/video.py``: frames picked and sized for the
+model's family) in the request's own thread, and a clip that does not read is a 400 naming its part.
 """
 from __future__ import annotations
 
@@ -13,13 +20,16 @@ import copy
 import io
 import json
 import math
+import mimetypes
 import os
-from dataclasses import dataclass
-from typing import Optional
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 from PIL import Image
 
 from ..data.images import as_rgb
+from ..data.samples import DataError
 from ..generation.rollout import SamplingParams
 from .limits import ServeLimits
 
@@ -38,19 +48,30 @@ class RequestError(Exception):
 
 @dataclass
 class ChatRequest:
-    messages: list  # for the chat template: {"role", "content": [{"type": "image"} | {"type": "text", ...}]}
+    messages: list  # for the chat template: {"role", "content": [{"type": "image" | "video"} | {"type": "text", ...}]}
     images: list  # PIL images in the order the messages show them
     sampling: SamplingParams
     n: int
     stop: list
     stream: bool
     prompt: str = ""  # the messages through the chat template, as the model reads them (``PromptMeter.check``)
+    videos: list = field(default_factory=list)  # clips (``data.video.Clip``) in the order the messages show them
 
     @property
     def batch_key(self) -> tuple:
         """Requests with equal keys can share one decode (same sampling and number of completions)."""
         s = self.sampling
         return s.max_new_tokens, s.temperature, s.top_p, self.n
+
+
+@dataclass
+class MediaReaders:
+    """How a server reads what a request sends: images under ``image_root``, and clips by ``read_clip`` (the model's
+    ``generation.generator.clip_reader``; None for a model that reads no video, with ``no_video`` saying why)."""
+
+    image_root: Optional[str] = None
+    read_clip: Optional[Callable] = None
+    no_video: str = "this model reads no video"
 
 
 def _bad(message: str, param: Optional[str] = None) -> RequestError:
@@ -80,36 +101,90 @@ def open_image(data: bytes, where: str, limits: ServeLimits) -> Image.Image:
         raise _bad(f"{where}: not a readable image ({e})") from None
 
 
-def image_bytes(url: str, where: str, image_root: Optional[str]) -> bytes:
-    if url.startswith("data:"):
-        header, _, payload = url.partition(",")
-        if not header.endswith(";base64"):
-            raise _bad(f"{where}: a data URL must be base64 (data:image/png;base64,...)")
-        try:
-            return base64.b64decode(payload, validate=True)
-        except (binascii.Error, ValueError):
-            raise _bad(f"{where}: the data URL's base64 does not decode") from None
+def _data_url(url: str, where: str) -> tuple[str, str]:
+    """A base64 data URL's media type and payload (still base64)."""
+    header, _, payload = url.partition(",")
+    if not header.endswith(";base64"):
+        raise _bad(f"{where}: a data URL must be base64 (data:image/png;base64,...)")
+    return header[len("data:"):-len(";base64")].lower(), payload
+
+
+def _decoded(payload: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad(f"{where}: the data URL's base64 does not decode") from None
+
+
+def _local_path(url: str, where: str, image_root: Optional[str], what: str) -> str:
+    """The real path a local ``url`` names under ``image_root``; http(s) refused, anything outside the root a 403."""
     if url.startswith(("http://", "https://")):
-        raise _bad(f"{where}: image URLs are not fetched (this server reads no network); send the image as a data "
-                   "URL: data:image/png;base64,...", "messages")
+        raise _bad(f"{where}: {what} URLs are not fetched (this server reads no network); send the {what} as a data "
+                   "URL", "messages")
     path = url[len("file://"):] if url.startswith("file://") else url
     if image_root is None:
-        raise RequestError(403, f"{where}: local image paths are not allowed (start the server with --image_root "
-                                "to allow a folder); send the image as a data URL")
+        raise RequestError(403, f"{where}: local {what} paths are not allowed (start the server with --image_root "
+                                f"to allow a folder); send the {what} as a data URL")
     root = os.path.realpath(image_root)
     real = os.path.realpath(os.path.join(root, path))
     if os.path.commonpath([root, real]) != root:
         raise RequestError(403, f"{where}: {path!r} is outside the allowed image root")
+    return real
+
+
+def image_bytes(url: str, where: str, image_root: Optional[str]) -> bytes:
+    if url.startswith("data:"):
+        return _decoded(_data_url(url, where)[1], where)
+    real = _local_path(url, where, image_root, "image")
     try:
         with open(real, "rb") as f:
             return f.read()
     except OSError:
-        raise _bad(f"{where}: no readable image at {path!r} under the image root") from None
+        raise _bad(f"{where}: no readable image at {url!r} under the image root") from None
 
 
-def read_content(content, where: str, images: list, limits: ServeLimits, image_root: Optional[str]):
+FRAME_TYPES = ("video/jpeg", "video/png")  # vLLM's media types of a list of frames: base64 images joined by ","
+
+
+def read_video(url: str, where: str, readers: MediaReaders, limits: ServeLimits):
+    """The clip a ``video_url`` sends, read by ``readers.read_clip`` (a data URL through a temporary file or folder of
+    frames); a clip that does not read is a 400 naming ``where``."""
+    if readers.read_clip is None:
+        raise _bad(f"{where}: {readers.no_video}", "messages")
+    if not url.startswith("data:"):
+        return _read_clip(readers.read_clip, _local_path(url, where, readers.image_root, "video"), where)
+    media, payload = _data_url(url, where)
+    with tempfile.TemporaryDirectory(prefix="paddle_r1_video_") as folder:
+        if media in FRAME_TYPES:
+            frames = payload.split(",")
+            if len(frames) > limits.max_video_frames:
+                raise RequestError(413, f"{where}: {len(frames)} frames, over this server's limit of "
+                                        f"{limits.max_video_frames}", code="too_many_frames")
+            for i, frame in enumerate(frames):
+                open_image(_decoded(frame, f"{where} frame {i}"), f"{where} frame {i}", limits).save(
+                    os.path.join(folder, f"{i:06d}.png"))
+            return _read_clip(readers.read_clip, folder, where)
+        if not media.startswith(("video/", "image/gif", "image/webp")):
+            raise _bad(f"{where}: a video data URL's type must be video/... (or image/gif, image/webp), got "
+                       f"{media!r}", "messages")
+        path = os.path.join(folder, "clip" + (mimetypes.guess_extension(media) or ".mp4"))
+        with open(path, "wb") as f:
+            f.write(_decoded(payload, where))
+        return _read_clip(readers.read_clip, path, where)
+
+
+def _read_clip(read_clip: Callable, path: str, where: str):
+    try:
+        return read_clip(path)
+    except DataError as e:  # its text names the server's own file: the client knows its part instead
+        raise _bad(f"{where}: {str(e).replace(path, 'the video')}", "messages") from None
+
+
+def read_content(content, where: str, images: list, limits: ServeLimits, readers: MediaReaders,
+                 videos: Optional[list] = None):
     """A message's content for the chat template, as a list of parts (a string is one text part: PaddleOCR-VL's
-    template reads only parts, and drops a string without a word); its images opened and appended to ``images``."""
+    template reads only parts, and drops a string without a word); its images opened and appended to ``images``,
+    its clips read and appended to ``videos``."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
@@ -127,16 +202,25 @@ def read_content(content, where: str, images: list, limits: ServeLimits, image_r
                 raise _bad(f"{here}.image_url.url must be a string", "messages")
             if len(images) >= limits.max_images:
                 raise RequestError(413, f"more than {limits.max_images} images in one request", code="too_many_images")
-            images.append(open_image(image_bytes(url, here, image_root), here, limits))
+            images.append(open_image(image_bytes(url, here, readers.image_root), here, limits))
             parts.append({"type": "image"})
+        elif kind == "video_url" and videos is not None:
+            url = part.get("video_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            if not isinstance(url, str):
+                raise _bad(f"{here}.video_url.url must be a string", "messages")
+            if len(videos) >= limits.max_videos:
+                raise RequestError(413, f"more than {limits.max_videos} videos in one request", code="too_many_videos")
+            videos.append(read_video(url, here, readers, limits))
+            parts.append({"type": "video"})
         else:
-            raise _bad(f"{here}: expected {{'type': 'text', 'text': ...}} or {{'type': 'image_url', 'image_url': "
-                       "{'url': ...}}", "messages")
+            raise _bad(f"{here}: expected {{'type': 'text', 'text': ...}}, {{'type': 'image_url', 'image_url': "
+                       "{'url': ...}} or {'type': 'video_url', 'video_url': {'url': ...}}", "messages")
     return parts
 
 
 def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
-                       image_root: Optional[str] = None) -> ChatRequest:
+                       readers: MediaReaders = MediaReaders()) -> ChatRequest:
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
@@ -154,12 +238,12 @@ def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
         raise _bad("'messages' must be a non-empty list", "messages")
     if len(messages) > limits.max_messages:
         raise RequestError(413, f"more than {limits.max_messages} messages")
-    images, chat = [], []
+    images, videos, chat = [], [], []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             raise _bad(f"messages[{i}] needs a role among {', '.join(ROLES)}", "messages")
-        chat.append({"role": message["role"],
-                     "content": read_content(message.get("content"), f"messages[{i}]", images, limits, image_root)})
+        chat.append({"role": message["role"], "content": read_content(message.get("content"), f"messages[{i}]",
+                                                                      images, limits, readers, videos)})
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", limits.max_tokens, 1, limits.max_tokens, True)
     sampling = SamplingParams(max_new_tokens=max_tokens, temperature=float(_number(body, "temperature", 1.0, 0, 2)),
@@ -172,26 +256,34 @@ def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
     if not isinstance(stream, bool):
         raise _bad("'stream' must be true or false", "stream")
     return ChatRequest(messages=chat, images=images, sampling=sampling,
-                       n=_number(body, "n", 1, 1, limits.max_n, True), stop=stop, stream=stream)
+                       n=_number(body, "n", 1, 1, limits.max_n, True), stop=stop, stream=stream, videos=videos)
 
 
 class PromptMeter:
     """How many tokens a request's prompt is, counted in the request's own thread before it is queued: the chat
     template's text, each image's placeholder counted as the tokens the processor expands it to (from the image's
-    size; no pixels are processed). Over ``max_prompt_tokens`` is a 400 naming the limit.
+    size; no pixels are processed), each clip's as its frame pairs' tokens and, for Qwen3-VL, at most
+    ``memory.PAIR_TEXT_TOKENS`` of time text per pair. Over ``max_prompt_tokens`` is a 400 naming the limit.
 
     It counts with its own copy of the tokenizer: the engine thread's processor call sets the shared tokenizer's
     padding, and the Rust tokenizer refuses a call from another thread while that happens ("Already borrowed")."""
 
-    def __init__(self, processor, max_prompt_tokens: int):
+    def __init__(self, processor, max_prompt_tokens: int, pair_text_tokens: int = 0):
         self.processor, self.max_prompt_tokens = processor, max_prompt_tokens
         self.tokenizer = copy.deepcopy(processor.tokenizer.backend_tokenizer)
         image_processor = processor.image_processor
         self.image_processor, self.tokens_per_patch = image_processor, 1 / image_processor.merge_size ** 2
+        self.factor = image_processor.patch_size * image_processor.merge_size
+        self.pair_text_tokens = pair_text_tokens
 
     def image_tokens(self, image: Image.Image) -> int:
         return int(self.image_processor.get_number_of_image_patches(image.height, image.width, {})
                    * self.tokens_per_patch)
+
+    def video_tokens(self, clip) -> int:
+        """A clip's tokens: frame pairs x merged tokens per frame, and its time text."""
+        pairs, height, width = len(clip.frames) // 2, clip.frames.shape[1], clip.frames.shape[2]
+        return pairs * ((height // self.factor) * (width // self.factor) + self.pair_text_tokens)
 
     def check(self, request: ChatRequest) -> None:
         """Sets ``request.prompt``; raises the 400 when it is too long."""
@@ -199,7 +291,8 @@ class PromptMeter:
                                                             add_generation_prompt=True)
         # each image is one placeholder token in the text, expanded by the processor
         tokens = len(self.tokenizer.encode(request.prompt).ids) + sum(self.image_tokens(i) - 1 for i in request.images)
+        tokens += sum(self.video_tokens(clip) - 1 for clip in request.videos)
         if tokens > self.max_prompt_tokens:
-            raise RequestError(400, f"the prompt is {tokens} tokens (text and images), over this server's limit of "
-                                    f"{self.max_prompt_tokens} (--max_prompt_tokens)", code="context_length_exceeded",
-                               param="messages")
+            raise RequestError(400, f"the prompt is {tokens} tokens (text, images, videos), over this server's limit "
+                                    f"of {self.max_prompt_tokens} (--max_prompt_tokens)",
+                               code="context_length_exceeded", param="messages")

@@ -86,7 +86,8 @@ class Engine:
     def answer(self, requests: list[ChatRequest]) -> list[Answer]:
         """Requests sharing one ``batch_key``, decoded in one batch."""
         generator, first = self.generator, requests[0]
-        prompt, _ = encode_prompts([r.prompt for r in requests], [r.images for r in requests], generator.processor)
+        prompt, _ = encode_prompts([r.prompt for r in requests], [r.images for r in requests], generator.processor,
+                                   [r.videos for r in requests])
         rollout = sample_completions(generator.model, prompt, first.n, first.sampling, generator.eos_token_ids,
                                      generator.tokenizer.pad_token_id)
         self.batches += 1

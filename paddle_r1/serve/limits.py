@@ -11,6 +11,8 @@ class ServeLimits:
     max_request_bytes: int = 20 << 20  # request body
     max_images: int = 8  # per request
     max_image_pixels: int = 4096 * 4096  # per image, as sent (the processor then resizes to its max_pixels)
+    max_videos: int = 2  # per request; each read as training reads a clip (its frames and pixels bounded there)
+    max_video_frames: int = 768  # frames of one video sent as a list of images
     max_tokens: int = 1024  # ceiling of a request's max_tokens; also its default
     max_n: int = 8  # completions per request
     max_concurrency: int = 16  # requests in progress at once; more get 429

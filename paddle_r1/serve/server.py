@@ -30,7 +30,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
-from .chat import PromptMeter, RequestError, parse_chat_request
+from ..data.video import VideoSampling
+from .chat import MediaReaders, PromptMeter, RequestError, parse_chat_request
 from .engine import Answer, Engine
 from .limits import ServeLimits, default_max_prompt_tokens, free_memory_bytes
 
@@ -67,10 +68,10 @@ class ChatServer(ThreadingHTTPServer):
     # of their status (39-48 of 64 simultaneous clients of a bad request; 0 with this); Linux caps it at somaxconn
     request_queue_size = socket.SOMAXCONN
 
-    def __init__(self, address, engine: Engine, model_name: str, limits: ServeLimits, image_root: Optional[str],
+    def __init__(self, address, engine: Engine, model_name: str, limits: ServeLimits, readers: MediaReaders,
                  prompt_meter: PromptMeter, api_key: Optional[str] = None):
         super().__init__(address, ChatHandler)
-        self.engine, self.model_name, self.limits, self.image_root = engine, model_name, limits, image_root
+        self.engine, self.model_name, self.limits, self.readers = engine, model_name, limits, readers
         self.api_key = api_key.encode() if api_key else None
         self.prompt_meter = prompt_meter
         self.slots = threading.BoundedSemaphore(limits.max_concurrency)
@@ -233,7 +234,7 @@ class ChatHandler(BaseHTTPRequestHandler):
 
     def _chat(self, body: bytes) -> None:
         server = self.server
-        request = parse_chat_request(body, server.model_name, server.limits, server.image_root)
+        request = parse_chat_request(body, server.model_name, server.limits, server.readers)
         server.prompt_meter.check(request)
         answer = server.engine.submit(request).result()
         request_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -245,12 +246,15 @@ class ChatHandler(BaseHTTPRequestHandler):
 
 def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, model_name: Optional[str] = None,
                  image_root: Optional[str] = None, limits: ServeLimits = ServeLimits(),
-                 dtype: str = "float32", api_key: Optional[str] = None) -> ChatServer:
+                 dtype: str = "float32", api_key: Optional[str] = None,
+                 video: Optional[VideoSampling] = None) -> ChatServer:
     """Verify and load the model, and bind (port 0: any free port, see ``server.server_address``); ``serve_forever``
     runs it. ``limits.max_prompt_tokens`` None is set from the model (``limits.default_max_prompt_tokens``).
-    ``api_key``: every request must carry it as ``Authorization: Bearer <key>`` (else 401)."""
-    from ..generation.generator import Generator
-    from ..memory import read_model_config
+    ``api_key``: every request must carry it as ``Authorization: Bearer <key>`` (else 401). ``video``: how clips
+    are sampled (default: ``VideoSampling()``, training's defaults)."""
+    from ..generation.generator import Generator, clip_reader
+    from ..memory import PAIR_TEXT_TOKENS, read_model_config
+    from ..models.families import VIDEO_REFUSED, family_of
     from ..models.loading import default_coord_system, load_model, load_processor, model_family
     from ..checkpoints.folders import verify_checkpoint
 
@@ -264,8 +268,14 @@ def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, mod
             read_model_config(checkpoint), dtype, eager, limits, free_memory_bytes()))
     generator = Generator(model, processor, default_coord_system(model_family(checkpoint)))
     name = model_name or os.path.basename(os.path.normpath(checkpoint))
-    return ChatServer((host, port), Engine(generator, max_batch=limits.max_batch), name, limits, image_root,
-                      PromptMeter(processor, limits.max_prompt_tokens), api_key)
+    video = video or VideoSampling()
+    family = family_of(model)
+    reads_video = family.video_time != "none"
+    readers = MediaReaders(image_root, clip_reader(processor, video) if reads_video else None,
+                           VIDEO_REFUSED.get(family.model_type, ""))
+    meter = PromptMeter(processor, limits.max_prompt_tokens, PAIR_TEXT_TOKENS.get(family.video_time, 0))
+    return ChatServer((host, port), Engine(generator, max_batch=limits.max_batch), name, limits, readers, meter,
+                      api_key)
 
 
 def open_to_the_network_warning(address: str, port: int) -> Optional[str]:
