@@ -98,8 +98,9 @@ def rope_positions(model, input_ids: paddle.Tensor, attention_mask: paddle.Tenso
 
     A video's time positions: Qwen2.5-VL's count absolute time, long(t * ``second_per_grid_ts`` *
     ``tokens_per_second``) for its t-th frame pair; Qwen2-VL's count frame pairs (its family's ``video_time`` is
-    "frames": the seconds are not passed, and its rope index then steps 1 per pair). Text after a video continues
-    from the largest position before it + 1, and so does the decode (``next_position``)."""
+    "frames": the seconds are not passed, and its rope index then steps 1 per pair); Qwen3-VL's ("text") give each
+    pair the positions of a one-frame image where its block stands, after its time written as text. Text after a
+    video continues from the largest position before it + 1, and so does the decode (``next_position``)."""
     owner = _sublayer(model, family_of(model).rope_index_at)
     seconds = {} if family_of(model).video_time != "seconds" else {"second_per_grid_ts": second_per_grid_ts}
     positions, _ = owner.get_rope_index(input_ids, image_grid_thw, video_grid_thw, attention_mask=attention_mask,
