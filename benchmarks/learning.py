@@ -66,7 +66,15 @@ OCR = replace(FULL, task="ocr_lines", family="paddleocr_vl",
               answer_template="{Answer}", tiny_options=dict(min_pixels=28 * 28, max_pixels=28 * 28 * 8),
               sft={**FULL.sft, "max_steps": 800, "learning_rate": 2e-3},
               grpo={**FULL.grpo, "reward_funcs": ["ocr_ned"], "eval_reward": "ocr_ned", "max_completion_length": 8})
-PRESETS = {"counting": FULL, "ocr": OCR}
+# Temporal grounding on clips ("when does the red circle appear?", data/synthetic_clips.py): every frame 56 x 56
+# (4 vision tokens a frame pair, one pair a second at 2 fps); SFT sees 4-second clips only, GRPO's prompts and the
+# held-out set add 6-second ones, whose later seconds the SFT model never wrote; scored by temporal_iou
+SMALL_FRAMES = dict(video_min_pixels=56 * 56, video_max_pixels=56 * 56)
+TEMPORAL = replace(FULL, task="temporal", options=dict(frame_counts=(8, 12)), sft_options=dict(frame_counts=(8,)),
+                   sft={**FULL.sft, **SMALL_FRAMES},
+                   grpo={**FULL.grpo, **SMALL_FRAMES, "reward_funcs": ["temporal_iou", "format"],
+                         "eval_reward": "temporal_iou", "max_completion_length": 32})
+PRESETS = {"counting": FULL, "ocr": OCR, "temporal": TEMPORAL}
 
 
 def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
@@ -146,7 +154,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default=None, help="working folder (default: a new temporary folder)")
     parser.add_argument("--task", choices=tuple(PRESETS), default="counting",
-                        help="counting (tiny Qwen2.5-VL) or ocr (tiny PaddleOCR-VL reading digit strings)")
+                        help="counting (tiny Qwen2.5-VL), ocr (tiny PaddleOCR-VL reading digit strings) or temporal "
+                             "(tiny Qwen2.5-VL: when does the red circle appear in a clip, temporal_iou)")
     parser.add_argument("--quick", action="store_true", help="the short one-seed run of tests/test_learning.py")
     parser.add_argument("--plot", default=None, help="also write a PNG of the seeds' GRPO curves here")
     parser.add_argument("--dynamic_sampling", action="store_true",

@@ -100,3 +100,18 @@ def test_grpo_logs_the_heldout_score(tiny_model_dir, rec_jsonl, rec_samples, tmp
     assert [(row["step"], "eval/score" in row) for row in logged] == [(0, True), (2, True), (3, True)]
     assert all(0.0 <= row["eval/score"] <= 1.0 for row in logged)
     assert ["eval/score" in h for h in history] == [False, True, True]
+
+
+def test_temporal_clips_show_the_circle_exactly_in_the_true_span(tmp_path):
+    """The synthetic grounding clips, read back as training reads them (2 fps: one frame pair a second): the red
+    circle is in the frames of the true span's seconds and in no other; spans and lengths vary."""
+    from paddle_r1.data.video import VideoSampling, read_clip
+
+    samples = load_samples(make_synthetic_splits(str(tmp_path), "temporal", 12, 2, seed=1,
+                                                 frame_counts=(8, 12))["train"])[0]
+    assert len({tuple(s["solution"]) for s in samples}) > 3 and {s["duration"] for s in samples} == {4.0, 6.0}
+    for sample in samples:
+        clip = read_clip(sample["videos"][0], VideoSampling(min_pixels=56 * 56, max_pixels=56 * 56))
+        red = [bool(((f[..., 0] > 150) & (f[..., 1] < 100)).any()) for f in clip.frames]
+        start, end = sample["solution"]
+        assert red == [start <= k // 2 < end for k in range(len(clip.frames))], sample

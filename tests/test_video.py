@@ -248,5 +248,43 @@ def test_jobs_that_do_not_carry_videos_refuse_them_before_loading(tiny_model_dir
 
     config_class = SFTConfig if job == "sft" else GRPOConfig
     config = config_class(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"), **keys)
+    samples = charades_samples(tmp_path, count=1)
+    if job == "sft":  # SFT takes clips, not in scripted episodes
+        prepare_job(config, samples)
+        samples[0]["episode"] = [{"role": "assistant", "content": "<answer>0.5 to 2.0</answer>"}]
     with pytest.raises(ConfigError, match="videos"):
-        prepare_job(config, charades_samples(tmp_path, count=1))
+        prepare_job(config, samples)
+
+
+def test_sft_on_clips_teaches_the_span_the_reward_reads(tiny_model_dir, tmp_path):
+    """SFT's target for a grounding sample is its span as "start to end" seconds, which temporal_iou scores 1; a
+    few steps on one clip lower the loss on it (the clip's frames reach the forward: with them replaced by zeros the
+    loss differs)."""
+    import paddle
+
+    from paddle_r1.config.jobs import SFTConfig
+    from paddle_r1.rewards.families.temporal import temporal_iou_reward
+    from paddle_r1.trainer.sft import SFTTrainer, build_sft_batch, sft_loss
+
+    samples = charades_samples(tmp_path, count=1)
+    config = SFTConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"),
+                       per_device_train_batch_size=1, max_steps=6, learning_rate=1e-2, save_steps=100,
+                       use_visualdl=False, disable_tqdm=True, seed=0, video_min_pixels=56 * 56,
+                       video_max_pixels=56 * 56)
+    trainer = SFTTrainer(config, samples=samples)
+    batch, texts = build_sft_batch(samples, trainer.processor, config, trainer.coord_system,
+                                   video=trainer.generator.video)
+    assert "0.50 to 2.00" in texts[0]
+    assert temporal_iou_reward(texts, [samples[0]["solution"]], [samples[0]["duration"]]) == [1.0]
+
+    def loss() -> float:
+        with paddle.no_grad():
+            return float(sft_loss(trainer.forward(batch, 64, 1.0), batch.completion_mask))
+
+    before = loss()
+    frames = batch.prompt.pixel_values_videos
+    batch.prompt.pixel_values_videos = paddle.zeros_like(frames)
+    assert abs(loss() - before) > 1e-4
+    batch.prompt.pixel_values_videos = frames
+    trainer.train()
+    assert loss() < before

@@ -513,6 +513,10 @@ class GRPOTrainer(Trainer):
                        "solution": sample["solution"], "completion": text,
                        "reward": _json_number(exp.rewards[i]), "advantage": float(advantages[i]),
                        "source": sample.get("_source"), "coord_system": self.coord_system}
+                if sample.get("videos"):
+                    row["videos"] = sample["videos"]
+                    if sample.get("duration") is not None:
+                        row["duration"] = sample["duration"]
                 if exp.image_sizes is not None:  # what the rewards saw (a buffer saved before they were kept has not)
                     row.update(image_sizes=exp.image_sizes[i // g], input_sizes=exp.input_sizes[i // g])
                 for j, name in enumerate(self.rewards.names):

@@ -29,16 +29,20 @@ def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
     if not samples:
         raise ConfigError("the dataset is empty")
     if any(sample.get("videos") for sample in samples):
-        check_video_job(config)
+        check_video_job(config, samples)
     return samples
 
 
-def check_video_job(config) -> None:
-    """Videos reach the GRPO rollout and log-probs of Qwen2-VL, Qwen2.5-VL and Qwen3-VL; a job whose model or features
-    do not carry them yet is refused here, before any model loads, rather than failing inside a step."""
+def check_video_job(config, samples: list[dict]) -> None:
+    """Videos reach the GRPO rollout and log-probs and SFT's one-turn targets of Qwen2-VL, Qwen2.5-VL and Qwen3-VL; a
+    job whose model or features do not carry them yet is refused here, before any model loads, rather than failing
+    inside a step."""
     check_video(model_family(config.model_name_or_path))
     if isinstance(config, SFTConfig):
-        raise ConfigError("the dataset has videos: paddle-r1 sft does not train on videos yet (paddle-r1 train does)")
+        if any(sample.get("videos") and sample.get("episode") for sample in samples):
+            raise ConfigError("the dataset has samples with both videos and a scripted multi-turn 'episode': "
+                              "paddle-r1 sft does not carry videos through episodes yet")
+        return
     features = [key for key, on in (("max_turns", config.max_turns > 1), ("dynamic_sampling", config.dynamic_sampling))
                 if on]
     if features:

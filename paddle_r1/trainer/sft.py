@@ -1,7 +1,8 @@
 """Supervised fine-tuning before GRPO: teach the answer format and a first, partly right policy.
 
 Each sample's target is ``answer_template`` with ``{Answer}`` = its solution written the way the model must
-answer (a box in the model's coordinate system, a count as digits), followed by the end-of-turn token. The
+answer (a box in the model's coordinate system, a count as digits, a clip's span as "start to end" seconds),
+followed by the end-of-turn token. The
 loss is the mean negative log-likelihood of the target tokens only: the prompt is never a target and padding
 is masked. The targets take the place of sampled completions in a ``Rollout``, so the log-probs come from
 the same chunked forward pass GRPO uses (``completion_logprobs``).
@@ -23,10 +24,12 @@ from typing import Optional
 import paddle
 
 from ..config.jobs import SFTConfig
+from ..data.video import VideoSampling
 from ..generation.generator import PromptFacts, build_prompt_batch, load_sample_images
 from ..generation.rollout import Rollout, pad_rows
 from ..models.coords import as_box, box_from_original
 from ..rewards.families.multibox import read_groups
+from ..rewards.families.temporal import truth_span
 from .base import Trainer
 from ..generation.conversation import ConversationBatch, build_conversation_batch
 from ..parallel.step_metrics import Max, Mean, Same, Sum
@@ -47,23 +50,34 @@ def answer_for(solution, coord_system: str, image_size=None, input_size=None) ->
     return solution if isinstance(solution, str) else json.dumps(solution)
 
 
+def span_answer(span) -> str:
+    """A temporal grounding solution [start, end] (seconds) as the prompt asks for it and ``temporal_iou`` reads it:
+    "12.54 to 17.83"."""
+    start, end = truth_span(span)
+    return f"{start:.2f} to {end:.2f}"
+
+
 def target_texts(samples: list[dict], facts: PromptFacts, answer_template: str, coord_system: str) -> list[str]:
-    """Each sample's target text; a box refers to the sample's first image."""
+    """Each sample's target text; a box refers to the sample's first image; a sample with a clip ``duration`` is a
+    temporal grounding one, its solution a span."""
     texts = []
     for sample, sizes, input_sizes in zip(samples, facts.image_sizes, facts.input_sizes):
-        answer = answer_for(sample["solution"], coord_system, sizes[0] if sizes else None,
-                            input_sizes[0] if input_sizes else None)
+        if sample.get("duration") is not None:
+            answer = span_answer(sample["solution"])
+        else:
+            answer = answer_for(sample["solution"], coord_system, sizes[0] if sizes else None,
+                                input_sizes[0] if input_sizes else None)
         texts.append(answer_template.replace("{Answer}", answer))
     return texts
 
 
 def build_sft_batch(samples: list[dict], processor, config: SFTConfig, coord_system: str,
-                    images: Optional[list] = None) -> tuple[Rollout, list[str]]:
-    """The prompts (left padded, as for a rollout) with each target as its one "completion" (right padded; the
-    mask is 1 on the target's tokens and its end-of-turn token, 0 on padding). Returns the batch and the
-    target texts."""
+                    images: Optional[list] = None, video: VideoSampling = VideoSampling()) -> tuple[Rollout, list[str]]:
+    """The prompts (left padded, as for a rollout; clips sampled by ``video``) with each target as its one
+    "completion" (right padded; the mask is 1 on the target's tokens and its end-of-turn token, 0 on padding).
+    Returns the batch and the target texts."""
     prompt, facts = build_prompt_batch(samples, processor, config.question_template, config.system_prompt,
-                                       images=images)
+                                       images=images, video=video)
     texts = target_texts(samples, facts, config.answer_template, coord_system)
     tokenizer = processor.tokenizer
     rows = [ids + [tokenizer.eos_token_id] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
@@ -110,7 +124,8 @@ class SFTTrainer(Trainer):
             batch = build_episode_batch(samples, self.processor, self.config, self.coord_system, images=images)
             mask = batch.loss_mask
         else:
-            batch, _ = build_sft_batch(samples, self.processor, self.config, self.coord_system, images=images)
+            batch, _ = build_sft_batch(samples, self.processor, self.config, self.coord_system, images=images,
+                                       video=self.generator.video)
             mask = batch.completion_mask
         self.policy.train()
         with self.precision.compute():

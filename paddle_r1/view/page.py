@@ -37,6 +37,8 @@ tr.hidden,g.hidden{display:none}tr.hover{background:#fffbe0}g.hover *{stroke-wid
 .turn .role{font-family:system-ui,sans-serif;font-size:11px;font-weight:600;color:#555}
 .turn img.tool-image{width:160px;max-height:240px;object-fit:contain;image-rendering:pixelated;display:block;
 margin:3px 0;border:1px solid #ddd}
+.clip{width:640px;max-width:100%}.strip{display:flex}.strip img{width:0;flex:1;min-width:0;object-fit:cover}
+.timeline{width:100%;display:block;background:#f4f4f4}.timeline .tick{font-size:9px}
 """
 
 SCRIPT = """
@@ -160,12 +162,48 @@ def solution_text(solution) -> str:
     return solution if isinstance(solution, str) else json.dumps(solution, ensure_ascii=False)
 
 
+TIMELINE_WIDTH = 1000  # the time line's own units; it is drawn at the strip's width
+
+
+def clip_html(frames: Optional[list], duration: Optional[float], truth: Optional[tuple],
+              spans: list[Optional[tuple]]) -> str:
+    """A clip: its strip of frames (hrefs; None: unreadable) over a time line of ``duration`` seconds with the true
+    span in green and each completion's span (None: it gave none) in the completion's colour, one lane each, in a
+    group ``g.pred[data-row]`` the table's filter and hover act on. Spans are cut to the clip where drawn; their
+    numbers are in each lane's title."""
+    strip = ("".join(f'<img src="{escape(href)}" alt="frame {i}">' for i, href in enumerate(frames))
+             if frames else "clip not found or unreadable")
+    if not duration or not math.isfinite(duration) or duration <= 0:
+        return f'<div class="clip"><div class="strip">{strip}</div></div>'
+    lane, top = 8, 16
+    height = top + lane * (1 + len(spans)) + 4
+
+    def bar(span, y: int, stroke: str, css: str) -> str:
+        start, end = (min(max(t / duration, 0.0), 1.0) * TIMELINE_WIDTH for t in span)
+        return (f'<rect class="{css}" x="{start:.1f}" y="{y}" width="{max(end - start, 1.0):.1f}" '
+                f'height="{lane - 2}" fill="{stroke}"><title>{span[0]:g} to {span[1]:g} s</title></rect>')
+
+    parts = [f'<svg class="timeline" viewBox="0 0 {TIMELINE_WIDTH} {height}" preserveAspectRatio="none">']
+    for k in range(5):
+        x = k / 4 * TIMELINE_WIDTH
+        anchor = "start" if k == 0 else "end" if k == 4 else "middle"
+        parts.append(f'<line x1="{x:.0f}" y1="10" x2="{x:.0f}" y2="{height}" stroke="#ccc"/>'
+                     f'<text class="tick" x="{x:.0f}" y="9" text-anchor="{anchor}">{k / 4 * duration:.1f} s</text>')
+    if truth is not None:
+        parts.append(bar(truth, top, TRUTH, "truth"))
+    for row, span in enumerate(spans):
+        if span is not None:
+            parts.append(f'<g class="pred" data-row="{row}">{bar(span, top + lane * (row + 1), color(row), "pred")}'
+                         "</g>")
+    return f'<div class="clip"><div class="strip">{strip}</div>' + "".join(parts) + "</svg></div>"
+
+
 def prompt_card(prompt, images: list, truth: list, predictions: list[list], reward_names: list[str],
-                text_task: bool, turn_images: list[list]) -> str:
+                text_task: bool, turn_images: list[list], clips: tuple = ()) -> str:
     """``images``: per image (href or None, original (w, h)); ``turn_images``: per completion, per turn, the
-    same for its tool results' images."""
+    same for its tool results' images; ``clips``: each video's html (``clip_html``)."""
     svgs = "".join(image_svg(href, size, i, truth, predictions) for i, (href, size) in enumerate(images))
-    return (f'<div class="prompt"><div class="images">{svgs}</div>'
+    return (f'<div class="prompt"><div class="images">{svgs}{"".join(clips)}</div>'
             f'<div class="problem">{escape(prompt.problem)}</div>'
             f'<div>solution: <span class="solution">{escape(solution_text(prompt.solution))}</span></div>'
             + completions_table(prompt, reward_names, predictions, text_task, turn_images) + "</div>")

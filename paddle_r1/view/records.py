@@ -1,10 +1,12 @@
 """A run's completions as prompts, whichever tool wrote them.
 
 A training run's ``completions.jsonl`` (one row per completion: step, problem, images, solution, completion,
-reward, advantage, ``reward/<name>``; a multi-turn run's rows add ``turns``: the model's turns and the tools'
-results, each tool result's images relative to the file's folder) and eval results (``eval/test_rec.py``'s json files:
-one greedy answer per question, its ``correct`` verdict) both become ``Section``s (a training step, or one results file)
-of ``Prompt``s, each holding its completions, so the report draws them the same way.
+reward, advantage, ``reward/<name>``; a video sample's rows add ``videos`` and, for grounding, ``duration``; a
+multi-turn run's rows add ``turns``: the model's turns and the tools' results, each tool result's images relative to
+the file's folder) and eval results (``eval/test_rec.py``'s json files: one greedy answer per question, its
+``correct`` verdict; a ``video`` and ``duration`` where the question is on a clip) both become ``Section``s (a
+training step, or one results file) of ``Prompt``s, each holding its completions, so the report draws them the same
+way.
 """
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ class Prompt:
     solution: object
     completions: list = field(default_factory=list)
     facts: dict = field(default_factory=dict)  # FACT_KEYS found in the rows
+    videos: list = field(default_factory=list)  # clip paths (a video sample's)
+    duration: Optional[float] = None  # seconds: a temporal grounding sample's clip length
 
 
 @dataclass
@@ -68,17 +72,23 @@ def training_sections(rows: list[dict], steps: list[int]) -> list[Section]:
     for step in steps:
         prompts: list[Prompt] = []
         for row in (r for r in rows if r.get("step") == step):
-            key = (row.get("problem"), row.get("images"), row.get("solution"))
-            if not prompts or (prompts[-1].problem, prompts[-1].images, prompts[-1].solution) != key:
-                prompts.append(Prompt(problem=row.get("problem") or "", images=list(row.get("images") or []),
-                                      solution=row.get("solution"),
-                                      facts={k: row[k] for k in FACT_KEYS if k in row}))
+            key = (row.get("problem"), list(row.get("images") or []), row.get("solution"),
+                   list(row.get("videos") or []))
+            last = prompts[-1] if prompts else None
+            if last is None or (last.problem, last.images, last.solution, last.videos) != key:
+                prompts.append(Prompt(problem=row.get("problem") or "", images=key[1], solution=row.get("solution"),
+                                      facts={k: row[k] for k in FACT_KEYS if k in row}, videos=key[3],
+                                      duration=_number(row.get("duration"))))
             scores = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("reward/")}
             prompts[-1].completions.append(Completion(text=row.get("completion") or "", reward=row.get("reward"),
                                                       advantage=row.get("advantage"), scores=scores,
                                                       turns=readable_turns(row.get("turns"))))
         sections.append(Section(key=f"step {step}", prompts=prompts))
     return sections
+
+
+def _number(value) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def readable_turns(turns) -> list[dict]:
@@ -112,7 +122,9 @@ def eval_sections(paths: list[str]) -> list[Section]:
             completion = Completion(text=row.get("answer") or "", reward=correct, advantage=None,
                                     scores={"correct": correct}, prediction=row.get("prediction"))
             prompts.append(Prompt(problem=row.get("question") or "", images=[row["image"]] if row.get("image") else [],
-                                  solution=row.get("ground_truth"), completions=[completion]))
+                                  solution=row.get("ground_truth"), completions=[completion],
+                                  videos=[row["video"]] if row.get("video") else [],
+                                  duration=_number(row.get("duration"))))
         name = os.path.splitext(os.path.basename(path))[0]
         accuracy = summary.get("accuracy")
         sections.append(Section(key=name if accuracy is None else f"{name} ({accuracy * 100:.1f}%)", prompts=prompts))

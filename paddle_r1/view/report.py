@@ -7,7 +7,7 @@ import os
 from typing import Optional
 
 from ..models.resize import resizer_for
-from . import curves, facts as run_facts, geometry, page, records, thumbnails
+from . import clips as run_clips, curves, facts as run_facts, geometry, page, records, thumbnails
 
 
 def parse_steps(spec: Optional[str], logged: list[int], last: int = 3) -> list[int]:
@@ -51,7 +51,20 @@ def render_prompt(prompt, folder: str, images_dir: str, reward_names: list[str],
     drawn = kind is not None or any(c.turns for c in prompt.completions)  # answers or tool boxes to convert
     recomputed = drawn and not all(k in prompt.facts for k in records.FACT_KEYS)
     text_task = kind is None
-    return page.prompt_card(prompt, images, truth, predictions, reward_names, text_task, turn_images), recomputed
+    clips = [render_clip(prompt, _image_path(p, folder), images_dir) for p in prompt.videos]
+    return (page.prompt_card(prompt, images, truth, predictions, reward_names, text_task, turn_images, clips),
+            recomputed)
+
+
+def render_clip(prompt, path: str, images_dir: str) -> str:
+    """A video's strip of frames over its time line, with the true and predicted spans when the sample is a
+    temporal grounding one (its length: the row's ``duration``, else the clip's own)."""
+    strip = run_clips.frame_strip(path, images_dir)
+    truth = run_clips.solution_span(prompt.solution)
+    duration = prompt.duration or (strip.duration if strip else None)
+    spans = [run_clips.predicted_span(c.text) for c in prompt.completions] if truth is not None else []
+    frames = [f"images/{name}" for name in strip.frames] if strip else None
+    return page.clip_html(frames, duration, truth, spans)
 
 
 def write_report(folder: str, steps: Optional[str] = None, output: Optional[str] = None,

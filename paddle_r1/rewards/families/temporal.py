@@ -52,7 +52,7 @@ def temporal_iou(pred: tuple[float, float], truth: tuple[float, float], duration
     return inter / union if union > 0 else 0.0
 
 
-def _truth(solution) -> tuple[float, float]:
+def truth_span(solution) -> tuple[float, float]:
     span = as_floats(solution) if isinstance(solution, (list, tuple)) and len(solution) == 2 else None
     if span is None or not span[0] < span[1]:
         raise BadSolution(f"temporal_iou needs a solution [start, end] seconds with start < end, got {solution!r}")
@@ -71,5 +71,5 @@ def temporal_iou_reward(completions, solution, duration=None, **_) -> list[Optio
             scores.append(None)
             continue
         span = parse_span(text)
-        scores.append(0.0 if span is None else temporal_iou(span, _truth(truth), length))
+        scores.append(0.0 if span is None else temporal_iou(span, truth_span(truth), length))
     return scores
