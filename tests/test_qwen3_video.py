@@ -1,6 +1,6 @@
 """Qwen3-VL on video: its video processor's frame count and clip budget (``VideoSampling.clip_pixels``), each frame
-pair's time written as text, and GRPO steps with LoRA on clips through the rollout (its own layers' cached decode)
-and the loss's log-probs. Its logits against transformers': tests/test_video_parity.py."""
+pair's time written as text, GRPO steps with LoRA on clips through the rollout (its own layers' cached decode) and
+the loss's log-probs, and SFT steps on a clip. Its logits against transformers': tests/test_video_parity.py."""
 import json
 
 import numpy as np
@@ -107,3 +107,32 @@ def test_grpo_steps_with_lora_on_clips(qwen3_dir, tmp_path):
     assert [m["step"] for m in metrics] == [1, 2] and "rewards/temporal_iou/mean" in metrics[0]
     moved = {k for k, v in trainer.policy.state_dict().items() if not np.array_equal(before[k], v.numpy())}
     assert moved and all("lora" in k for k in moved)
+
+
+def test_sft_steps_on_clips(qwen3_dir, tmp_path):
+    """paddle-r1 sft on a Qwen3-VL clip: the clip's frames reach the forward (zeros instead change the loss) and a
+    few steps lower the loss on it."""
+    import paddle
+
+    from paddle_r1.config.jobs import SFTConfig
+    from paddle_r1.trainer.sft import SFTTrainer, build_sft_batch, sft_loss
+    from test_video import charades_samples
+
+    samples = charades_samples(tmp_path, count=1)
+    config = SFTConfig(model_name_or_path=qwen3_dir, output_dir=str(tmp_path / "out"), per_device_train_batch_size=1,
+                       max_steps=6, learning_rate=1e-2, save_steps=100, use_visualdl=False, disable_tqdm=True, seed=0)
+    trainer = SFTTrainer(config, samples=samples)
+    batch, _ = build_sft_batch(samples, trainer.processor, config, trainer.coord_system, video=trainer.generator.video)
+    assert "seconds>" in trainer.processor.tokenizer.decode(batch.prompt.input_ids[0].tolist())
+
+    def loss() -> float:
+        with paddle.no_grad():
+            return float(sft_loss(trainer.forward(batch, 64, 1.0), batch.completion_mask))
+
+    before = loss()
+    frames = batch.prompt.pixel_values_videos
+    batch.prompt.pixel_values_videos = paddle.zeros_like(frames)
+    assert abs(loss() - before) > 1e-4
+    batch.prompt.pixel_values_videos = frames
+    trainer.train()
+    assert loss() < before
