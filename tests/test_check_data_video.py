@@ -7,6 +7,8 @@ import av
 from test_cli import paddle_r1
 from test_video import write_clip
 
+from paddle_r1.data.loader import load_samples, short_clips
+
 
 def frameless(path, codec="mpeg4"):
     """A container with a video stream and not one frame (its header written, nothing muxed)."""
@@ -48,5 +50,6 @@ def test_check_data_names_each_bad_clip_and_the_short_ones(tmp_path):
     assert len(noise) == 1 and "Traceback" not in result.stdout + result.stderr
     assert lines[-1] == "skipped 5 of 7 samples"
 
-    config.write_text(f"data_path: {data}\nvideo_min_frames: 2\n")  # the short clip meets this minimum: no note
-    assert not [line for line in paddle_r1("check-data", str(config)).stdout.splitlines() if line.startswith("note")]
+    samples, _ = load_samples(str(data))
+    assert [where for where, _ in short_clips(samples, 4)] == [f"{data}:2"]
+    assert short_clips(samples, 3) == []  # the short clip meets this minimum: no note

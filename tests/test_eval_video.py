@@ -35,10 +35,10 @@ def memorised_checkpoint(tmp_path_factory, tiny_model_dir):
     samples = [{"images": [str(root / f"{i % 4}.png")], "problem": f"When does event {i} happen?",
                 "solution": "1 to 2", "reward_method": None} for i in range(8)]
     config = SFTConfig(model_name_or_path=tiny_model_dir, output_dir=str(root / "sft"), learning_rate=5e-3,
-                       answer_template="<answer>{Answer}</answer>", per_device_train_batch_size=4, max_steps=80,
+                       answer_template="<answer>{Answer}</answer>", per_device_train_batch_size=4, max_steps=50,
                        save_steps=1000, use_visualdl=False, disable_tqdm=True)
     SFTTrainer(config, samples=samples).train()
-    return str(root / "sft" / "checkpoint-80")
+    return str(root / "sft" / "checkpoint-50")
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +124,14 @@ def test_video_script_grounding_and_qa_metrics(tmp_path, memorised_checkpoint, b
     assert f"| tiny | {grounding['accuracy'] * 100:.2f}% | {qa['accuracy'] * 100:.2f}% |" in result.stdout
 
 
-def test_a_file_of_no_video_task_is_one_clear_line(tmp_path, tiny_model_dir):
-    rows = [{"image": "a.jpg", "problem": "x", "solution": [1, 2, 3, 4]}]
-    (tmp_path / "refcoco_val.json").write_text(json.dumps(rows))
-    result = run_script("test_video.py", "--model_path", tiny_model_dir, "--data_root", str(tmp_path),
-                        "--test_datasets", "refcoco_val")
-    assert result.returncode == 2
-    assert "cannot tell the task" in result.stderr.strip().splitlines()[-1]
+def test_the_task_comes_from_the_files_fields(tmp_path, benchmarks):
+    from paddle_r1.evaluation.tasks import task_for_dataset
+
+    assert task_for_dataset("x", kind="video", path=str(benchmarks / "charades_sta_test.json")).name == "grounding"
+    assert task_for_dataset("x", kind="video", path=str(benchmarks / "video_r1_eval.jsonl")).name == "video_qa"
+    assert task_for_dataset("x", "video_qa", kind="video", path=str(benchmarks / "charades_sta_test.json")).name == \
+        "video_qa"  # --task says
+    rec = tmp_path / "refcoco_val.json"
+    rec.write_text(json.dumps([{"image": "a.jpg", "problem": "x", "solution": [1, 2, 3, 4]}]))
+    with pytest.raises(ValueError, match="cannot tell the task from its first record's fields"):
+        task_for_dataset("refcoco_val", kind="video", path=str(rec))

@@ -97,9 +97,9 @@ def main(kind: str, argv: list[str] | None = None) -> int:
                 (args.model_name + "_" if args.model_name else "") + checkpoint_label(model_path)
             label = checkpoint_label(model_path) if len(model_paths) > 1 else model_name
             for dataset in args.test_datasets:
-                path = benchmark_file(options.data_root, dataset) if kind == "video" else None
-                task = (TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task, kind, path)).under(
-                    protocol.name, args.method)
+                data_file = benchmark_file(options.data_root, dataset) if kind == "video" else None
+                task = (TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task, kind, data_file)
+                        ).under(protocol.name, args.method)
                 summary = evaluator.evaluate(dataset, task)
                 path = write(summary, options.output_dir, model_name, steps)
                 mean = summary.get(f"mean_{task.mean_reward}") if task.mean_reward else None
