@@ -37,6 +37,7 @@ setup(
         "pillow",
         "pyyaml",
         "rapidfuzz",  # the OCR rewards' edit distance (paddle_r1/rewards/families/ocr.py)
+        "rouge-score",  # Google's ROUGE, which Video-R1's free-form reward uses (rewards/families/video_r1.py)
         "safetensors",
         "table-recognition-metric",  # TEDS (apted, lxml) for the table reward
         "tokenizers",

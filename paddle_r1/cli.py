@@ -83,12 +83,17 @@ def _serve(args, extra: list[str]) -> int:
 def _check_data(args, extra: list[str]) -> int:
     from .config.jobs import GRPOConfig
     from .config.reading.loading import load_config
-    from .data.loader import load_from_config
+    from .data.loader import load_from_config, short_clips
 
     config = load_config(GRPOConfig, args.config, extra)
     samples, report = load_from_config(config)
     print(report.table())
-    print(report.summary() or f"all {len(samples)} samples are usable")
+    for where, reason in report.problems:
+        print(f"skipped {where}: {reason}")
+    for where, note in short_clips(samples, config.video_min_frames):
+        print(f"note {where}: {note}")
+    read = sum(report.read.values())
+    print(f"skipped {report.skipped} of {read} samples" if report.skipped else f"all {len(samples)} samples are usable")
     return 0
 
 

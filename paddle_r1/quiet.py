@@ -11,7 +11,9 @@ import logging
 # Paddle's. The next two are paddleformers' PaddleOCR-VL: importing it asks for a package that would only swap its
 # vision rotary for a Triton kernel (the plain Paddle one runs), and building it reports its head counts. The last is
 # Paddle's checkpoint loader finding PaddleOCR-VL's unused packing table, and nothing else, in a checkpoint
-# (paddle_r1.models.paddleocr_vl leaves it unread on purpose); any other unexpected key is still reported.
+# (paddle_r1.models.paddleocr_vl leaves it unread on purpose); any other unexpected key is still reported. The very
+# last is rouge-score (the free-form rule of video_r1_accuracy) saying, through absl, that it tokenises as it always
+# does.
 IMPORT_NOTICES = [
     ("transformers", "PyTorch was not found. Models won't be available"),
     ("PaddleFormers", "Due to potential compatibility issues between PaddlePaddle and PyTorch in PaddleFormers"),
@@ -19,6 +21,7 @@ IMPORT_NOTICES = [
     ("PaddleFormers", "use GQA - num_heads"),
     ("paddle.distributed.fleet.utils.log_util",
      "Unexpected keys:{'visual.vision_model.embeddings.packing_position_embedding.weight'}, these keys"),
+    ("absl", "Using default tokenizer."),
 ]
 
 

@@ -16,11 +16,20 @@ SOLUTIONS = {  # a valid solution per reward; the rest take the default
 }
 
 
+# video_r1_accuracy's rows: each Video-R1 problem type in turn, with a gold of its kind
+VIDEO_R1_GOLDS = {"multiple choice": "B", "numerical": "3", "OCR": "STOP AHEAD", "free-form": "a red car",
+                  "regression": "12.5"}
+
+
 def reward_columns(name: str, n: int) -> dict:
     """The columns of ``n`` rows for the registered reward ``name``: its valid solution (``SOLUTIONS``, else "1/2"),
     a question, no reward_method, and the image facts of a 640 x 480 image resized to 644 x 476."""
-    return dict(solution=[SOLUTIONS.get(name, "1/2")] * n, problem=["How many?"] * n, reward_method=[None] * n,
-                image_sizes=[[(640, 480)]] * n, input_sizes=[[(644, 476)]] * n, coord_system=["abs_resized"] * n)
+    columns = dict(solution=[SOLUTIONS.get(name, "1/2")] * n, problem=["How many?"] * n, reward_method=[None] * n,
+                   image_sizes=[[(640, 480)]] * n, input_sizes=[[(644, 476)]] * n, coord_system=["abs_resized"] * n)
+    if name == "video_r1_accuracy":
+        kinds = [list(VIDEO_R1_GOLDS)[i % len(VIDEO_R1_GOLDS)] for i in range(n)]
+        columns.update(problem_type=kinds, solution=[VIDEO_R1_GOLDS[kind] for kind in kinds])
+    return columns
 
 
 def short_reward(completions, **columns):

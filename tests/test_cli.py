@@ -104,7 +104,8 @@ def test_check_data_counts_per_file(tmp_path, rec_jsonl):
     result = paddle_r1("check-data", str(config))
     assert result.returncode == 0, result.stderr
     assert f"| {rec_jsonl} | 12 | 12 | 0 |" in result.stdout and f"| {bad} | 2 | 0 | 2 |" in result.stdout
-    assert f"skipped 2 of 14 samples: {bad}:1 image not found" in result.stdout
+    assert f"skipped {bad}:1: image not found: " in result.stdout and f"skipped {bad}:2: malformed" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "skipped 2 of 14 samples"
     config.write_text(f"data_path: {bad}\nstrict_data: true\n")
     result = paddle_r1("check-data", str(config))
     assert result.returncode == 2 and f"{bad}:1: image not found" in result.stderr

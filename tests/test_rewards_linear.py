@@ -37,7 +37,8 @@ def test_reward_is_linear_in_completion_length(name):
     reward = bind_reward(name, SETTINGS.get(name, {}))
     n = len(ADVERSARIAL)
     columns = reward_columns(name, n)
-    reward(["<answer>1</answer>"], **{k: v[:1] for k, v in columns.items()})  # warm up (a worker process starts)
+    # warm up: a worker process starts, a library loads (five rows: video_r1_accuracy's five problem types)
+    reward(["<answer>1</answer>"] * 5, **{k: v[:5] for k, v in columns.items()})
     start = time.perf_counter()
     scores = reward(ADVERSARIAL, **columns)
     seconds = time.perf_counter() - start

@@ -275,6 +275,9 @@ TEMPORAL_GROUNDING_PROMPT = ('<video>When does the event "{sentence}" happen in 
 def adapt_temporal_grounding(record: dict, ctx: SourceContext) -> dict:
     """Charades-STA as Temporal-R1 reads it: {video, duration, timestamp: [start, end], sentence}. The solution is
     the span in seconds; ``duration`` travels to the ``temporal_iou`` reward, which normalises times by it."""
+    if record.get("duration") in (None, ""):
+        raise SampleError("no 'duration': a grounding row needs its clip's length in seconds (Charades-STA's "
+                          "'duration'), by which temporal_iou normalises the spans")
     video, duration, span, sentence = _required(record, "video", "duration", "timestamp", "sentence")
     if not is_number(duration) or not 0 < float(duration) < float("inf"):
         raise SampleError(f"'duration' must be a positive number of seconds, got {duration!r}")
@@ -284,6 +287,78 @@ def adapt_temporal_grounding(record: dict, ctx: SourceContext) -> dict:
     return {**_extras(record, {"video", "timestamp", "sentence"}), "images": [], "videos": ctx.image_paths(video),
             "problem": TEMPORAL_GROUNDING_PROMPT.format(sentence=str(sentence).strip()), "solution": floats,
             "duration": float(duration), "reward_method": record.get("reward_method") or "temporal_iou"}
+
+
+# Video-R1 (src/r1-v/src/open_r1/grpo.py): its problem types and, per type, the answer instruction its prompt ends
+# with (TYPE_TEMPLATE); a sample's ``answer_instruction`` follows the templated question (generation.build_messages)
+VIDEO_R1_ANSWER_INSTRUCTIONS = {
+    "multiple choice": " Please provide only the single option letter (e.g., A, B, C, D, etc.) within the <answer> "
+                       "</answer> tags.",
+    "numerical": " Please provide the numerical value (e.g., 42 or 3.14) within the <answer> </answer> tags.",
+    "OCR": " Please transcribe text from the image/video clearly and provide your text answer within the <answer> "
+           "</answer> tags.",
+    "free-form": " Please provide your text answer within the <answer> </answer> tags.",
+    "regression": " Please provide the numerical value (e.g., 42 or 3.14) within the <answer> </answer> tags.",
+}
+# Video-R1's QUESTION_TEMPLATE (training; its eval_bench.py says "between the <think> and </think> tags")
+VIDEO_R1_QUESTION_TEMPLATE = (
+    "{Question}\n"
+    "Please think about this question as if you were a human pondering deeply. "
+    "Engage in an internal dialogue using expressions such as 'let me think', 'wait', 'Hmm', 'oh, I see', 'let's "
+    "break it down', etc, or other natural language thought expressions "
+    "It's encouraged to include self-reflection or verification in the reasoning process. "
+    "Provide your detailed reasoning between the <think> </think> tags, and then give your final answer between the "
+    "<answer> </answer> tags."
+)
+VIDEO_R1_DATA_TYPES = {"video": "videos", "image": "images"}
+_PROBLEM_TYPE_KEYS = {re.sub(r"[\s_-]+", " ", name.lower()): name for name in VIDEO_R1_ANSWER_INSTRUCTIONS}
+
+
+def problem_type_name(value) -> Optional[str]:
+    """Video-R1's name of a ``problem_type`` written in any case, with spaces, hyphens or underscores ("Multiple
+    Choice", "multiple_choice", "free form", "ocr"); None when it is none of the five."""
+    if not isinstance(value, str):
+        return None
+    return _PROBLEM_TYPE_KEYS.get(re.sub(r"[\s_-]+", " ", value.strip().lower()))
+
+
+def video_r1_number(text: str) -> Optional[float]:
+    """A number as Video-R1 reads one (its ``normalize_number``): Python's ``float`` of the text without its commas
+    ("1,000" -> 1000.0, " 2.5 ", "1e3"); None when it is not one."""
+    try:
+        return float(text.replace(",", ""))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def adapt_video_r1(record: dict, ctx: SourceContext) -> dict:
+    """Video-R1's json (Video-R1-260k, Video-R1-COT-165k, its eval files): {problem, data_type: video | image,
+    problem_type, options, solution: "<answer>B</answer>", path, ...}, images and videos mixed in one file. The
+    problem is asked as Video-R1 asks it: a multiple-choice question gets "Options:" and one option a line, and the
+    type's answer instruction (``VIDEO_R1_ANSWER_INSTRUCTIONS``) travels as ``answer_instruction``; the solution is
+    the bare answer, scored by ``video_r1_accuracy`` unless the row names another ``reward_method``. ``path`` is
+    relative to ``image_root`` (Video-R1's "./LLaVA-Video-178K/..." under its Video-R1-data folder)."""
+    problem, data_type, kind, solution, path = _required(record, "problem", "data_type", "problem_type", "solution",
+                                                         "path")
+    if not isinstance(problem, str):
+        raise SampleError(f"'problem' must be text, got {problem!r}")
+    if data_type not in VIDEO_R1_DATA_TYPES:
+        raise SampleError(f"'data_type' must be 'video' or 'image', got {data_type!r}")
+    problem_type = problem_type_name(kind)
+    if problem_type is None:
+        raise SampleError(f"'problem_type' {kind!r} is none of Video-R1's: {', '.join(VIDEO_R1_ANSWER_INSTRUCTIONS)}")
+    answer = strip_answer_tags(solution)
+    if problem_type in ("numerical", "regression") and video_r1_number(str(answer)) is None:
+        raise SampleError(f"a {problem_type} row's solution must be a number, got {solution!r}")
+    if problem_type == "multiple choice":
+        options = record.get("options")
+        if not isinstance(options, list) or not options or not all(isinstance(o, str) for o in options):
+            raise SampleError(f"a multiple choice row needs 'options', a list of texts, got {options!r}")
+        problem = problem + "Options:\n" + "".join(option + "\n" for option in options)  # Video-R1's own joining
+    media = {"images": [], VIDEO_R1_DATA_TYPES[data_type]: ctx.image_paths(path)}
+    return {**_extras(record, {"problem_type"}), **media, "problem": problem, "solution": answer,
+            "problem_type": problem_type, "answer_instruction": VIDEO_R1_ANSWER_INSTRUCTIONS[problem_type],
+            "reward_method": record.get("reward_method") or "video_r1_accuracy"}
 
 
 FORMATS: dict[str, Callable[[dict, SourceContext], dict]] = {
@@ -297,6 +372,7 @@ FORMATS: dict[str, Callable[[dict, SourceContext], dict]] = {
     "generic": adapt_generic,
     "easyr1": adapt_easyr1,
     "temporal_grounding": adapt_temporal_grounding,
+    "video_r1": adapt_video_r1,
 }
 
 
@@ -312,6 +388,8 @@ def detect_format(record: dict, rec_file: Optional[bool] = None) -> str:
         return "grounding"
     if {"image_path", "question", "ground_truth"} <= keys:
         return "r1v_eval"
+    if {"problem", "data_type", "problem_type", "path"} <= keys:
+        return "video_r1"
     if {"video", "timestamp", "sentence"} <= keys:
         return "temporal_grounding"
     if {"problem", "answer"} <= keys and keys & {"images", "videos"} and "solution" not in keys:

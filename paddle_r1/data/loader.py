@@ -21,7 +21,7 @@ from .images import set_max_image_pixels
 from .mixture import Source, check_strategy, read_mixture, sample_indices
 from .records import BadRecord, Record, read_records
 from .samples import SOURCE_KEY, DataError, validate_sample
-from .video import check_clip
+from .video import check_clip, clip_frames
 
 MAX_ASPECT_RATIO = 200  # Qwen2-VL's smart_resize refuses more extreme images
 SHOWN_PROBLEMS = 5
@@ -85,6 +85,20 @@ def check_videos(paths: list[str]) -> list[tuple[int, int]]:
         except DataError as e:
             raise SampleError(str(e)) from None
     return sizes
+
+
+def short_clips(samples: list[dict], min_frames: int) -> list[tuple[str, str]]:
+    """(where, note) for each clip of ``samples`` with fewer frames than ``min_frames`` (config key
+    ``video_min_frames``): such a clip is read with all its frames, as qwen-vl-utils reads it, so the model sees fewer
+    than the config asks; ``paddle-r1 check-data`` lists them."""
+    notes = []
+    for sample in samples:
+        for path in sample.get("videos", []):
+            total = clip_frames(path)
+            if total < min_frames:
+                notes.append((sample.get(SOURCE_KEY, "?"), f"clip {path} has {total} frames, fewer than "
+                              f"video_min_frames ({min_frames}): it is read with all of them"))
+    return notes
 
 
 def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool) -> dict:

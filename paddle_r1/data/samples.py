@@ -3,7 +3,8 @@
     {"images": [path, ...], "videos": [path, ...], "problem": str, "solution": any, "reward_method": str | None, ...}
 
 ``videos`` (clips, folders of frames, GIF/WebP animations: ``video.py``) is optional: a sample without the key has
-none (image-only samples stay as they were)."""
+none (image-only samples stay as they were). ``answer_instruction`` (optional text) follows the templated problem in
+the prompt: Video-R1's rows carry the answer form of their problem type in it."""
 from __future__ import annotations
 
 
@@ -24,5 +25,7 @@ def validate_sample(sample: dict, where: str) -> dict:
         raise DataError(f"{where}: empty or missing 'problem'")
     if "solution" not in sample:
         raise DataError(f"{where}: missing 'solution'")
+    if not isinstance(sample.get("answer_instruction", ""), str):
+        raise DataError(f"{where}: 'answer_instruction' must be text, got {sample['answer_instruction']!r}")
     sample.setdefault("reward_method", None)
     return sample

@@ -38,7 +38,7 @@ def make_synthetic_temporal(out_dir: str, num_samples: int = 32, seed: int = 0, 
             raise ValueError(f"frame_counts: {frames} is not an even count of at least 4 frames")
         length = int(rng.integers(1, pairs))
         first = int(rng.integers(0, pairs - length + 1))
-        radius = int(rng.integers(size // 8, size // 4))
+        radius = int(rng.integers(size // 4, size // 3))
         x, y = (int(v) for v in rng.integers(radius, size - radius, 2))
         shown = Image.new("RGB", (size, size), BACKGROUND)
         ImageDraw.Draw(shown).ellipse([x - radius, y - radius, x + radius, y + radius], fill=CIRCLE)

@@ -55,6 +55,11 @@ FRAME_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 DEFAULT_ANIMATION_FPS = 10.0  # the rate of an animation whose frames state no duration
 
 
+# the config keys ``VideoSampling.from_config`` reads (eval/test_video.py takes them as options too)
+CONFIG_KEYS = ("video_fps", "video_min_frames", "video_max_frames", "video_min_pixels", "video_max_pixels",
+               "video_total_pixels", "video_frames_fps")
+
+
 @dataclass(frozen=True)
 class VideoSampling:
     """How frames are picked and sized (config keys ``video_*``); the defaults are qwen-vl-utils'."""
@@ -167,6 +172,7 @@ def check_clip(path: str) -> tuple[int, int]:
         return read_clip(path, VideoSampling(min_pixels=56 * 56, max_pixels=56 * 56, max_frames=2)).size
     _check_file(path)
     with _video_stream(path) as (container, stream):
+        _enough_frames(_frame_total(container, stream), path)
         if next(container.decode(stream), None) is None:
             raise DataError(f"cannot read video {path}: no frame decodes")
         if stream.duration and stream.average_rate:
@@ -179,6 +185,40 @@ def check_clip(path: str) -> tuple[int, int]:
                 raise DataError(f"cannot read video {path}: truncated, it ends before the "
                                 f"{float(stream.duration * stream.time_base):.2f} s its header states")
         return stream.codec_context.width, stream.codec_context.height
+
+
+def clip_frames(path: str) -> int:
+    """How many frames a clip holds: a folder's frame files, an animation's frames, a video stream's count (its
+    header's, else its packets counted); a ``DataError`` naming the file when it cannot be read."""
+    if os.path.isdir(path):
+        return sum(f.lower().endswith(FRAME_SUFFIXES) for f in os.listdir(path))
+    _check_file(path)
+    if path.lower().endswith(ANIMATION_SUFFIXES):
+        try:
+            with Image.open(path) as img:
+                return getattr(img, "n_frames", 1)
+        except (OSError, ValueError) as e:
+            raise DataError(f"cannot read video {path}: {e}") from None
+    with _video_stream(path) as (container, stream):
+        return _frame_total(container, stream)
+
+
+def _frame_total(container, stream) -> int:
+    """A video stream's frame count: its header's, else its packets counted (WebM states none), the container then
+    back at its start."""
+    if stream.frames:
+        return stream.frames
+    total = sum(1 for packet in container.demux(stream) if packet.size)
+    if total:
+        container.seek(0)
+    return total
+
+
+def _enough_frames(total: int, path: str) -> None:
+    if total == 0:
+        raise DataError(f"cannot read video {path}: it holds no frames")
+    if total < TEMPORAL_PATCH:
+        raise DataError(f"cannot read video {path}: {total} frame(s), at least {TEMPORAL_PATCH} are needed")
 
 
 def _check_file(path: str) -> None:
@@ -194,7 +234,13 @@ def _video_stream(path: str):
     import av
 
     try:
-        with av.open(path) as container:
+        opened = av.open(path)
+    except av.EOFError:  # no stream information before the end: nothing but a header, or a file cut within it
+        raise DataError(f"cannot read video {path}: it ends before its first frame") from None
+    except av.FFmpegError as e:
+        raise DataError(f"cannot read video {path}: {e.strerror or e}") from None
+    try:
+        with opened as container:
             if not container.streams.video:
                 raise DataError(f"cannot read video {path}: it has no video stream")
             yield container, container.streams.video[0]
@@ -267,9 +313,7 @@ def _read_video_file(path: str, sampling: VideoSampling, factor: int) -> Clip:
         clip_fps = float(stream.average_rate or stream.guessed_rate or 0)
         if clip_fps <= 0:
             raise DataError(f"cannot read video {path}: its frame rate is unknown")
-        total = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
-        if not stream.frames:
-            container.seek(0)
+        total = _frame_total(container, stream)
         keep = _keep(total, clip_fps, sampling, path)
         size = (stream.codec_context.width, stream.codec_context.height)
         target = sampling.frame_size(size[0], size[1], len(keep), factor)

@@ -1,5 +1,5 @@
-"""Arguments shared by eval/test_rec.py, eval/test_r1-v.py (those of PaddleMIX r1_mllm's commands) and
-eval/test_ocr.py."""
+"""Arguments shared by eval/test_rec.py, eval/test_r1-v.py (those of PaddleMIX r1_mllm's commands), eval/test_ocr.py
+and eval/test_video.py."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,8 @@ import sys
 from .protocols import PROTOCOLS, get_protocol
 from .tasks import SCRIPT_TASKS, TASKS, task_for_dataset
 from ..checkpoints.folders import verify_checkpoint
+from ..config.jobs import GRPOConfig
+from ..data.video import CONFIG_KEYS as VIDEO_KEYS
 
 
 def build_parser(kind: str) -> argparse.ArgumentParser:
@@ -44,7 +46,14 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     else:
         tasks = SCRIPT_TASKS[kind]
         parser.add_argument("--task", choices=tasks, default=None,
-                            help=f"default: from the dataset name ({' / '.join(tasks)})")
+                            help=f"default: from the dataset {'file' if kind == 'video' else 'name'} "
+                                 f"({' / '.join(tasks)})")
+    if kind == "video":
+        for key in VIDEO_KEYS:
+            spec = GRPOConfig.__dataclass_fields__[key]
+            parser.add_argument(f"--{key}", type=type(spec.default), default=None,
+                                help=f"{spec.metadata['help']}; default: the checkpoint's training value, else "
+                                     f"{spec.default}")
     return parser
 
 
@@ -62,7 +71,8 @@ def main(kind: str, argv: list[str] | None = None) -> int:
 
     quiet_libraries()  # before .runner imports paddleformers, whose import-time notices it drops
     tune_if_no_gpu()
-    from .runner import EvalOptions, Evaluator, accuracy_table, checkpoint_label, expand_model_paths, write_results
+    from .runner import (EvalOptions, Evaluator, accuracy_table, benchmark_file, checkpoint_label, expand_model_paths,
+                         metrics_table, write_results)
 
     args = build_parser(kind).parse_args(argv)
     protocol = get_protocol(args.protocol)
@@ -73,20 +83,23 @@ def main(kind: str, argv: list[str] | None = None) -> int:
                           sample_num=args.sample_num if args.sample_num is not None else protocol.sample_num,
                           seed=args.seed, max_new_tokens=args.max_new_tokens, coord_system=args.coord_system,
                           output_dir=args.output_dir or protocol.output_dir, visualize=getattr(args, "visualize", 0),
-                          dtype=args.dtype or default_dtype(protocol), protocol=protocol.name)
+                          dtype=args.dtype or default_dtype(protocol), protocol=protocol.name,
+                          video={key: getattr(args, key, None) for key in VIDEO_KEYS})
     try:
         model_paths = expand_model_paths(args.model_path)
         for model_path in model_paths:  # all of them before the first is evaluated
             verify_checkpoint(model_path, model_only=True)
         table: dict[str, dict[str, float]] = {}
+        metrics: dict[str, dict[tuple, dict]] = {}  # per task: (label, dataset) -> its own metrics
         for model_path in model_paths:
             evaluator = Evaluator(model_path, options)
             model_name = args.model_name if args.model_name and len(model_paths) == 1 else \
                 (args.model_name + "_" if args.model_name else "") + checkpoint_label(model_path)
             label = checkpoint_label(model_path) if len(model_paths) > 1 else model_name
             for dataset in args.test_datasets:
-                task = (TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task, kind)).under(
-                    protocol.name, args.method)
+                data_file = benchmark_file(options.data_root, dataset) if kind == "video" else None
+                task = (TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task, kind, data_file)
+                        ).under(protocol.name, args.method)
                 summary = evaluator.evaluate(dataset, task)
                 path = write(summary, options.output_dir, model_name, steps)
                 mean = summary.get(f"mean_{task.mean_reward}") if task.mean_reward else None
@@ -99,7 +112,11 @@ def main(kind: str, argv: list[str] | None = None) -> int:
                     folder = os.path.join(options.output_dir, "visualize", f"{dataset}_{model_name}")
                     draw_rec_results(summary["results"], folder, options.visualize)
                 table.setdefault(label, {})[dataset] = summary["accuracy"]
+                if "metrics" in summary:
+                    metrics.setdefault(task.name, {})[(label, dataset)] = summary["metrics"]
         print(accuracy_table(table, args.test_datasets))
+        for rows in metrics.values():
+            print(metrics_table(rows))
         return 0
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -7,7 +7,7 @@ import json
 import os
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import paddle
@@ -16,6 +16,7 @@ from tqdm import tqdm
 from ..data.loader import DataReport, load_samples
 from ..data.records import read_records
 from ..data.samples import SOURCE_KEY
+from ..data.video import CONFIG_KEYS as VIDEO_KEYS, VideoSampling
 from ..models.loading import default_coord_system, load_model, load_processor, model_family
 from ..models.precision import check_dtype_runs_here, precision_for_this_device
 from ..generation.generator import Generator
@@ -41,6 +42,7 @@ class EvalOptions:
     visualize: int = 0
     dtype: str = "float32"
     protocol: str = "paddle_r1"  # see protocols.PROTOCOLS
+    video: dict = field(default_factory=dict)  # the clips' sampling keys given for this run (video_sampling_for)
 
 
 def checkpoint_label(model_path: str) -> str:
@@ -69,15 +71,32 @@ def benchmark_file(data_root: str, dataset: str) -> str:
     raise FileNotFoundError(f"no {dataset}.json or {dataset}.jsonl in {data_root}")
 
 
-def trained_template(model_path: str) -> Optional[str]:
-    """The question template a paddle_r1 checkpoint was trained with (its trainer_state.json's config), or None."""
+def trained_config(model_path: str) -> dict:
+    """The config a paddle_r1 checkpoint was trained with (its trainer_state.json's), or {}."""
     from ..checkpoints.folders import STATE_FILE
 
     path = os.path.join(model_path, STATE_FILE)
     if not os.path.isfile(path):
-        return None
+        return {}
     with open(path, encoding="utf-8") as f:
-        return (json.load(f).get("config") or {}).get("question_template")
+        return json.load(f).get("config") or {}
+
+
+def trained_template(model_path: str) -> Optional[str]:
+    """The question template a paddle_r1 checkpoint was trained with, or None."""
+    return trained_config(model_path).get("question_template")
+
+
+def video_sampling_for(model_path: str, given: dict) -> VideoSampling:
+    """How the clips are sampled: each of the config's ``video_*`` keys as ``given`` (not None), else as the
+    checkpoint's training config says, else GRPOConfig's default; checked as a config's are (a ConfigError names
+    the key)."""
+    from ..config.jobs import GRPOConfig
+
+    trained = trained_config(model_path)
+    values = {key: given[key] if given.get(key) is not None else trained[key]
+              for key in VIDEO_KEYS if given.get(key) is not None or key in trained}
+    return VideoSampling.from_config(GRPOConfig(model_name_or_path=model_path, **values))
 
 
 def template_for(options: EvalOptions, task: str, model_path: str, default: Optional[str] = None) -> str:
@@ -161,7 +180,8 @@ class Evaluator:
         model = load_model(model_path, dtype=self.precision.dtype)
         model.eval()
         coord_system = options.coord_system or default_coord_system(model_family(model_path))
-        self.generator = Generator(model, load_processor(model_path), coord_system)
+        self.generator = Generator(model, load_processor(model_path), coord_system,
+                                   video_sampling_for(model_path, options.video))
         self.coord_system = coord_system
         self.rng = random.Random(options.seed)  # PaddleMIX seeds once per run; its datasets shuffle in turn
 
@@ -178,18 +198,24 @@ class Evaluator:
                                       options.max_new_tokens, dataset)
         completions, image_sizes, input_sizes = answers.texts, answers.image_sizes, answers.input_sizes
         columns = reward_columns(samples, image_sizes, input_sizes, self.coord_system)
-        correct = task.score(completions, columns)
+        scores = task.scores(completions, columns)
+        correct = task.correct(scores)
         results = [{
             "question": s["problem"], "image": s["images"][0] if s["images"] else None,
+            **({"video": s["videos"][0]} if s.get("videos") else {}), **{c: s.get(c) for c in task.columns},
             "ground_truth": s["solution"], "answer": text,
             "prediction": task.parse(text, self.coord_system, sizes, in_sizes), "correct": ok,
-        } for s, text, sizes, in_sizes, ok in zip(samples, completions, image_sizes, input_sizes, correct)]
+            **({"score": None if score != score else float(score)} if task.metrics else {}),
+        } for s, text, sizes, in_sizes, ok, score in zip(samples, completions, image_sizes, input_sizes, correct,
+                                                         scores)]
         accuracy = sum(correct) / len(correct)
         summary = {"dataset": dataset, "model": self.model_path, "method": options.method, "task": task.name,
                    "protocol": options.protocol, "question_template": template,
                    "accuracy": accuracy, "correct": sum(correct), "total": len(correct), "skipped": report.skipped}
         if task.mean_reward is not None:
             summary[f"mean_{task.mean_reward}"] = task.mean(completions, columns)
+        if task.metrics is not None:
+            summary["metrics"] = task.metrics(samples, scores)
         return {**summary, "results": results}
 
 
@@ -209,4 +235,15 @@ def accuracy_table(rows: dict[str, dict[str, float]], datasets: list[str]) -> st
     for label, accuracies in rows.items():
         cells = [f"{accuracies[d] * 100:.2f}%" if d in accuracies else "-" for d in datasets]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def metrics_table(rows: dict[tuple, dict[str, float]]) -> str:
+    """Markdown table of a task's own metrics (fractions, shown in percent): one row per (model / checkpoint,
+    dataset), one column per metric, in the order the rows first name them."""
+    names = list(dict.fromkeys(name for metrics in rows.values() for name in metrics))
+    lines = ["| model | dataset | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for (label, dataset), metrics in rows.items():
+        cells = [f"{metrics[n] * 100:.2f}" if n in metrics else "-" for n in names]
+        lines.append(f"| {label} | {dataset} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -36,10 +36,12 @@ MEDIA_MARKER = re.compile(r"(<image>|<video>)")
 
 
 def build_messages(sample: dict, question_template: str, system_prompt: Optional[str] = None) -> list[dict]:
-    """One user turn: the images and videos, then the templated problem. A problem with one ``<image>`` marker per
-    image (VLM-R1 conversations) gets each image where its marker stands, and one with a ``<video>`` marker per video
-    (EasyR1) each video where its marker stands; a kind whose markers do not match its count comes first, in order."""
-    text = question_template.replace("{Question}", sample["problem"])
+    """One user turn: the images and videos, then the templated problem and the sample's ``answer_instruction`` if
+    it has one (Video-R1's rows: the answer form their problem type asks for). A problem with one ``<image>`` marker
+    per image (VLM-R1 conversations) gets each image where its marker stands, and one with a ``<video>`` marker per
+    video (EasyR1) each video where its marker stands; a kind whose markers do not match its count comes first, in
+    order."""
+    text = question_template.replace("{Question}", sample["problem"]) + (sample.get("answer_instruction") or "")
     counts = {"image": len(sample["images"]), "video": len(sample.get("videos", []))}
     placed = {kind for kind, count in counts.items() if count and text.count(f"<{kind}>") == count}
     content = [{"type": kind} for kind in counts if kind not in placed for _ in range(counts[kind])]
