@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from model_checks import folder_weights
 from paddle_r1.checkpoints.export import ExportError, export_checkpoint, parse_size, weight_files
 from paddle_r1.checkpoints.manifest import CheckpointError, write_manifest
 from paddle_r1.cli import main
@@ -40,16 +41,6 @@ def run(tiny_model_dir, rec_samples, tmp_path_factory):
     return source, out
 
 
-def _weights(folder):
-    from safetensors import safe_open
-
-    weights = {}
-    for name in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
-        with safe_open(os.path.join(folder, name), framework="paddle") as f:
-            weights.update({key: f.get_tensor(key) for key in f.keys()})
-    return weights
-
-
 def test_a_runs_folder_exports_its_newest_checkpoint_in_the_sources_dtype_with_nothing_of_the_training(
         run, tmp_path, capsys):
     source, out = run
@@ -63,7 +54,7 @@ def test_a_runs_folder_exports_its_newest_checkpoint_in_the_sources_dtype_with_n
     for name in PUBLISHED - {"config.json"}:
         with open(os.path.join(out, "checkpoint-2", name), "rb") as f:
             assert open(os.path.join(dest, name), "rb").read() == f.read(), name
-    trained, exported = _weights(os.path.join(out, "checkpoint-2")), _weights(dest)
+    trained, exported = folder_weights(os.path.join(out, "checkpoint-2")), folder_weights(dest)
     assert set(exported) == set(trained)
     for key, value in exported.items():  # the checkpoint's (merged) weights, rounded once to bfloat16
         assert str(value.dtype) == "paddle.bfloat16", key
@@ -79,7 +70,7 @@ def test_shards_are_huggingface_hubs_split_and_load_back(run, tmp_path):
 
     checkpoint = os.path.join(run[1], "checkpoint-1")
     dest = export_checkpoint(checkpoint, str(tmp_path / "model"), dtype="float32", max_shard_size="60KB")
-    trained = _weights(checkpoint)
+    trained = folder_weights(checkpoint)
     expected = split_state_dict_into_shards_factory(
         {key: trained[key] for key in sorted(trained)}, get_storage_size=lambda t: int(np.prod(t.shape)) * 4,
         filename_pattern="model{suffix}.safetensors", max_shard_size=60_000)

@@ -128,7 +128,7 @@ def load_adapter(model, folder: str) -> None:
 def write_model_folder(model, folder: str, config) -> None:
     """The trained model as a folder ``from_pretrained`` loads as it is: with ``config.lora`` the merged weights
     plus ``adapter/`` (the adapter alone, with the settings that made it, for resuming); config.json, the generation
-    config and the processor's files taken from the source folder (``source_files.py``), with the run's pixel
+    config and the processor's files taken from the source model (``source_files.py``), with the run's pixel
     limits."""
     if config.lora:
         save_merged(model, folder)
