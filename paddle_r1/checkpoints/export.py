@@ -17,8 +17,9 @@ hub publishes one:
 Given a run's output_dir instead of a checkpoint, the export takes its most recently written complete checkpoint
 (the one ``--resume latest`` starts from); another one (the best held-out score in the model card's table, say) is
 exported by naming its folder. The checkpoint's model files are verified against its manifest first, and every
-refusal (no such folder, not a checkpoint, a DEST that is not empty, a weight float16 cannot hold) comes before
-anything is written. The export is written beside DEST and renamed into place when complete.
+refusal of the input (no such folder, not a checkpoint, a DEST that is not empty) comes before anything is written.
+The export is written beside DEST and renamed into place when complete, so that a failure while writing (a weight
+float16 cannot hold) leaves DEST as it was.
 """
 from __future__ import annotations
 
@@ -76,14 +77,14 @@ def export_checkpoint(path: str, dest: str, dtype: Optional[str] = None,
     if dtype is None:
         dtype = _default_dtype(checkpoint, weights, echo)
     shards = plan_shards(weights, dtype, shard_bytes)
+    dtype_key = family_of(_read_json(os.path.join(checkpoint, CONFIG))).dtype_key
     tmp = os.path.join(os.path.dirname(os.path.abspath(dest)), f".{os.path.basename(os.path.abspath(dest))}.export")
     shutil.rmtree(tmp, ignore_errors=True)  # left by an export that was killed
     os.makedirs(tmp)
     try:
         _write_weights(weights, shards, dtype, tmp)
-        family = family_of(_read_json(os.path.join(checkpoint, CONFIG)))
         write_edited(os.path.join(checkpoint, CONFIG), os.path.join(tmp, CONFIG),
-                     lambda config: with_dtype(config, dtype, family.dtype_key))
+                     lambda config: with_dtype(config, dtype, dtype_key))
         for name in COPIED:
             if os.path.isfile(os.path.join(checkpoint, name)):
                 shutil.copyfile(os.path.join(checkpoint, name), os.path.join(tmp, name))
