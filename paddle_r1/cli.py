@@ -1,4 +1,4 @@
-"""``paddle-r1``: train | sft | check-data | demo | plot | view | serve | estimate-memory | make-tiny-model |
+"""``paddle-r1``: train | sft | check-data | demo | plot | view | serve | export | estimate-memory | make-tiny-model |
 selftest."""
 from __future__ import annotations
 
@@ -77,6 +77,19 @@ def _serve(args, extra: list[str]) -> int:
                          max_prompt_tokens=args.max_prompt_tokens, max_videos=args.max_videos)
     serve(args.checkpoint, host=args.host, port=args.port, model_name=args.model_name, image_root=args.image_root,
           limits=limits, dtype=args.dtype, api_key=args.api_key, video=VideoSampling(frames_fps=args.video_frames_fps))
+    return 0
+
+
+def _export(args, extra: list[str]) -> int:
+    from .checkpoints.export import ExportError, export_checkpoint
+
+    if extra:
+        raise SystemExit(f"export: unexpected arguments {extra}")
+    try:
+        export_checkpoint(args.checkpoint, args.dest, dtype=args.dtype, max_shard_size=args.max_shard_size)
+    except ExportError as e:
+        print(f"paddle-r1 export: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -209,6 +222,16 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max_prompt_tokens", type=int, help="longest prompt, text and image tokens (default: the "
                      "model's context less max_tokens, and what a full batch fits in half the free memory)")
     srv.set_defaults(run=_serve)
+    export = sub.add_parser("export", help="a checkpoint's model alone, to publish or serve: weights (LoRA merged) in "
+                            "one dtype as sharded safetensors, config, generation config, processor files, model card")
+    export.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint-N folder, or a run's output_dir (its "
+                        "most recently written checkpoint)")
+    export.add_argument("dest", metavar="DEST", help="a new or empty folder")
+    export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                        help="the weights' dtype (default: the source model's config.json's)")
+    export.add_argument("--max_shard_size", "--max-shard-size", default="5GB",
+                        help="largest weight file, as transformers takes it: 5GB (default), 500MB, 2GiB or bytes")
+    export.set_defaults(run=_export)
     check = sub.add_parser("check-data", help="validate a config's data without training; counts per file")
     check.add_argument("config")
     check.set_defaults(run=_check_data)

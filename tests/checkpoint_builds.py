@@ -1,57 +1,114 @@
-"""Checkpoints written by a 1-step ``paddle-r1 train`` run, the same ones on every machine: a tiny seeded source of each
-family, a seeded synthetic REC set, one GRPO step, a save. tests/test_checkpoint_goldens.py builds them and compares
-them with what transformers saw loading the same checkpoints (tests/fixtures/make_checkpoint_reference.py, which reads
-the folders this file writes when run as a script, in the Paddle environment):
+"""Model folders written by a 1-step ``paddle-r1 train`` run (and ``paddle-r1 export`` of its checkpoint), the same
+ones on every machine: a tiny seeded source of each family, a seeded synthetic REC set, one GRPO step, a save.
+tests/test_checkpoint_goldens.py builds them and compares them with what transformers saw loading the same folders
+(tests/fixtures/make_checkpoint_reference.py, which reads the folders this file writes when run as a script, in the
+Paddle environment):
 
     PYTHONPATH=. python tests/checkpoint_builds.py /tmp/paddle_r1_checkpoints
 
 ``BUILDS`` covers the ways a model folder is written: plain weights (Qwen2-VL, Qwen3-VL), LoRA merged into a tied
-model (Qwen2.5-VL), and PaddleOCR-VL with the image processor's pixel limits overridden by the run.
+model (Qwen2.5-VL), PaddleOCR-VL with the image processor's pixel limits overridden by the run, weights a step with
+non-zero advantages changed (``TRAINED``), stage-1 sharding on 2 gloo ranks, and exports: bfloat16 weights, and
+weights split over several files by a small ``--max_shard_size``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
+from typing import Optional
 
-# name -> (family, run settings, (width, height) of the prompt's image); the tied source is the family's tiny model
-# without lm_head.weight. The Qwen images are already of a size the processor keeps (sides multiples of 28, or 32 for
-# Qwen3-VL): paddle_r1 takes paddleformers' fast image processor, transformers without torchvision the slow one, and
-# their bicubic resizing differs (up to 0.015 here), which is no property of the checkpoint. PaddleOCR-VL's image is
-# larger than the run's max_pixels and smaller than its source's: its grid shows which limit the processor read
-# (both sides run its one image processor).
+# a reward a random tiny model's completions differ in (shorter is better): the step's advantages are not zero and
+# the weights move, where format and IoU give every completion 0
+TRAINED = {"reward_funcs": ["reward_helpers:short_reward"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """One model folder: the run's family and settings, the (width, height) of the prompt's image, and how the folder
+    is made from the run's checkpoint-1 (``export``: ``export_checkpoint``'s arguments; None: the checkpoint itself).
+    ``ranks``: processes of the run (2: gloo, as ``paddle.distributed.spawn`` starts them). A name with ``tied`` in it
+    trains the family's tiny model without lm_head.weight."""
+
+    family: str
+    image: tuple[int, int]
+    settings: dict = dataclasses.field(default_factory=dict)
+    export: Optional[dict] = None
+    ranks: int = 1
+
+    @property
+    def trained(self) -> bool:
+        """The step changed the weights (its advantages were not all zero)."""
+        return self.settings.get("reward_funcs") == TRAINED["reward_funcs"]
+
+
+# The Qwen images are already of a size the processor keeps (sides multiples of 28, or 32 for Qwen3-VL): paddle_r1
+# takes paddleformers' fast image processor, transformers without torchvision the slow one, and their bicubic
+# resizing differs (up to 0.015 here), which is no property of the checkpoint. PaddleOCR-VL's image is larger than the
+# run's max_pixels and smaller than its source's: its grid shows which limit the processor read (both sides run its
+# one image processor).
 BUILDS = {
-    "qwen2_vl": ("qwen2_vl", {}, (112, 84)),
-    "qwen2_5_vl_tied_lora": ("qwen2_5_vl", {"lora": True}, (112, 84)),
-    "qwen3_vl": ("qwen3_vl", {}, (128, 64)),
-    "paddleocr_vl_pixels": ("paddleocr_vl", {"min_pixels": 28 * 28, "max_pixels": 56 * 84}, (100, 80)),
+    "qwen2_vl": Build("qwen2_vl", (112, 84)),
+    "qwen2_5_vl_tied_lora": Build("qwen2_5_vl", (112, 84), {"lora": True}),
+    "qwen3_vl": Build("qwen3_vl", (128, 64)),
+    "paddleocr_vl_pixels": Build("paddleocr_vl", (100, 80), {"min_pixels": 28 * 28, "max_pixels": 56 * 84}),
+    "qwen2_vl_trained": Build("qwen2_vl", (112, 84), TRAINED),
+    "qwen2_5_vl_tied_lora_bf16": Build("qwen2_5_vl", (112, 84), {"lora": True, **TRAINED},
+                                       export={"dtype": "bfloat16"}),
+    "qwen3_vl_sharded": Build("qwen3_vl", (128, 64), TRAINED, export={"max_shard_size": "100KB"}),
+    "paddleocr_vl_bf16_sharded": Build("paddleocr_vl", (100, 80), TRAINED,
+                                       export={"dtype": "bfloat16", "max_shard_size": "150KB"}),
+    "qwen2_5_vl_stage1": Build("qwen2_5_vl", (112, 84), {"sharding": "stage1", **TRAINED}, ranks=2),
 }
 PROMPT = "Locate the red square in the image."
 
 
 def build(name: str, root: str) -> tuple[str, str]:
-    """(source folder, checkpoint folder) of build ``name`` under ``root/name`` (emptied first)."""
-    from paddle_r1.config.jobs import GRPOConfig
-    from paddle_r1.data.loader import load_samples
+    """(source folder, model folder) of build ``name`` under ``root/name`` (emptied first)."""
     from paddle_r1.data.synthetic import make_synthetic_rec
     from paddle_r1.testing.tiny import make_tiny_model
-    from paddle_r1.trainer.grpo import GRPOTrainer
 
-    family, settings, _ = BUILDS[name]
+    spec = BUILDS[name]
     folder = os.path.join(root, name)
     shutil.rmtree(folder, ignore_errors=True)
-    source = make_tiny_model(os.path.join(folder, "untied" if "tied" in name else "source"), family=family)
+    source = make_tiny_model(os.path.join(folder, "untied" if "tied" in name else "source"), family=spec.family)
     if "tied" in name:
         from model_checks import tied_copy
 
         tied_copy(source, os.path.join(folder, "source"))
         source = os.path.join(folder, "source")
-    samples = load_samples(make_synthetic_rec(os.path.join(folder, "data"), num_samples=2, seed=3))[0]
-    config = GRPOConfig(model_name_or_path=source, output_dir=os.path.join(folder, "out"), num_generations=2,
-                        per_device_train_batch_size=2, max_completion_length=4, max_steps=1, save_steps=1, beta=0.0,
-                        learning_rate=1e-3, seed=0, use_visualdl=False, disable_tqdm=True, **settings)
-    GRPOTrainer(config, samples=samples).train()
-    return source, os.path.join(folder, "out", "checkpoint-1")
+    data = make_synthetic_rec(os.path.join(folder, "data"), num_samples=2, seed=3)
+    settings = dict(model_name_or_path=source, data_path=data, output_dir=os.path.join(folder, "out"),
+                    num_generations=2, per_device_train_batch_size=2, max_completion_length=4, max_steps=1,
+                    save_steps=1, beta=0.0, learning_rate=1e-3, seed=0, use_visualdl=False, disable_tqdm=True,
+                    **spec.settings)
+    if spec.ranks == 1:
+        train(settings)
+    else:
+        import paddle.distributed as dist
+
+        dist.spawn(train, args=(settings,), nprocs=spec.ranks, backend="gloo")
+    if spec.export is None:
+        return source, model_folder(name, root)
+    from paddle_r1.checkpoints.export import export_checkpoint
+
+    return source, export_checkpoint(os.path.join(folder, "out", "checkpoint-1"), model_folder(name, root),
+                                     **spec.export)
+
+
+def model_folder(name: str, root: str) -> str:
+    """Where build ``name`` under ``root`` leaves its model folder: the run's checkpoint-1, or its export."""
+    return os.path.join(root, name, "out", "checkpoint-1") if BUILDS[name].export is None else \
+        os.path.join(root, name, "export")
+
+
+def train(settings: dict) -> None:
+    """One run of ``settings`` (GRPOConfig keys), on this rank."""
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    GRPOTrainer(GRPOConfig(**settings)).train()
 
 
 def prompt_image(name: str):
@@ -59,11 +116,11 @@ def prompt_image(name: str):
     import numpy as np
     from PIL import Image
 
-    width, height = BUILDS[name][2]
+    width, height = BUILDS[name].image
     return Image.fromarray((np.random.default_rng(7).random((height, width, 3)) * 255).astype("uint8"))
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # model_checks
-    for build_name in BUILDS:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # model_checks, reward_helpers
+    for build_name in sys.argv[2:] or BUILDS:
         print(build_name, *build(build_name, sys.argv[1]))

@@ -1,5 +1,5 @@
 """Checks every model family passes the same way (tests/test_models.py, tests/test_qwen3_vl.py,
-tests/test_paddleocr_vl.py)."""
+tests/test_paddleocr_vl.py), and the folder helpers the checkpoint tests share."""
 import json
 import os
 import shutil
@@ -45,4 +45,15 @@ def tied_copy(folder: str, copy: str) -> dict:
     weights = load_file(os.path.join(copy, "model.safetensors"))
     del weights["lm_head.weight"]
     save_file(weights, os.path.join(copy, "model.safetensors"), metadata={"format": "pt"})
+    return weights
+
+
+def folder_weights(folder: str) -> dict:
+    """Every weight of every safetensors file in ``folder``, as the Paddle tensors stored (bfloat16 included)."""
+    from safetensors import safe_open
+
+    weights = {}
+    for name in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
+        with safe_open(os.path.join(folder, name), framework="paddle") as f:
+            weights.update({key: f.get_tensor(key) for key in f.keys()})
     return weights

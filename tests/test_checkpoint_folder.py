@@ -78,7 +78,7 @@ def test_every_spelling_of_the_limits_and_the_dtype_is_changed(tmp_path):
     preprocessor = {"size": {"min_pixels": 3136, "max_pixels": 12544}, "patch_size": 14}  # paddleformers' spelling
     (source / "preprocessor_config.json").write_text(json.dumps(preprocessor))
     folder.mkdir()
-    write_source_files(str(source), str(folder), processor=None, dtype="bfloat16", max_pixels=4704)
+    write_source_files(str(source), str(folder), dtype="bfloat16", max_pixels=4704)
     image_processor = _read(folder, "processor_config.json")["image_processor"]
     assert (image_processor["max_pixels"], image_processor["size"]) == (4704, {"longest_edge": 4704,
                                                                                "shortest_edge": 3136})

@@ -1,7 +1,7 @@
 """Checkpoints: a folder ``from_pretrained`` loads as it is, plus the state an exact resume needs.
 
 ``checkpoint-N/`` holds the model (config, safetensors), the processor files (tokenizer, chat
-template, preprocessor config; those of a local source folder are its own, ``models/source_files.py``), a model
+template, preprocessor config: the source model's own, ``models/source_files.py``), a model
 card, ``optimizer.pdopt`` (AdamW moments and the LR scheduler, keyed by
 structured parameter names so they survive a new process; with sharding one ``optimizer.shardR.pdopt``
 per rank, each holding that rank's share), ``rng_state.pkl``, ``trainer_state.json``

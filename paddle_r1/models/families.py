@@ -74,6 +74,10 @@ class ModelFamily:
     text_decoder_at: tuple[str, ...]  # attribute path from the model to its text decoder (embed_tokens, layers, norm)
     vision_parts: tuple[str, ...]  # the model's attributes ``freeze_vision`` freezes (the tower and its merger)
     flat_text_config: bool  # paddleformers reads its text fields only at config.json's top level, as published
+    # config.json's key for the weights' dtype, as the transformers releases that first had the family write it
+    # (``paddle-r1 export``): "torch_dtype" (4.51 writes it), "dtype" (4.57 and 5.x, the first with Qwen3-VL and
+    # PaddleOCR-VL respectively)
+    dtype_key: str
     memory: MemoryLayout
     tiny_builder: Ref  # fn(family, out_dir, seed, size, max_pixels, min_pixels) -> the tiny checkpoint's folder
     demo_task: str  # the synthetic task ``paddle-r1 demo`` trains its tiny model on
@@ -99,7 +103,7 @@ _SCATTERED = Ref("paddle_r1.models.forward", "embed_scattered")
 QWEN2_VL = ModelFamily(
     model_type="qwen2_vl", title="Qwen2-VL",
     model_class=Ref("paddle_r1.models.qwen2_vl", "Qwen2VLForConditionalGeneration"),
-    coord_system="rel_1000", embed_prompt=_SCATTERED,
+    coord_system="rel_1000", embed_prompt=_SCATTERED, dtype_key="torch_dtype",
     memory=MemoryLayout(vision_width="embed_dim", vision_mlp="mlp_ratio", vision_tower="layer_norm_fc",
                         windowed_vision=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_vl"), processor_class="Qwen2VLProcessor",
@@ -107,7 +111,7 @@ QWEN2_VL = ModelFamily(
 QWEN2_5_VL = ModelFamily(
     model_type="qwen2_5_vl", title="Qwen2.5-VL",
     model_class=Ref("paddle_r1.models.qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
-    coord_system="abs_resized", embed_prompt=_SCATTERED,
+    coord_system="abs_resized", embed_prompt=_SCATTERED, dtype_key="torch_dtype",
     memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
                         windowed_vision=True, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_5_vl"), processor_class="Qwen2_5_VLProcessor",
@@ -117,7 +121,7 @@ QWEN2_5_VL = ModelFamily(
 QWEN3_VL = ModelFamily(
     model_type="qwen3_vl", title="Qwen3-VL",
     model_class=Ref("paddle_r1.models.qwen3_vl", "Qwen3VLForConditionalGeneration"),
-    coord_system="rel_1000", embed_prompt=Ref("paddle_r1.models.forward", "embed_with_deepstack"),
+    coord_system="rel_1000", embed_prompt=Ref("paddle_r1.models.forward", "embed_with_deepstack"), dtype_key="dtype",
     memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
                         windowed_vision=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen3_vl"), processor_class="Qwen3VLProcessor",
@@ -133,6 +137,7 @@ PADDLEOCR_VL = ModelFamily(
     text_decoder_at=("model",),  # ERNIE-4.5, with the vision tower beside it
     vision_parts=("visual", "mlp_AR"),  # its patch merger sits beside the tower; the Qwen-VL mergers are inside
     flat_text_config=True,  # paddleformers' config asserts on a nested text_config, which transformers 5 writes
+    dtype_key="dtype",
     memory=MemoryLayout(vision_width="hidden_size", vision_depth="num_hidden_layers",
                         vision_heads="num_attention_heads", vision_mlp="intermediate_size", vision_tower="siglip",
                         windowed_vision=False, text_bias=False, fused_projections=False),

@@ -125,10 +125,10 @@ def load_adapter(model, folder: str) -> None:
         param.set_value(paddle.to_tensor(saved[name], dtype=param.dtype))
 
 
-def write_model_folder(model, processor, folder: str, config) -> None:
+def write_model_folder(model, folder: str, config) -> None:
     """The trained model as a folder ``from_pretrained`` loads as it is: with ``config.lora`` the merged weights
     plus ``adapter/`` (the adapter alone, with the settings that made it, for resuming); config.json, the generation
-    config and the processor's files taken from the source folder (``source_files.py``), with the run's pixel
+    config and the processor's files taken from the source model (``source_files.py``), with the run's pixel
     limits."""
     if config.lora:
         save_merged(model, folder)
@@ -137,7 +137,7 @@ def write_model_folder(model, processor, folder: str, config) -> None:
                       "target_modules": config.lora_target_modules})
     else:
         model.save_pretrained(folder)
-    write_source_files(config.model_name_or_path, folder, processor, dtype=_dtype_name(model),
+    write_source_files(config.model_name_or_path, folder, dtype=_dtype_name(model),
                        min_pixels=config.min_pixels, max_pixels=config.max_pixels)
 
 

@@ -248,8 +248,8 @@ def lora_merge(ws) -> str:
     rollout = ws.rollout(adapted, processor)
     want = _logprobs(adapted, rollout)[0]
     folder = ws.path("lora-checkpoint")
-    write_model_folder(adapted, processor, folder, GRPOConfig(model_name_or_path=ws.tiny_model(), dtype=ws.dtype,
-                                                              lora=True, lora_rank=rank, lora_alpha=alpha))
+    write_model_folder(adapted, folder, GRPOConfig(model_name_or_path=ws.tiny_model(), dtype=ws.dtype, lora=True,
+                                                   lora_rank=rank, lora_alpha=alpha))
     merged = load_model(folder, dtype=ws.dtype, attn_implementation=ws.machine.precision.attention)
     fresh, _ = ws.load()
     base = _logprobs(fresh, rollout)[0]

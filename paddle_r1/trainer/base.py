@@ -33,6 +33,7 @@ from ..models.loading import default_coord_system, load_models
 from ..memory import check_fits
 from ..parallel.optimizer_state import allocate_optimizer_state, stepping_optimizer_and_owned_weights
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
+from ..models.source_files import source_files
 from ..models.precision import check_dtype_runs_here, precision_for_this_device
 from ..checkpoints import folders as ckpt
 from ..parallel.distributed import (barrier, decided_by_main, explain_failure, gather_objects, in_rank_order,
@@ -159,7 +160,7 @@ class Trainer:
         """The checkpoint's model folder: what ``from_pretrained`` loads (``models/lora.write_model_folder``) and
         the model card (``model_card.py``)."""
         cfg = self.config
-        write_model_folder(self.policy, self.processor, folder, cfg)
+        write_model_folder(self.policy, folder, cfg)
         write_model_card(folder, cfg, self.name, self.policy.config.model_type, self.step, self.total_steps,
                          self.logger.metrics_path)
 
@@ -192,6 +193,8 @@ class Trainer:
                 gradient_checkpointing=cfg.gradient_checkpointing, attn_implementation=self.precision.attention),
                 self.rank, self.world_size)
         self.policy, self.reference, self.processor = loaded.policy, loaded.reference, loaded.processor
+        if self.is_main:  # the files each save takes from the source: a hub id's are fetched now, not at a save
+            source_files(cfg.model_name_or_path)
         if cfg.lora:
             apply_lora(self.policy, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
             if self.resume_path:
