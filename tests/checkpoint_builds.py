@@ -6,7 +6,11 @@ the folders this file writes when run as a script, in the Paddle environment):
     PYTHONPATH=. python tests/checkpoint_builds.py /tmp/paddle_r1_checkpoints
 
 ``BUILDS`` covers the ways a model folder is written: plain weights (Qwen2-VL, Qwen3-VL), LoRA merged into a tied
-model (Qwen2.5-VL), and PaddleOCR-VL with the image processor's pixel limits overridden by the run.
+model (Qwen2.5-VL), and PaddleOCR-VL with the image processor's pixel limits overridden by the run. ``VLLM_BUILDS`` are
+the checkpoints tests/test_vllm_golden.py serves and compares with vLLM's greedy tokens
+(tests/fixtures/make_vllm_reference.py); ``--vllm`` writes them:
+
+    PYTHONPATH=. python tests/checkpoint_builds.py /tmp/paddle_r1_vllm_checkpoints --vllm
 """
 from __future__ import annotations
 
@@ -26,6 +30,21 @@ BUILDS = {
     "qwen3_vl": ("qwen3_vl", {}, (128, 64)),
     "paddleocr_vl_pixels": ("paddleocr_vl", {"min_pixels": 28 * 28, "max_pixels": 56 * 84}, (100, 80)),
 }
+# vLLM's CPU attention takes heads 32, 64, 80, ... wide (vLLM 0.32's CPUAttentionBackend.get_supported_head_sizes)
+# and refuses the tiny models' 16: the builds it serves have 2 heads of 32 (and 1 key/value head, grouped as in
+# the tiny models). Qwen2.5-VL twice: with tied embeddings a random tiny model's greedy answer repeats the prompt's
+# last token ("\n", whose embedding is the output row nearest the hidden state), which shows that vLLM ties lm_head
+# but little of the decode; the untied LoRA-merged model's tiny source is seeded 4 (seed 0's answers one token 16
+# times), for a varied answer.
+VLLM_SIZE = {"num_attention_heads": 2, "num_key_value_heads": 1}
+MODEL_SEEDS = {"qwen2_5_vl_lora_head32": 4}  # the tiny source's seed where it is not 0
+VLLM_BUILDS = {
+    "qwen2_vl_head32": BUILDS["qwen2_vl"],
+    "qwen2_5_vl_lora_head32": ("qwen2_5_vl", {"lora": True}, (112, 84)),
+    "qwen2_5_vl_tied_lora_head32": BUILDS["qwen2_5_vl_tied_lora"],
+    "qwen3_vl_head32": BUILDS["qwen3_vl"],
+    "paddleocr_vl_pixels_head32": BUILDS["paddleocr_vl_pixels"],
+}
 PROMPT = "Locate the red square in the image."
 
 
@@ -34,13 +53,16 @@ def build(name: str, root: str) -> tuple[str, str]:
     from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.data.loader import load_samples
     from paddle_r1.data.synthetic import make_synthetic_rec
+    from paddle_r1.testing.parts import TinySize
     from paddle_r1.testing.tiny import make_tiny_model
     from paddle_r1.trainer.grpo import GRPOTrainer
 
-    family, settings, _ = BUILDS[name]
+    family, settings, _ = {**BUILDS, **VLLM_BUILDS}[name]
+    size = TinySize(**VLLM_SIZE) if name in VLLM_BUILDS else None
     folder = os.path.join(root, name)
     shutil.rmtree(folder, ignore_errors=True)
-    source = make_tiny_model(os.path.join(folder, "untied" if "tied" in name else "source"), family=family)
+    source = make_tiny_model(os.path.join(folder, "untied" if "tied" in name else "source"), family=family,
+                             seed=MODEL_SEEDS.get(name, 0), size=size)
     if "tied" in name:
         from model_checks import tied_copy
 
@@ -59,11 +81,31 @@ def prompt_image(name: str):
     import numpy as np
     from PIL import Image
 
-    width, height = BUILDS[name][2]
+    width, height = {**BUILDS, **VLLM_BUILDS}[name][2]
     return Image.fromarray((np.random.default_rng(7).random((height, width, 3)) * 255).astype("uint8"))
 
 
+def chat_request(name: str, model: str, max_tokens: int) -> dict:
+    """The greedy OpenAI chat request both servers get for build ``name``: its image (as a PNG data URL) and PROMPT,
+    asking for the prompt's and the completion's token ids (``return_token_ids``, vLLM's extension)."""
+    import base64
+    import io
+
+    png = io.BytesIO()
+    prompt_image(name).save(png, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    return {"model": model, "temperature": 0, "max_tokens": max_tokens, "return_token_ids": True,
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                      {"type": "text", "text": PROMPT}]}]}
+
+
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", help="folder to build in (each build in root/<name>, emptied first)")
+    parser.add_argument("--vllm", action="store_true", help="the builds vLLM serves (VLLM_BUILDS), not BUILDS")
+    args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # model_checks
-    for build_name in BUILDS:
-        print(build_name, *build(build_name, sys.argv[1]))
+    for build_name in VLLM_BUILDS if args.vllm else BUILDS:
+        print(build_name, *build(build_name, args.root))
