@@ -9,7 +9,11 @@ Paddle environment):
 ``BUILDS`` covers the ways a model folder is written: plain weights (Qwen2-VL, Qwen3-VL), LoRA merged into a tied
 model (Qwen2.5-VL), PaddleOCR-VL with the image processor's pixel limits overridden by the run, weights a step with
 non-zero advantages changed (``TRAINED``), stage-1 sharding on 2 gloo ranks, and exports: bfloat16 weights, and
-weights split over several files by a small ``--max_shard_size``.
+weights split over several files by a small ``--max_shard_size``. ``VLLM_BUILDS`` are the checkpoints
+tests/test_vllm_golden.py serves and compares with vLLM's greedy tokens (tests/fixtures/make_vllm_reference.py);
+``--vllm`` writes them:
+
+    PYTHONPATH=. python tests/checkpoint_builds.py /tmp/paddle_r1_vllm_checkpoints --vllm
 """
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ class Build:
     settings: dict = dataclasses.field(default_factory=dict)
     export: Optional[dict] = None
     ranks: int = 1
+    size: Optional[dict] = None  # the tiny source's sizes where not the family's tiny ones (TinySize's fields)
+    seed: int = 0  # the tiny source's seed
 
     @property
     def trained(self) -> bool:
@@ -61,18 +67,35 @@ BUILDS = {
                                        export={"dtype": "bfloat16", "max_shard_size": "150KB"}),
     "qwen2_5_vl_stage1": Build("qwen2_5_vl", (112, 84), {"sharding": "stage1", **TRAINED}, ranks=2),
 }
+# vLLM's CPU attention takes heads 32, 64, 80, ... wide (vLLM 0.32's CPUAttentionBackend.get_supported_head_sizes)
+# and refuses the tiny models' 16: the builds it serves have 2 heads of 32 (and 1 key/value head, grouped as in
+# the tiny models). Qwen2.5-VL twice: with tied embeddings a random tiny model's greedy answer repeats the prompt's
+# last token ("\n", whose embedding is the output row nearest the hidden state), which shows that vLLM ties lm_head
+# but little of the decode; the untied LoRA-merged model's tiny source is seeded 4 (seed 0's answers one token 16
+# times), for a varied answer.
+VLLM_SIZE = {"num_attention_heads": 2, "num_key_value_heads": 1}
+VLLM_BUILDS = {
+    "qwen2_vl_head32": dataclasses.replace(BUILDS["qwen2_vl"], size=VLLM_SIZE),
+    "qwen2_5_vl_lora_head32": Build("qwen2_5_vl", (112, 84), {"lora": True}, size=VLLM_SIZE, seed=4),
+    "qwen2_5_vl_tied_lora_head32": dataclasses.replace(BUILDS["qwen2_5_vl_tied_lora"], size=VLLM_SIZE),
+    "qwen3_vl_head32": dataclasses.replace(BUILDS["qwen3_vl"], size=VLLM_SIZE),
+    "paddleocr_vl_pixels_head32": dataclasses.replace(BUILDS["paddleocr_vl_pixels"], size=VLLM_SIZE),
+}
+ALL_BUILDS = {**BUILDS, **VLLM_BUILDS}
 PROMPT = "Locate the red square in the image."
 
 
 def build(name: str, root: str) -> tuple[str, str]:
     """(source folder, model folder) of build ``name`` under ``root/name`` (emptied first)."""
     from paddle_r1.data.synthetic import make_synthetic_rec
+    from paddle_r1.testing.parts import TinySize
     from paddle_r1.testing.tiny import make_tiny_model
 
-    spec = BUILDS[name]
+    spec = ALL_BUILDS[name]
     folder = os.path.join(root, name)
     shutil.rmtree(folder, ignore_errors=True)
-    source = make_tiny_model(os.path.join(folder, "untied" if "tied" in name else "source"), family=spec.family)
+    source = make_tiny_model(os.path.join(folder, "untied" if "tied" in name else "source"), family=spec.family,
+                             seed=spec.seed, size=TinySize(**spec.size) if spec.size else None)
     if "tied" in name:
         from model_checks import tied_copy
 
@@ -99,7 +122,7 @@ def build(name: str, root: str) -> tuple[str, str]:
 
 def model_folder(name: str, root: str) -> str:
     """Where build ``name`` under ``root`` leaves its model folder: the run's checkpoint-1, or its export."""
-    return os.path.join(root, name, "out", "checkpoint-1") if BUILDS[name].export is None else \
+    return os.path.join(root, name, "out", "checkpoint-1") if ALL_BUILDS[name].export is None else \
         os.path.join(root, name, "export")
 
 
@@ -116,11 +139,32 @@ def prompt_image(name: str):
     import numpy as np
     from PIL import Image
 
-    width, height = BUILDS[name].image
+    width, height = ALL_BUILDS[name].image
     return Image.fromarray((np.random.default_rng(7).random((height, width, 3)) * 255).astype("uint8"))
 
 
+def chat_request(name: str, model: str, max_tokens: int) -> dict:
+    """The greedy OpenAI chat request both servers get for build ``name``: its image (as a PNG data URL) and PROMPT,
+    asking for the prompt's and the completion's token ids (``return_token_ids``, vLLM's extension)."""
+    import base64
+    import io
+
+    png = io.BytesIO()
+    prompt_image(name).save(png, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    return {"model": model, "temperature": 0, "max_tokens": max_tokens, "return_token_ids": True,
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                      {"type": "text", "text": PROMPT}]}]}
+
+
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", help="folder to build in (each build in root/<name>, emptied first)")
+    parser.add_argument("names", nargs="*", help="the builds to make (default: all of BUILDS, or of VLLM_BUILDS)")
+    parser.add_argument("--vllm", action="store_true", help="the builds vLLM serves (VLLM_BUILDS), not BUILDS")
+    args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # model_checks, reward_helpers
-    for build_name in sys.argv[2:] or BUILDS:
-        print(build_name, *build(build_name, sys.argv[1]))
+    for build_name in args.names or (VLLM_BUILDS if args.vllm else BUILDS):
+        print(build_name, *build(build_name, args.root))

@@ -255,3 +255,16 @@ def test_a_served_string_message_reaches_paddleocr_vls_template(ocr):
     request = parse_chat_request(body.encode(), "ocr", ServeLimits())
     prompt = processor.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
     assert prompt == "<|begin_of_sentence|>Read carefully.\nUser: OCR: the total amount\nAssistant: "
+
+
+def test_the_server_counts_a_paddleocr_vl_images_tokens_as_its_processor_expands_it(ocr):
+    """The prompt bound counts each image's tokens from its size; PaddleOCR-VL's image processor has no
+    ``get_number_of_image_patches`` (Qwen's do), and the count comes from its own resize."""
+    from paddle_r1.serve.chat import PromptMeter
+
+    _, processor = ocr
+    meter = PromptMeter(processor, max_prompt_tokens=4096)
+    for height, width in ((64, 64), (80, 100), (300, 41)):
+        image = _image(0, height, width)
+        grid = processor(text=[_prompt_text(processor, "x", 1)], images=[image], return_tensors="np")["image_grid_thw"]
+        assert meter.image_tokens(image) == int(np.prod(grid[0])) // processor.image_processor.merge_size ** 2 > 0

@@ -70,6 +70,29 @@ def test_greedy_reply_is_the_rollouts_greedy_completion(client, tiny, rec_sample
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected
 
 
+def test_token_ids_on_request_as_vllm_returns_them(client, tiny, rec_samples):
+    """``return_token_ids`` (vLLM's extension): the prompt's ids as the processor makes them (image tokens
+    expanded), each choice's generated ids, which decode to its text; streamed, the prompt's ids come in the first
+    chunk and the completion's with its text. Not asked: neither."""
+    _, processor = tiny
+    sample = rec_samples[0]
+    template = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": sample["problem"]}]}]
+    text = processor.apply_chat_template(template, tokenize=False, add_generation_prompt=True)
+    with Image.open(sample["images"][0]) as image:
+        expected = processor(text=[text], images=[image.convert("RGB")], return_tensors="pd")["input_ids"][0].tolist()
+    ask = dict(model="tiny", messages=image_message(sample), temperature=0, max_tokens=8)
+    reply = client.chat.completions.create(**ask, extra_body={"return_token_ids": True})
+    assert reply.model_extra["prompt_token_ids"] == expected and reply.usage.prompt_tokens == len(expected)
+    ids = reply.choices[0].model_extra["token_ids"]
+    assert len(ids) == reply.usage.completion_tokens > 0
+    assert processor.tokenizer.decode(ids, skip_special_tokens=True) == reply.choices[0].message.content
+    chunks = list(client.chat.completions.create(**ask, stream=True, extra_body={"return_token_ids": True}))
+    assert chunks[0].model_extra["prompt_token_ids"] == expected
+    assert [i for c in chunks for i in c.choices[0].model_extra["token_ids"]] == ids
+    plain = client.chat.completions.create(**ask)
+    assert "prompt_token_ids" not in plain.model_extra and "token_ids" not in plain.choices[0].model_extra
+
+
 def test_concurrent_requests_share_a_batch(client, server):
     prompts = [f"How many objects are there {i}?" for i in range(4)]
     before = server.engine.batches
@@ -119,11 +142,12 @@ def with_image(url: str) -> bytes:
     (with_image("data:image/png;base64,AAAA"), 400, "not a readable image"),
     (chat(max_tokens=10_000), 400, "'max_tokens' must be between 1 and 16"),
     (chat(temperature="hot"), 400, "'temperature' must be a number"),
+    (chat(return_token_ids="yes"), 400, "'return_token_ids' must be true or false"),
     (chat(messages=[{"role": "wizard", "content": "x"}]), 400, "needs a role"),
     (b"[1, 2]", 400, "must be a JSON object"),
     (b" " * (2 << 20), 413, "over this server's limit"),
 ], ids=["malformed-json", "unknown-model", "oversize-image", "http-url", "local-path", "bad-image", "max-tokens",
-        "temperature", "role", "not-object", "oversize-body"])
+        "temperature", "return-token-ids", "role", "not-object", "oversize-body"])
 def test_bad_requests_get_4xx_and_the_server_lives_on(server, client, body, status, message):
     got_status, got_message = post(server, body)
     assert got_status == status and message in got_message, got_message

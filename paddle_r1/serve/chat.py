@@ -54,6 +54,7 @@ class ChatRequest:
     n: int
     stop: list
     stream: bool
+    return_token_ids: bool = False  # vLLM's extension: the reply carries the prompt's and each choice's token ids
     prompt: str = ""  # the messages through the chat template, as the model reads them (``PromptMeter.check``)
     videos: list = field(default_factory=list)  # clips (``data.video.Clip``) in the order the messages show them
 
@@ -87,6 +88,13 @@ def _number(body: dict, key: str, default, low: float, high: float, integer: boo
     if not (math.isfinite(value) and low <= value <= high):
         raise _bad(f"'{key}' must be between {low} and {high}, got {value!r}", key)
     return value
+
+
+def _flag(body: dict, key: str) -> bool:
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise _bad(f"'{key}' must be true or false", key)
+    return bool(value)
 
 
 def open_image(data: bytes, where: str, limits: ServeLimits) -> Image.Image:
@@ -252,11 +260,10 @@ def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
     stop = [stop] if isinstance(stop, str) else stop
     if not (isinstance(stop, list) and len(stop) <= limits.max_stop and all(isinstance(s, str) and s for s in stop)):
         raise _bad(f"'stop' must be a string or a list of at most {limits.max_stop} non-empty strings", "stop")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise _bad("'stream' must be true or false", "stream")
+    stream, return_token_ids = (_flag(body, key) for key in ("stream", "return_token_ids"))
     return ChatRequest(messages=chat, images=images, sampling=sampling,
-                       n=_number(body, "n", 1, 1, limits.max_n, True), stop=stop, stream=stream, videos=videos)
+                       n=_number(body, "n", 1, 1, limits.max_n, True), stop=stop, stream=stream, videos=videos,
+                       return_token_ids=return_token_ids)
 
 
 class PromptMeter:
@@ -277,8 +284,15 @@ class PromptMeter:
         self.pair_text_tokens = pair_text_tokens
 
     def image_tokens(self, image: Image.Image) -> int:
-        return int(self.image_processor.get_number_of_image_patches(image.height, image.width, {})
-                   * self.tokens_per_patch)
+        """Qwen's image processors count an image's patches (``get_number_of_image_patches``); PaddleOCR-VL's has
+        no such method and gives the resized grid (``get_smarted_resize``)."""
+        processor = self.image_processor
+        if hasattr(processor, "get_number_of_image_patches"):
+            patches = processor.get_number_of_image_patches(image.height, image.width, {})
+        else:
+            _, (rows, columns) = processor.get_smarted_resize(image.height, image.width)
+            patches = rows * columns
+        return int(patches * self.tokens_per_patch)
 
     def video_tokens(self, clip) -> int:
         """A clip's tokens: frame pairs x merged tokens per frame, and its time text."""

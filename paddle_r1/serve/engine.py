@@ -25,19 +25,33 @@ logger = logging.getLogger(__name__)
 class Choice:
     text: str
     finish_reason: str  # "stop" (end of turn or a stop string) or "length"
-    completion_tokens: int
+    token_ids: list  # the tokens generated, the end token included; past a stop string too (the batch decodes on)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
 
 
 @dataclass
 class Answer:
     choices: list
-    prompt_tokens: int
+    prompt_token_ids: list  # the prompt as the model read it: chat template applied, each image's tokens expanded
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
 
 
 def cut_at_stop(text: str, stop: list) -> tuple[str, bool]:
     """``text`` up to the earliest stop string, and whether one was found (OpenAI leaves the stop string out)."""
     cuts = [i for i in (text.find(s) for s in stop) if i >= 0]
     return (text[:min(cuts)], True) if cuts else (text, False)
+
+
+def kept_tokens(ids, mask) -> list:
+    """Each row's ids where its mask is 1: a prompt without its left padding, a completion without the padding after
+    its end token."""
+    return [[int(t) for t, keep in zip(row, row_mask) if keep] for row, row_mask in zip(ids.tolist(), mask.tolist())]
 
 
 class Engine:
@@ -92,15 +106,15 @@ class Engine:
                                      generator.tokenizer.pad_token_id)
         self.batches += 1
         decoded = generator.decode(rollout)
-        lengths = rollout.completion_mask.sum(axis=1).tolist()
+        completions = kept_tokens(rollout.completion_ids, rollout.completion_mask)
         truncated = rollout.truncated.tolist()
-        prompt_lengths = prompt.attention_mask.sum(axis=1).tolist()
+        prompts = kept_tokens(prompt.input_ids, prompt.attention_mask)
         answers = []
         for i, request in enumerate(requests):
             choices = []
             for row in range(i * first.n, (i + 1) * first.n):
                 text, stopped = cut_at_stop(decoded[row], request.stop)
                 reason = "length" if truncated[row] and not stopped else "stop"
-                choices.append(Choice(text=text, finish_reason=reason, completion_tokens=int(lengths[row])))
-            answers.append(Answer(choices=choices, prompt_tokens=int(prompt_lengths[i])))
+                choices.append(Choice(text=text, finish_reason=reason, token_ids=completions[row]))
+            answers.append(Answer(choices=choices, prompt_token_ids=prompts[i]))
         return answers

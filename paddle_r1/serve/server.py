@@ -39,25 +39,37 @@ logger = logging.getLogger(__name__)
 DRAIN_FACTOR = 16  # a refused body up to this many times the size limit is read and dropped
 
 
-def completion_body(answer: Answer, model: str, request_id: str, created: int) -> dict:
+def completion_body(answer: Answer, model: str, request_id: str, created: int, token_ids: bool = False) -> dict:
+    """The reply; with ``token_ids`` (the request's ``return_token_ids``) in vLLM's shape: the prompt's ids at the
+    top (``prompt_token_ids``), each choice's generated ids beside its message (``token_ids``)."""
     used = sum(c.completion_tokens for c in answer.choices)
-    return {"id": request_id, "object": "chat.completion", "created": created, "model": model,
+    body = {"id": request_id, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": i, "message": {"role": "assistant", "content": c.text},
-                         "finish_reason": c.finish_reason, "logprobs": None} for i, c in enumerate(answer.choices)],
+                         "finish_reason": c.finish_reason, "logprobs": None,
+                         **({"token_ids": c.token_ids} if token_ids else {})} for i, c in enumerate(answer.choices)],
             "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": used,
                       "total_tokens": answer.prompt_tokens + used}}
+    if token_ids:
+        body["prompt_token_ids"] = answer.prompt_token_ids
+    return body
 
 
-def stream_events(answer: Answer, model: str, request_id: str, created: int) -> list[dict]:
-    """The chunks of a streamed reply: per choice its role, its text, then its finish reason."""
-    def chunk(index: int, delta: dict, finish: Optional[str] = None) -> dict:
+def stream_events(answer: Answer, model: str, request_id: str, created: int, token_ids: bool = False) -> list[dict]:
+    """The chunks of a streamed reply: per choice its role, its text, then its finish reason. With ``token_ids``, as
+    vLLM sends them: the prompt's ids in the first chunk, each chunk's generated ids in its choice."""
+    def chunk(index: int, delta: dict, finish: Optional[str] = None, ids: Optional[list] = None) -> dict:
+        choice = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}
+        if token_ids:
+            choice["token_ids"] = ids or []
         return {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+                "choices": [choice]}
 
     events = []
     for i, c in enumerate(answer.choices):
-        events += [chunk(i, {"role": "assistant", "content": ""}), chunk(i, {"content": c.text}),
+        events += [chunk(i, {"role": "assistant", "content": ""}), chunk(i, {"content": c.text}, ids=c.token_ids),
                    chunk(i, {}, c.finish_reason)]
+    if token_ids:
+        events[0]["prompt_token_ids"] = answer.prompt_token_ids
     return events
 
 
@@ -239,9 +251,10 @@ class ChatHandler(BaseHTTPRequestHandler):
         answer = server.engine.submit(request).result()
         request_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if request.stream:
-            self._send_events(stream_events(answer, server.model_name, request_id, created))
+            self._send_events(stream_events(answer, server.model_name, request_id, created, request.return_token_ids))
         else:
-            self._send_json(200, completion_body(answer, server.model_name, request_id, created))
+            self._send_json(200, completion_body(answer, server.model_name, request_id, created,
+                                                 request.return_token_ids))
 
 
 def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, model_name: Optional[str] = None,
