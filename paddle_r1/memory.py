@@ -47,7 +47,7 @@ import itertools
 import json
 import os
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Callable, Optional
 
 from .models.families import MemoryLayout, family_of
 
@@ -537,10 +537,11 @@ def check_host(result: Estimate, config) -> Optional[str]:
                                  "take none" if copy else "the checkpoint is read by every rank while loading")
 
 
-def check_fits(config, gpus: int) -> Optional[Estimate]:
+def check_fits(config, gpus: int, echo: Callable[[str], None] = print) -> Optional[Estimate]:
     """Start-up preflight on GPU: raise a ConfigError carrying the table and the keys to change when the run
     cannot fit this GPU's memory (counting attention without flash attention before sm80), or this machine's RAM
-    (``check_host``: a warning unless the update guard's copy was asked for); on CPU nothing is checked (None)."""
+    (``check_host``: a warning, handed to ``echo``, unless the update guard's copy was asked for); on CPU nothing
+    is checked (None)."""
     import paddle
 
     from .errors import ConfigError
@@ -555,5 +556,5 @@ def check_fits(config, gpus: int) -> Optional[Estimate]:
         raise ConfigError(f"this run needs more memory than the GPU has:\n{result.table()}")
     warning = check_host(result, config)
     if warning:
-        print(warning)
+        echo(warning)
     return result
