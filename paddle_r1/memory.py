@@ -267,8 +267,8 @@ def decoder_training_bytes(shape: ModelShape, sequences: int, length: int, w: in
     attention: its expanded K/V kept for backward, and [H, L, L] softmax in the weights' dtype). Without recompute
     the peak is the end of the forward: every layer's kept tensors. With ``recompute`` each layer keeps only its
     input, and during backward one layer is rebuilt and differentiated: its kept tensors, their gradients and the
-    backward's temporaries (3x), its scores and their gradients (2x). Measured on CPU for eager
-    (``benchmarks/memory_estimate.py``): within 10% both ways."""
+    backward's temporaries (3x), its scores and their gradients (2x). ``benchmarks/memory_estimate.py`` compares
+    both ways with a measured peak on CPU for eager (its figures in benchmarks/README.md)."""
     tokens = sequences * length
     expanded = 2 * (shape.q_dim or shape.hidden) if attention == "math" and expands_kv(shape) else 0
     per_token_layer = (_activation_elements(shape.hidden, shape.kv_dim, shape.intermediate) + expanded) * w
