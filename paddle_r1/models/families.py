@@ -2,10 +2,11 @@
 
 A family is named by its config.json ``model_type``, and everything paddle_r1 does differently per family is a field
 of its entry: its model class, the coordinate system of its answers, how a prompt is embedded, where its M-RoPE
-positions and its text decoder sit, its config spelling, what the memory estimate reads from its config.json, its
-tiny checkpoint, whether the one-token decode step runs it, its processor, and what it needs installed. Code outside
-``paddle_r1/models/`` asks ``family_of(model, config, config dict or model_type)`` and reads a field; it never tests
-a family's name or probes a model with ``hasattr`` (``tests/test_families.py`` holds the package to that).
+positions and its text decoder sit, its config spelling, what the memory estimate reads from its config.json, the
+layers LoRA adapts by default, its tiny checkpoint, whether the one-token decode step runs it, its processor, and
+what it needs installed. Code outside ``paddle_r1/models/`` asks ``family_of(model, config, config dict or
+model_type)`` and reads a field; it never tests a family's name or probes a model with ``hasattr``
+(``tests/test_families.py`` holds the package to that).
 
 Why one table and not an entry beside each model module: the model modules import paddle and paddleformers (seconds,
 and the fused kernels' registration), while the CLI, the config checks and the memory estimate need a family's facts
@@ -75,6 +76,9 @@ class ModelFamily:
     vision_parts: tuple[str, ...]  # the model's attributes ``freeze_vision`` freezes (the tower and its merger)
     flat_text_config: bool  # paddleformers reads its text fields only at config.json's top level, as published
     memory: MemoryLayout
+    # regexes (``re.fullmatch`` over layer names) of the layers LoRA adapts when ``lora_target_modules`` names none:
+    # the text decoder's projections, as paddleformers names them; the vision tower is left alone
+    lora_targets: tuple[str, ...]
     tiny_builder: Ref  # fn(family, out_dir, seed, size, max_pixels, min_pixels) -> the tiny checkpoint's folder
     demo_task: str  # the synthetic task ``paddle-r1 demo`` trains its tiny model on
     processor_class: str  # its processor's class, as ``processor_config`` files name it
@@ -88,7 +92,10 @@ class ModelFamily:
 
 _QWEN_MEMORY = dict(vision_depth="depth", vision_heads="num_heads", text_bias=True, fused_projections=True)
 _QWEN_VL = dict(rope_index_at=("model",), text_decoder_at=("model", "language_model"), vision_parts=("visual",),
-                flat_text_config=False, demo_task="rec", fast_image_processor=True, requirements=())
+                flat_text_config=False, demo_task="rec", fast_image_processor=True, requirements=(),
+                # q, k, v fused into qkv_proj, gate and up into up_gate_proj
+                lora_targets=(r".*language_model\.layers\.\d+\.self_attn\.(qkv_proj|o_proj)",
+                              r".*language_model\.layers\.\d+\.mlp\.(up_gate_proj|down_proj)"))
 _SCATTERED = Ref("paddle_r1.models.forward", "embed_scattered")
 
 QWEN2_VL = ModelFamily(
@@ -131,6 +138,9 @@ PADDLEOCR_VL = ModelFamily(
     memory=MemoryLayout(vision_width="hidden_size", vision_depth="num_hidden_layers",
                         vision_heads="num_attention_heads", vision_mlp="intermediate_size", vision_tower="siglip",
                         windowed_vision=False, text_bias=False, fused_projections=False),
+    # its ERNIE-4.5 decoder at ``model.layers``, projections unfused
+    lora_targets=(r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|o_proj)",
+                  r"model\.layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)"),
     tiny_builder=Ref("paddle_r1.testing.tiny_paddleocr_vl", "make_tiny_paddleocr_vl"),
     demo_task="ocr_lines",  # it reads text: rendered text lines, answered as they are
     processor_class="PaddleOCRVLProcessor",
