@@ -58,9 +58,13 @@ class MemoryLayout:
     vision_depth: str  # vision_config key of the number of blocks
     vision_heads: str  # vision_config key of the attention heads
     vision_mlp: str  # vision_config key of the MLP's width: "intermediate_size", or "mlp_ratio" (times the width)
-    vision_tower: str  # block layout: "layer_norm_fc" (LayerNorm, fc1/fc2), "rms_norm_gated" or "siglip"
+    # the tower's layout (``memory.VISION_TOWERS``): "layer_norm_fc" (LayerNorm, fc1/fc2), "rms_norm_gated" (RMSNorm,
+    # gate/up/down), "deepstack" (LayerNorm, fc1/fc2, a learned position table and one DeepStack merger per
+    # ``deepstack_visual_indexes`` entry) or "siglip" (LayerNorm, fc1/fc2, a position table, the merger beside it)
+    vision_tower: str
     windowed_vision: bool  # only ``fullatt_block_indexes`` attend to the whole image (Qwen2.5-VL's windows)
-    text_bias: bool  # the decoder's q, k, v have biases (Qwen2's; ERNIE-4.5's have none)
+    text_bias: bool  # the decoder's q, k, v have biases (Qwen2's; Qwen3's and ERNIE-4.5's have none)
+    qk_norm: bool  # the decoder's queries and keys have an RMSNorm over each head (Qwen3's)
     fused_projections: bool  # q/k/v and gate/up are one linear layer each (one LoRA adapter each)
 
 
@@ -90,7 +94,7 @@ class ModelFamily:
     requirements: tuple[Requirement, ...]
 
 
-_QWEN_MEMORY = dict(vision_depth="depth", vision_heads="num_heads", text_bias=True, fused_projections=True)
+_QWEN_MEMORY = dict(vision_depth="depth", vision_heads="num_heads", fused_projections=True)
 _QWEN_VL = dict(rope_index_at=("model",), text_decoder_at=("model", "language_model"), vision_parts=("visual",),
                 flat_text_config=False, demo_task="rec", fast_image_processor=True, requirements=(),
                 # q, k, v fused into qkv_proj, gate and up into up_gate_proj
@@ -103,7 +107,7 @@ QWEN2_VL = ModelFamily(
     model_class=Ref("paddle_r1.models.qwen2_vl", "Qwen2VLForConditionalGeneration"),
     coord_system="rel_1000", embed_prompt=_SCATTERED,
     memory=MemoryLayout(vision_width="embed_dim", vision_mlp="mlp_ratio", vision_tower="layer_norm_fc",
-                        windowed_vision=False, **_QWEN_MEMORY),
+                        windowed_vision=False, text_bias=True, qk_norm=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_vl"), processor_class="Qwen2VLProcessor",
     one_token_decode=True, video_time="frames", **_QWEN_VL)
 QWEN2_5_VL = ModelFamily(
@@ -111,17 +115,16 @@ QWEN2_5_VL = ModelFamily(
     model_class=Ref("paddle_r1.models.qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
     coord_system="abs_resized", embed_prompt=_SCATTERED,
     memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
-                        windowed_vision=True, **_QWEN_MEMORY),
+                        windowed_vision=True, text_bias=True, qk_norm=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_5_vl"), processor_class="Qwen2_5_VLProcessor",
     one_token_decode=True, video_time="seconds", **_QWEN_VL)
-# Qwen3-VL's tower (LayerNorm, fc1/fc2, DeepStack mergers) is counted as Qwen2.5-VL's blocks, as the estimate always
-# has; its decoder's q/k norms and DeepStack take the model's own layers to decode
+# its decoder's q/k norms and DeepStack take the model's own layers to decode
 QWEN3_VL = ModelFamily(
     model_type="qwen3_vl", title="Qwen3-VL",
     model_class=Ref("paddle_r1.models.qwen3_vl", "Qwen3VLForConditionalGeneration"),
     coord_system="rel_1000", embed_prompt=Ref("paddle_r1.models.forward", "embed_with_deepstack"),
-    memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
-                        windowed_vision=False, **_QWEN_MEMORY),
+    memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="deepstack",
+                        windowed_vision=False, text_bias=False, qk_norm=True, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen3_vl"), processor_class="Qwen3VLProcessor",
     one_token_decode=False, video_time="none", **_QWEN_VL)
 PADDLEOCR_VL = ModelFamily(
@@ -137,7 +140,7 @@ PADDLEOCR_VL = ModelFamily(
     flat_text_config=True,  # paddleformers' config asserts on a nested text_config, which transformers 5 writes
     memory=MemoryLayout(vision_width="hidden_size", vision_depth="num_hidden_layers",
                         vision_heads="num_attention_heads", vision_mlp="intermediate_size", vision_tower="siglip",
-                        windowed_vision=False, text_bias=False, fused_projections=False),
+                        windowed_vision=False, text_bias=False, qk_norm=False, fused_projections=False),
     # its ERNIE-4.5 decoder at ``model.layers``, projections unfused
     lora_targets=(r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|o_proj)",
                   r"model\.layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)"),
