@@ -317,12 +317,17 @@ class GradientReducer:
 
 
 def sum_across_ranks(value: float, world_size: int, where: str = "a sum over ranks") -> float:
+    return sums_across_ranks([value], world_size, where)[0]
+
+
+def sums_across_ranks(values: list[float], world_size: int, where: str = "sums over ranks") -> list[float]:
+    """Each of ``values`` summed over the ranks, all in one float64 all-reduce."""
     if world_size == 1:
-        return value
+        return list(values)
     _check_in(where)
-    tensor = paddle.to_tensor([value], dtype="float64")
+    tensor = paddle.to_tensor(values, dtype="float64")
     dist.all_reduce(tensor)
-    return float(tensor[0])
+    return tensor.numpy().tolist()
 
 
 def gather_objects(obj, world_size: int, where: str) -> list:
