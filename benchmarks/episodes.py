@@ -85,15 +85,15 @@ def main() -> None:
     from paddle_r1.generation.rollout import SamplingParams, prefill, sample_completions
     from paddle_r1.models.loading import load_model, load_processor
     from paddle_r1.quiet import quiet_libraries
-    from paddle_r1.testing.tiny import TinySize, make_tiny_model
+    from anchor import decoder_size  # beside this file
+    from paddle_r1.testing.tiny import make_tiny_model
     from paddle_r1.tools.builtins import ToolContext
     from paddle_r1.tools.toolbox import Toolbox
 
     quiet_libraries()
     tune_cpu_math()
     work = tempfile.mkdtemp(prefix="episodes_bench_")
-    size = TinySize(hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,
-                    num_attention_heads=args.hidden // 64 * 2, num_key_value_heads=2)
+    size = decoder_size(args.hidden, args.layers)
     model_dir = make_tiny_model(os.path.join(work, "model"), size=size)
     model, processor = load_model(model_dir), load_processor(model_dir)
     samples = load_samples(make_synthetic_rec(os.path.join(work, "data"), args.prompts))[0]

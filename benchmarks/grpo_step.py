@@ -80,12 +80,10 @@ def _make_checkpoint(folder: str, torch_python: str | None) -> str:
         subprocess.run([torch_python, os.path.join(HERE, "trl_anchor", "make_hf_tiny.py"), folder, "--weights"],
                        check=True, stdout=subprocess.DEVNULL)
         return folder
-    from paddle_r1.testing.tiny import TinySize, make_tiny_model
+    from anchor import ANCHOR_SIZE  # beside this file
+    from paddle_r1.testing.tiny import make_tiny_model
 
-    size = TinySize(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
-                    num_key_value_heads=2, vision_hidden_size=128, vision_intermediate_size=256, vision_depth=2,
-                    vocab_size=4096)
-    return make_tiny_model(folder, size=size)
+    return make_tiny_model(folder, size=ANCHOR_SIZE)
 
 
 class PhaseClock:

@@ -53,8 +53,8 @@ class Preset:
 
 
 FULL = Preset()
-# One seed in about 80 s (tests/test_learning.py): the same SFT, then GRPO with 8 prompts x 4 completions per step
-# and no evaluation between the first and the last.
+# One seed, small enough for the test suite (tests/test_learning.py): the same SFT, then GRPO with 8 prompts x 4
+# completions per step and no evaluation between the first and the last.
 QUICK = replace(FULL, num_train=256, num_heldout=100,
                 grpo={**FULL.grpo, "per_device_train_batch_size": 32, "num_generations": 4, "max_steps": 60,
                       "eval_steps": 60})

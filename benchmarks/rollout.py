@@ -71,10 +71,10 @@ def _checkpoint(args, work: str) -> str:
                         "--hidden", str(args.hidden), "--layers", str(args.layers)],
                        check=True, stdout=subprocess.DEVNULL)
         return folder
-    from paddle_r1.testing.tiny import TinySize, make_tiny_model
+    from anchor import decoder_size  # beside this file
+    from paddle_r1.testing.tiny import make_tiny_model
 
-    size = TinySize(hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,
-                    num_attention_heads=args.hidden // 64 * 2, num_key_value_heads=2)
+    size = decoder_size(args.hidden, args.layers)
     return make_tiny_model(os.path.join(work, "model"), size=size)
 
 

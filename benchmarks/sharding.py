@@ -59,11 +59,11 @@ def main() -> None:
     import paddle.distributed as dist
 
     from paddle_r1.data.synthetic import make_synthetic_rec
-    from paddle_r1.testing.tiny import TinySize, make_tiny_model
+    from anchor import decoder_size  # beside this file
+    from paddle_r1.testing.tiny import make_tiny_model
 
     work = tempfile.mkdtemp()
-    size = TinySize(hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,
-                    num_attention_heads=args.hidden // 64 * 2, num_key_value_heads=2)
+    size = decoder_size(args.hidden, args.layers)
     model_dir = make_tiny_model(f"{work}/model", size=size)
     data = make_synthetic_rec(f"{work}/data", 8)
     rows = []

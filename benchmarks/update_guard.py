@@ -18,14 +18,15 @@ import tempfile
 import timeit
 import warnings
 
+from anchor import ANCHOR_SIZE  # beside this file
+from paddle_r1.testing.parts import TinySize
+
 warnings.filterwarnings("ignore")
 
-SIZES = {  # name: TinySize fields
-    "anchor": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
-                   num_key_value_heads=2, vision_hidden_size=128, vision_intermediate_size=256, vision_depth=2,
-                   vocab_size=4096),
-    "larger": dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=8,
-                 num_key_value_heads=2, vision_hidden_size=256, vision_intermediate_size=512, vocab_size=16384),
+SIZES = {
+    "anchor": ANCHOR_SIZE,
+    "larger": TinySize(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=8,
+                       num_key_value_heads=2, vision_hidden_size=256, vision_intermediate_size=512, vocab_size=16384),
 }
 
 
@@ -34,16 +35,16 @@ def _median_ms(fn, repeats: int) -> float:
     return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=repeats))
 
 
-def measure(size: dict, repeats: int) -> dict:
+def measure(size: TinySize, repeats: int) -> dict:
     import paddle
 
     from paddle_r1.parallel.optimizer_state import allocate_optimizer_state
     from paddle_r1.models.loading import load_model
-    from paddle_r1.testing.tiny import TinySize, make_tiny_model
+    from paddle_r1.testing.tiny import make_tiny_model
     from paddle_r1.parallel.step_guard import StepSnapshot, finite_flags
 
     with tempfile.TemporaryDirectory() as folder:
-        model = load_model(make_tiny_model(folder + "/m", size=TinySize(**size)))
+        model = load_model(make_tiny_model(folder + "/m", size=size))
     parameters = [p for p in model.parameters() if not p.stop_gradient]
     optimizer = paddle.optimizer.AdamW(learning_rate=1e-5, parameters=parameters)
     allocate_optimizer_state(optimizer)

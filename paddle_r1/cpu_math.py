@@ -3,31 +3,26 @@ runs on the CPU (config key ``tune_cpu_math``, on by default) and by the command
 without CUDA; importing paddle_r1 makes neither.
 
 MKL on AMD. Paddle's CPU wheel calls an old Intel MKL (``libmklml_intel``) for its matrix products, and that MKL picks a
-generic, non-AVX2 code path on AMD processors: a [1696, 256] x [256, 2048] product ran at 14 GFLOP/s on a
-2-core AMD EPYC (torch's newer MKL: 45-69). ``MKL_DEBUG_CPU_TYPE`` makes that MKL use the kernels of
-the instruction set named: 5 its AVX2 ones (40-78 GFLOP/s on the same machine), 7 its AVX-512 (Skylake) ones,
-which need AVX-512 F, CD, BW, DQ and VL (AMD has them from Zen 4 on): a [16, 256] x [256, 2048] product, the
-decode step's gate/up, took 70 us against 230 with 5, a [1024]^3 one ran at 259 GFLOP/s against 132
-(``python benchmarks/experiments/mkl_kernels.py``). The MKL_DEBUG_CPU_TYPE values above 7 are Xeon Phi's kernels,
-which stop
-an EPYC with an illegal instruction. MKL reads the variable when Paddle first loads it (the first matrix product),
-so it must be set before that; a value the user set is kept, and Intel processors (where MKL already chooses well,
-AVX-512 included) are left alone.
+generic, non-AVX2 code path on AMD processors, slower than torch's newer MKL on the same products.
+``MKL_DEBUG_CPU_TYPE`` makes that MKL use the kernels of the instruction set named: 5 its AVX2 ones, 7 its AVX-512
+(Skylake) ones, faster still, which need AVX-512 F, CD, BW, DQ and VL (AMD has them from Zen 4 on)
+(``python benchmarks/experiments/mkl_kernels.py`` times each set; its figures are in ``benchmarks/README.md``). The
+MKL_DEBUG_CPU_TYPE values above 7 are Xeon Phi's kernels, which stop an EPYC with an illegal instruction. MKL reads
+the variable when Paddle first loads it (the first matrix product), so it must be set before that; a value the user
+set is kept, and Intel processors (where MKL already chooses well, AVX-512 included) are left alone.
 
 Large blocks from glibc's heap. glibc serves blocks above its mmap threshold (128 KiB at first, 32 MiB at most) with
 a fresh ``mmap`` and gives them back on free, so every activation-sized tensor Paddle's CPU allocator (which keeps
 no cache on the CPU) asks for starts on untouched pages, and each first touch of a page is a page fault the kernel
 answers by zeroing it. Here all blocks come from the heap (``M_MMAP_MAX`` 0) and a freed block is taken again by the
 next tensor that fits, untouched pages no more; up to 256 MiB free at the heap's top is kept (the trim threshold).
-On a [16, 2, 512, 1073] float32 block (70 MB, one block of the log-prob attention's scores at 1,024 completion
-tokens) an add took 29.8 ms with the mmap threshold at its maximum and 4.9 ms without mmap, a softmax 42.5 and 13.9,
-the product that makes the block 35.0 and 9.9 (``python benchmarks/experiments/heap_blocks.py``, on this project's
-virtual
-machine): the slowness of Paddle's CPU elementwise kernels on large tensors measured earlier was mostly these page
-faults. The speed anchor's GRPO step at 1,024 completion tokens took 14.4-14.9 s against 16.9-17.2, at 4.3 GB peak
-RSS against 3.9 (blocks freed inside the heap are reused but not given back; ``python benchmarks/grpo_step.py
---model DIR --new-tokens 1024 --steps 3 --json [--glibc-default]``, DIR the anchor's checkpoint); at 64 and 256
-tokens, whose blocks are under 32 MiB, nothing changed. Set with ``mallopt`` on glibc; elsewhere nothing is done."""
+The slowness of Paddle's CPU elementwise kernels on large tensors (a block of the log-prob attention's scores at
+1,024 completion tokens is [16, 2, 512, 1073] float32, 70 MB) was mostly these page faults
+(``python benchmarks/experiments/heap_blocks.py``); the speed anchor's GRPO step at 1,024 completion tokens is
+faster, at a higher peak RSS (blocks freed inside the heap are reused but not given back; ``python
+benchmarks/grpo_step.py --model DIR --new-tokens 1024 --steps 3 --json [--glibc-default]``, DIR the anchor's
+checkpoint); at 64 and 256 tokens, whose blocks are under 32 MiB, nothing changes. The figures are in
+``docs/performance.md`` (What to set). Set with ``mallopt`` on glibc; elsewhere nothing is done."""
 from __future__ import annotations
 
 import ctypes

@@ -50,7 +50,7 @@ import itertools
 import json
 import os
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Callable, Optional
 
 from .models.families import MemoryLayout, family_of
 
@@ -93,7 +93,8 @@ class ModelShape:
     temporal_patch_size: int
     family: str
     q_dim: int = 0  # query width: num_attention_heads * head_dim (hidden, unless head_dim says otherwise)
-    vision_positions: int = 0  # PaddleOCR-VL's learned vision position table (rows)
+    vision_positions: int = 0  # rows of the learned vision position table (PaddleOCR-VL's, Qwen3-VL's)
+    deepstack_mergers: int = 0  # Qwen3-VL's mergers beside the main one, one per ``deepstack_visual_indexes`` entry
 
     @property
     def layout(self) -> MemoryLayout:
@@ -110,7 +111,9 @@ class ModelShape:
         heads = text["num_attention_heads"]
         head_dim = text.get("head_dim") or text["hidden_size"] // heads
         depth = vision[layout.vision_depth]
-        siglip = layout.vision_tower == "siglip"
+        tower = layout.vision_tower
+        positions = ((vision["image_size"] // vision["patch_size"]) ** 2 if tower == "siglip"
+                     else vision["num_position_embeddings"] if tower == "deepstack" else 0)
         return cls(
             hidden=text["hidden_size"], intermediate=text["intermediate_size"], layers=text["num_hidden_layers"],
             heads=heads, kv_dim=text.get("num_key_value_heads", heads) * head_dim,
@@ -121,8 +124,8 @@ class ModelShape:
                                           if layout.windowed_vision else depth),
             patch_size=vision["patch_size"], merge_size=vision["spatial_merge_size"],
             temporal_patch_size=vision.get("temporal_patch_size", 2), family=config["model_type"],
-            q_dim=heads * head_dim,
-            vision_positions=(vision["image_size"] // vision["patch_size"]) ** 2 if siglip else 0,
+            q_dim=heads * head_dim, vision_positions=positions,
+            deepstack_mergers=len(vision["deepstack_visual_indexes"]) if tower == "deepstack" else 0,
         )
 
 
@@ -142,38 +145,70 @@ def _linear(n_in: int, n_out: int, bias: bool) -> int:
 
 def count_parameters(shape: ModelShape) -> ParameterCounts:
     """Parameters of the text decoder (embeddings, layers, final norm, lm_head unless tied) and the vision tower
-    (patch embedding, blocks, patch merger), as the published checkpoints lay them out (PaddleOCR-VL's without its
+    (patch embedding, blocks, patch mergers), as the published checkpoints lay them out (PaddleOCR-VL's without its
     unused packing table, which paddle_r1 does not hold)."""
     h, kv, i, q = shape.hidden, shape.kv_dim, shape.intermediate, shape.q_dim or shape.hidden
     layout = shape.layout
-    bias = layout.text_bias  # Qwen2's q, k, v have biases; ERNIE-4.5's nothing does
+    bias = layout.text_bias  # Qwen2's q, k, v have biases; Qwen3's and ERNIE-4.5's nothing does
     layer = (_linear(h, q, bias) + 2 * _linear(h, kv, bias) + _linear(q, h, False)  # q, k, v; o
              + 3 * _linear(h, i, False) + 2 * h)  # gate, up, down; two RMSNorms
+    if layout.qk_norm:
+        layer += 2 * q // shape.heads  # Qwen3's RMSNorm over each query head and each key head
     embeddings = shape.vocab * h
     text = embeddings + shape.layers * layer + h + (0 if shape.tied else embeddings)
-    if layout.vision_tower == "siglip":
-        return ParameterCounts(text=text, vision=_siglip_parameters(shape))
+    return ParameterCounts(text=text, vision=VISION_TOWERS[layout.vision_tower](shape))
 
-    w, wi = shape.vision_width, shape.vision_intermediate
-    layer_norm_fc = layout.vision_tower == "layer_norm_fc"
-    norm = 2 * w if layer_norm_fc else w  # LayerNorm (weight, bias) or RMSNorm
-    mlp = _linear(w, wi, True) * (1 if layer_norm_fc else 2) + _linear(wi, w, True)  # fc1, fc2 or gate, up, down
-    block = 2 * norm + _linear(w, 3 * w, True) + _linear(w, w, True) + mlp
+
+def _vision_block(w: int, wi: int, gated_rms_norm: bool = False) -> int:
+    """One vision block: two norms (LayerNorm: weight and bias; RMSNorm: weight), qkv and proj with biases, the
+    MLP with biases (fc1, fc2; or gate, up, down)."""
+    norm = w if gated_rms_norm else 2 * w
+    mlp = _linear(w, wi, True) * (2 if gated_rms_norm else 1) + _linear(wi, w, True)
+    return 2 * norm + _linear(w, 3 * w, True) + _linear(w, w, True) + mlp
+
+
+def _patch_embedding(shape: ModelShape, bias: bool) -> int:
+    w = shape.vision_width
+    return w * 3 * shape.temporal_patch_size * shape.patch_size**2 + (w if bias else 0)
+
+
+def _merger(shape: ModelShape, norm: int) -> int:
+    """A patch merger: its norm (``norm`` parameters), then two linear layers from the 2 x 2 merged vector to the
+    decoder's width."""
+    merged = shape.vision_width * shape.merge_size**2
+    return norm + _linear(merged, merged, True) + _linear(merged, shape.hidden, True)
+
+
+def _qwen_vl_tower(shape: ModelShape) -> int:
+    """Qwen2-VL's (LayerNorm blocks, fc1/fc2) and Qwen2.5-VL's (RMSNorm blocks, gate/up/down) towers: a patch
+    embedding without bias, the blocks and the merger (its norm over the width, before the merge)."""
+    w, gated = shape.vision_width, shape.layout.vision_tower == "rms_norm_gated"
+    block = _vision_block(w, shape.vision_intermediate, gated)
+    return _patch_embedding(shape, bias=False) + shape.vision_depth * block + _merger(shape, w if gated else 2 * w)
+
+
+def _deepstack_tower(shape: ModelShape) -> int:
+    """Qwen3-VL's tower: a patch embedding with bias, the learned position table, LayerNorm blocks (fc1/fc2), the
+    merger (LayerNorm over the width, before the merge) and the DeepStack mergers (LayerNorm over the merged
+    vector, after the merge)."""
+    w = shape.vision_width
     merged = w * shape.merge_size**2
-    merger = norm + _linear(merged, merged, True) + _linear(merged, h, True)
-    patch_embed = w * 3 * shape.temporal_patch_size * shape.patch_size**2
-    return ParameterCounts(text=text, vision=patch_embed + shape.vision_depth * block + merger)
+    return (_patch_embedding(shape, bias=True) + shape.vision_positions * w
+            + shape.vision_depth * _vision_block(w, shape.vision_intermediate)
+            + _merger(shape, 2 * w) + shape.deepstack_mergers * _merger(shape, 2 * merged))
 
 
-def _siglip_parameters(shape: ModelShape) -> int:
+def _siglip_tower(shape: ModelShape) -> int:
     """PaddleOCR-VL's vision tower: patch embedding (with bias), position table, LayerNorm blocks (q, k, v, out,
     fc1, fc2 with biases), the final LayerNorm, and its merger beside it (LayerNorm, two linear layers)."""
-    w, wi, h = shape.vision_width, shape.vision_intermediate, shape.hidden
-    block = 2 * 2 * w + 4 * _linear(w, w, True) + _linear(w, wi, True) + _linear(wi, w, True)
-    patch_embed = w * 3 * shape.temporal_patch_size * shape.patch_size**2 + w
-    merged = w * shape.merge_size**2
-    merger = 2 * w + _linear(merged, merged, True) + _linear(merged, h, True)
-    return patch_embed + shape.vision_positions * w + shape.vision_depth * block + 2 * w + merger
+    w = shape.vision_width
+    return (_patch_embedding(shape, bias=True) + shape.vision_positions * w
+            + shape.vision_depth * _vision_block(w, shape.vision_intermediate) + 2 * w + _merger(shape, 2 * w))
+
+
+# the parameter count of each ``MemoryLayout.vision_tower``
+VISION_TOWERS = {"layer_norm_fc": _qwen_vl_tower, "rms_norm_gated": _qwen_vl_tower, "deepstack": _deepstack_tower,
+                 "siglip": _siglip_tower}
 
 
 def lora_parameters(shape: ModelShape, rank: int) -> int:
@@ -273,8 +308,8 @@ def decoder_training_bytes(shape: ModelShape, sequences: int, length: int, w: in
     attention: its expanded K/V kept for backward, and [H, L, L] softmax in the weights' dtype). Without recompute
     the peak is the end of the forward: every layer's kept tensors. With ``recompute`` each layer keeps only its
     input, and during backward one layer is rebuilt and differentiated: its kept tensors, their gradients and the
-    backward's temporaries (3x), its scores and their gradients (2x). Measured on CPU for eager
-    (``benchmarks/memory_estimate.py``): within 10% both ways."""
+    backward's temporaries (3x), its scores and their gradients (2x). ``benchmarks/memory_estimate.py`` compares
+    both ways with a measured peak on CPU for eager (its figures in benchmarks/README.md)."""
     tokens = sequences * length
     expanded = 2 * (shape.q_dim or shape.hidden) if attention == "math" and expands_kv(shape) else 0
     per_token_layer = (_activation_elements(shape.hidden, shape.kv_dim, shape.intermediate) + expanded) * w
@@ -602,10 +637,11 @@ def check_host(result: Estimate, config) -> Optional[str]:
                                  "take none" if copy else "the checkpoint is read by every rank while loading")
 
 
-def check_fits(config, gpus: int) -> Optional[Estimate]:
+def check_fits(config, gpus: int, echo: Callable[[str], None] = print) -> Optional[Estimate]:
     """Start-up preflight on GPU: raise a ConfigError carrying the table and the keys to change when the run
     cannot fit this GPU's memory (counting attention without flash attention before sm80), or this machine's RAM
-    (``check_host``: a warning unless the update guard's copy was asked for); on CPU nothing is checked (None)."""
+    (``check_host``: a warning, handed to ``echo``, unless the update guard's copy was asked for); on CPU nothing
+    is checked (None)."""
     import paddle
 
     from .errors import ConfigError
@@ -620,5 +656,5 @@ def check_fits(config, gpus: int) -> Optional[Estimate]:
         raise ConfigError(f"this run needs more memory than the GPU has:\n{result.table()}")
     warning = check_host(result, config)
     if warning:
-        print(warning)
+        echo(warning)
     return result

@@ -2,7 +2,29 @@
 file they touch at INFO, and importing paddleformers prints two notices that are false for a Paddle user.
 
 Called by the commands (``paddle_r1.cli.main``, the eval scripts), never on ``import paddle_r1``: a library
-import leaves the process's logging as it was."""
+import leaves the process's logging as it was.
+
+paddle_r1's own lines follow one rule:
+
+- A command speaks to its user with ``print``: on stdout what it was run for (results, tables, paths, the
+  trainer's metric lines, a summary of the data it read) and one line for each choice it made for the user or
+  event of the run (precision, rollout engine, resume position, a peer's config key and what it became, a skipped
+  update), in the training loop from rank 0 only; the progress bar is tqdm's, on stderr. On stderr otherwise only
+  what stops or endangers the command (``paddle-r1 <command>: error: ...``, the open-to-the-network banner of
+  ``serve``, a stop that leaves a step unsaved). The commands' code is ``cli``, ``demo``, ``trainer/``,
+  ``evaluation/``, ``view/``, ``config/`` (help, reading) and ``serve.server``.
+- The parts they call (``rewards/``, ``data/``, ``models/``, ``generation/``, ``parallel/``, ``checkpoints/``,
+  ``telemetry/``, ``memory``, ``serve.engine``) never print. What the user should read from them comes back to
+  the command: a value it prints (a data report's ``summary()``, the memory table) or through an ``echo`` callable
+  the command hands in (``check_fits``' host warning, ``checkpoints.folders``' verification lines, the metric
+  lines of ``telemetry.metrics``; ``print`` when the command hands none).
+- What a part notices on its own, and what is noticed about one item, on whichever rank meets it and possibly
+  many times (a sample skipped, a reward that cannot score a problem or returns NaN, a judge without a verdict or
+  that took the endpoint's only model, a request that failed, gradient buckets that must wait for the backward),
+  goes to its module's ``logging.getLogger(__name__)``: ``warning`` for what the user should look at (on stderr
+  even when nothing configured logging), ``info`` for routine lines (request lines), ``exception`` for a failure
+  caught to keep going. paddle_r1 installs no logging handler. (``rewards/math_worker`` is a program of its own:
+  its stdout is its replies.)"""
 import logging
 
 # (logger, message start). The first two are logged while paddleformers imports transformers with torch hidden

@@ -374,14 +374,16 @@ def tied_mixture(rec_jsonl):
 
 # dynamic sampling, tied groups dropped and refilled (at most 3 prompt batches per micro-step)
 DYNAMIC = dict(dynamic_sampling="true", max_num_gen_batches=3, reward_funcs="reward_helpers:short_reward_unless_tied")
+# a target above the tiny model's entropy: the coefficient rises each step, and the bonus is in the second step's loss
+ENTROPY_CONTROL = dict(use_adaptive_entropy="true", entropy_coef=0.1, entropy_coef_delta=0.05, entropy_target=100.0)
 
 
 @pytest.fixture(scope="module")
 def across_ranks(tmp_path_factory, tiny_model_dir, rec_mixture, tied_mixture):
     """One spawn of 2 ranks: PaddleMIX's command, VLM-R1's (saving at step 1), VLM-R1's resumed from that
     checkpoint-1, VLM-R1's 8-GPU command (a group of 8 on ranks of 1) refused, VLM-R1's with dynamic sampling (a
-    group across ranks) and with dynamic sampling and whole groups (a rank may be full while the other draws on);
-    then the one-process runs over the same global batch."""
+    group across ranks), with dynamic sampling and whole groups (a rank may be full while the other draws on) and
+    with adaptive entropy control; then the one-process runs over the same global batch."""
     out = tmp_path_factory.mktemp("across_ranks")
     model, mixture = tiny_model_dir, rec_mixture
     vlm_r1 = vlm_r1_rec_command(model, mixture, str(out / "vlm_r1"), save_steps=1)
@@ -391,7 +393,8 @@ def across_ranks(tmp_path_factory, tiny_model_dir, rec_mixture, tied_mixture):
                 vlm_r1_rec_command(model, mixture, str(out / "refused"), num_generations=8),
                 vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic"), gradient_accumulation_steps=2, **DYNAMIC),
                 vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic_whole_groups"), per_device=2,
-                                   gradient_accumulation_steps=1, **DYNAMIC)]
+                                   gradient_accumulation_steps=1, **DYNAMIC),
+                vlm_r1_rec_command(model, mixture, str(out / "entropy_control"), save_steps=2, **ENTROPY_CONTROL)]
     dist.spawn(train_commands, args=(commands, str(out)), nprocs=2, backend="gloo")
     from paddle_r1.cli import main
 
@@ -400,6 +403,8 @@ def across_ranks(tmp_path_factory, tiny_model_dir, rec_mixture, tied_mixture):
     assert main(["train", *vlm_r1_rec_command(model, mixture, str(out / "vlm_r1_one"), per_device=2)]) == 0
     assert main(["train", *vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic_one"), per_device=2,
                                               gradient_accumulation_steps=2, **DYNAMIC)]) == 0
+    assert main(["train", *vlm_r1_rec_command(model, mixture, str(out / "entropy_control_one"), per_device=2,
+                                              save_steps=2, **ENTROPY_CONTROL)]) == 0
     return out
 
 
@@ -499,10 +504,23 @@ def test_dynamic_sampling_decides_on_the_whole_group_across_ranks(across_ranks, 
     on the gathered rewards) and refill together: the run equals one process's. Then with a whole group per rank,
     where a rank whose group was kept draws the refill batches without generating while the other generates: both
     ranks end, and every step trains on a full batch."""
-    assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[4:] for r in (0, 1)] == [[0, 0], [0, 0]]
+    assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[4:6] for r in (0, 1)] == [[0, 0], [0, 0]]
     _assert_one_rank_and_two_agree(across_ranks / "dynamic", across_ranks / "dynamic_one", tiny_model_dir)
     assert any(m["frac_reward_zero_std"] > 0 for m in _rows(across_ranks / "dynamic" / "metrics.jsonl"))
     metrics = _rows(across_ranks / "dynamic_whole_groups" / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2] and max(m["num_gen_batches"] for m in metrics) > 1
     rows = _rows(across_ranks / "dynamic_whole_groups" / "completions.jsonl")
     assert [sum(r["step"] == step for r in rows) for step in (1, 2)] == [4, 4]  # 2 ranks x a group of 2
+
+
+@pytest.mark.timeout(600)
+def test_adaptive_entropy_moves_on_the_entropy_of_both_ranks(across_ranks, tiny_model_dir):
+    """VLM-R1's command with adaptive entropy control, a group over both ranks: the step's entropy the control
+    measures is summed over both ranks' tokens, so its last entropy, the coefficient, the second step's loss (with
+    the bonus) and the weights equal one process's over the same global batch."""
+    assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[6] for r in (0, 1)] == [0, 0]
+    two, one = across_ranks / "entropy_control", across_ranks / "entropy_control_one"
+    _assert_one_rank_and_two_agree(two, one, tiny_model_dir)
+    assert [m["entropy_coef"] for m in _rows(two / "metrics.jsonl")] == pytest.approx([0.15, 0.2])
+    states = [json.load(open(run / "checkpoint-2" / "trainer_state.json"))["adaptive_entropy"] for run in (two, one)]
+    assert 0 < states[0]["last_world_entropy"] == pytest.approx(states[1]["last_world_entropy"], rel=1e-6)

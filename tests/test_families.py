@@ -12,6 +12,7 @@ import pytest
 import paddle_r1
 from paddle_r1.data.synthetic import SYNTHETIC_TASKS
 from paddle_r1.errors import ConfigError
+from paddle_r1.memory import VISION_TOWERS
 from paddle_r1.models.coords import COORD_SYSTEMS
 from paddle_r1.models.families import FAMILIES, REFUSED, MemoryLayout, Ref, Requirement, family_of
 
@@ -35,7 +36,7 @@ def test_every_field_of_every_family_is_filled(model_type):
     for field in dataclasses.fields(MemoryLayout):
         assert _filled(getattr(family.memory, field.name)), f"{model_type}: memory.{field.name} is empty"
     assert family.coord_system in COORD_SYSTEMS and family.demo_task in SYNTHETIC_TASKS
-    assert family.memory.vision_tower in ("layer_norm_fc", "rms_norm_gated", "siglip")
+    assert family.memory.vision_tower in VISION_TOWERS
     assert family.memory.vision_mlp in ("mlp_ratio", "intermediate_size")
     assert all(isinstance(need, Requirement) and need.package and need.install for need in family.requirements)
     for path in (family.rope_index_at, family.text_decoder_at, family.vision_parts):

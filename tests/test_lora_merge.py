@@ -1,13 +1,31 @@
-"""LoRA save of a bfloat16 model with an untied lm_head: merged on the host in the model's dtype."""
+"""LoRA: each family's default targets, and the save of a bfloat16 model with an untied lm_head (merged on the host in
+the model's dtype)."""
 import json
 import os
 import struct
 
 import numpy as np
 import paddle
+import pytest
 
+from paddle_r1.models.families import FAMILIES
 from paddle_r1.models.loading import load_model
 from paddle_r1.models.lora import apply_lora, lora_layers, save_merged
+from paddle_r1.testing.tiny import make_tiny_model
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_default_targets_are_every_projection_of_the_text_decoder(model_type, tmp_path):
+    """Without ``lora_target_modules`` the family's ``lora_targets`` adapt every linear layer of its text decoder's
+    layers (fused or not, as paddleformers builds that family) and nothing else: not the vision tower, its merger,
+    nor the LM head."""
+    family = FAMILIES[model_type]
+    model = load_model(make_tiny_model(str(tmp_path / model_type), family=model_type))
+    layers = ".".join(family.text_decoder_at) + ".layers."
+    projections = {name for name, layer in model.named_sublayers()
+                   if isinstance(layer, paddle.nn.Linear) and name.startswith(layers)}
+    apply_lora(model, rank=2, alpha=4)
+    assert projections and set(lora_layers(model)) == projections
 
 
 def _safetensors_dtypes(folder):

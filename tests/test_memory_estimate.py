@@ -22,8 +22,11 @@ def _numel(layer):
     return sum(int(p.numel()) for p in layer.parameters())
 
 
-@pytest.mark.parametrize("family, tied", [("qwen2_5_vl", False), ("qwen2_5_vl", True), ("qwen2_vl", False)])
+@pytest.mark.parametrize("family, tied", [("qwen2_5_vl", False), ("qwen2_5_vl", True), ("qwen2_vl", False),
+                                          ("qwen3_vl", False)])
 def test_parameter_count_from_config_equals_the_built_model(family, tied, tmp_path):
+    """Each Qwen-VL family's tower in its own layout (Qwen3-VL's: LayerNorm blocks, a position table, DeepStack
+    mergers; its decoder's q/k norms and no q/k/v biases); PaddleOCR-VL's below."""
     folder = make_tiny_model(str(tmp_path / family), family=family)
     config = json.load(open(os.path.join(folder, "config.json")))
     if tied:

@@ -60,6 +60,20 @@ def test_a_non_finite_score_is_counted_as_a_failure_not_taken_for_none():
     assert scores.counters == {"rewards/reward_helpers:inf_for_first/non_finite": 1}
 
 
+def test_an_unusable_solution_scores_none_and_is_named_once_in_the_log(caplog, capsys):
+    """A solution the reward cannot use (bad data, not model text) leaves that completion unscored; the others of
+    the batch are scored one by one. The problem is named once in the rewards' log, never on the command's stdout."""
+    manager = RewardManager(["ocr_ned"])
+    columns = {"solution": [["not", "text"], "abc", ["not", "text"]], "problem": ["p1", "p2", "p1"]}
+    with caplog.at_level("WARNING", logger="paddle_r1.rewards.manager"):
+        scores = manager.score(["abc", "abc", "abc"], columns)
+    assert np.isnan(scores.per_function[[0, 2], 0]).all() and scores.per_function[1, 0] == 1.0
+    assert scores.counters == {"rewards/ocr_ned/bad_solutions": 2}
+    [message] = [r.getMessage() for r in caplog.records]
+    assert message.startswith("reward 'ocr_ned' cannot score problem 'p1': ") and "is not text to recognise" in message
+    assert capsys.readouterr().out == ""
+
+
 def test_a_reward_that_raises_is_named_with_its_exception_and_place():
     manager = RewardManager(["reward_helpers:reads_a_missing_column"])
     with pytest.raises(RewardError, match=r"reward 'reward_helpers:reads_a_missing_column' raised KeyError: 'answer' "

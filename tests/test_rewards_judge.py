@@ -205,10 +205,15 @@ def _only_base_and_key(monkeypatch, base_url):
         monkeypatch.delenv(name, raising=False)
 
 
-def test_without_a_model_the_judge_asks_the_endpoint_for_it(judge_server, monkeypatch):
+def test_without_a_model_the_judge_asks_the_endpoint_for_it(judge_server, monkeypatch, caplog, capsys):
     _only_base_and_key(monkeypatch, judge_server.base_url)
-    judge = counted_judge()
+    with caplog.at_level(logging.WARNING, logger="paddle_r1.rewards.families.judge"):
+        judge = counted_judge()
     assert judge_server.model_requests == 1  # once, when the reward is made
+    # said in the reward's log, on whichever rank builds it, not printed among the command's lines
+    assert [r.getMessage() for r in caplog.records] == \
+        [f"llm_judge: no model named; using {MODEL}, the one {judge_server.base_url}/models lists"]
+    assert capsys.readouterr().out == ""
     assert judge(["a red car", "a blue bus"], solution=["red car", "red car"]) == [1.0, 0.0]
     assert judge.pop() == metrics(2, 0, 0) and [b["model"] for b in judge_server.bodies] == [MODEL, MODEL]
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -118,11 +120,12 @@ def main() -> None:
     quiet_libraries("ERROR")
     tune_cpu_math()  # what a CPU job does before its first matrix product
     from paddle_r1.models.loading import load_model, load_processor
-    from paddle_r1.testing.tiny import TinySize, make_tiny_model
+    from paddle_r1.testing.tiny import make_tiny_model
 
-    model_dir = args.model or make_tiny_model(tempfile.mkdtemp(), size=TinySize(
-        hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-        vision_hidden_size=128, vision_intermediate_size=256, vision_depth=2, vocab_size=4096))
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # anchor.py, one folder up
+    from anchor import ANCHOR_SIZE
+
+    model_dir = args.model or make_tiny_model(tempfile.mkdtemp(), size=ANCHOR_SIZE)
     model, processor = load_model(model_dir), load_processor(model_dir)
     np.random.seed(0)
     print("\n".join(layout_table(model.model.language_model.config, args.rows, args.cache)))

@@ -13,7 +13,9 @@ Times are medians of 50 calls after 3 warm-up calls.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import tempfile
 import warnings
 
@@ -117,11 +119,12 @@ def main() -> None:
 
     quiet_libraries("ERROR")
     tune_cpu_math()  # what a CPU job does before its first matrix product
-    from paddle_r1.testing.tiny import TinySize, make_tiny_model
+    from paddle_r1.testing.tiny import make_tiny_model
 
-    model_dir = args.model or make_tiny_model(tempfile.mkdtemp(), size=TinySize(
-        hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-        vision_hidden_size=128, vision_intermediate_size=256, vision_depth=2, vocab_size=4096))
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # anchor.py, one folder up
+    from anchor import ANCHOR_SIZE
+
+    model_dir = args.model or make_tiny_model(tempfile.mkdtemp(), size=ANCHOR_SIZE)
     print(f"paddle {paddle.__version__}, {paddle.device.get_device()}")
     print("| what | eager, ms | to_static, ms |\n|---|---|---|")
     print(small_function())

@@ -6,9 +6,8 @@ The decoder runs once over prompt + completion (a prompt's keys and values share
 completion positions. With gradients on and more than one chunk, each chunk is recomputed in the backward pass, so
 only one chunk's logits exist at a time in either direction. The recompute is Paddle's reentrant one: the
 non-reentrant one (``use_reentrant=False``) keeps every chunk's recomputed logits until the whole backward ends, so
-its peak grew with the total tokens (2 x 1024 tokens at vocab 151,936, chunk 128: +2.4 GB against +0.26 GB;
-``benchmarks/logprob_memory.py``). The entropy at each completion position (the ``entropy`` metric) is read from the
-same chunk's softmax.
+its peak grows with the total tokens (``benchmarks/logprob_memory.py`` measures the peak per chunk size). The
+entropy at each completion position (the ``entropy`` metric) is read from the same chunk's softmax.
 """
 from __future__ import annotations
 

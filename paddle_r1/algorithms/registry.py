@@ -5,8 +5,8 @@ formula) and the keys it needs set; the config's choices, help text and rules ar
 adding an algorithm is one ``register`` beside its code, as verl's ``@register_policy_loss``.
 
 The config reads the registries when it is imported, and it must stay quick to import (``paddle-r1 plot --help``
-takes 0.25 s, Paddle's import alone 1.1 s): the implementations' modules take ``paddle`` from here, imported at its
-first use.
+should not wait for Paddle's import, which costs more than the rest): the implementations' modules take ``paddle``
+from here, imported at its first use.
 """
 from __future__ import annotations
 

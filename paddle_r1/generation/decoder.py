@@ -5,28 +5,25 @@ the decoder's weights, arranged once per rollout) and ``LayerDecoder`` (the mode
 
 Calling the decoder layers token by token costs more than their arithmetic at rollout sizes (16 rows of one token):
 each layer call is Python dispatch, hooks and a dozen small kernels. A profile of the speed anchor's rollout on CPU
-put three avoidable costs on top of that (``benchmarks/rollout.py``; the products' figures below from
-``benchmarks/experiments/decode_products.py``, three runs at the speed anchor's sizes, 16 rows):
+put three avoidable costs on top of that (``benchmarks/rollout.py``). The measurements behind each choice below are
+scripts in ``benchmarks/experiments/``; their figures are in ``benchmarks/README.md``, beside their commands.
 
-- Which layout of a weight multiplies a 16-row activation faster depends on MKL's kernels. With its AVX2 kernels
-  (what ``cpu_math`` chooses on an AMD processor without AVX-512), the wide gate/up weight [256, 2048] is 1.3-1.7x
-  faster stored [out, in] (``transpose_y``) and the down projection (out < in) 1.5x faster as stored; with its
-  AVX-512 kernels every weight is faster as stored (gate/up 1.4x, down 2.8x, qkv and o_proj 1.5x: the first table of
-  ``benchmarks/experiments/decode_products.py``; the step 2.5-2.7 ms against 1.9-2.0 with the copies,
-  ``decode_floor.py``). So on
-  CPU, where MKL runs its AVX2 kernels, the weights with out >= in are copied transposed once per rollout (qkv and
-  o_proj, 0.75-1.16x there, are a wash): one extra copy of those weights for the rollout's duration. Elsewhere (a
-  GPU, or MKL's AVX-512 kernels) the weights are used as they are.
-- q @ K^T over the cache as a batched ``transpose_y`` product is 1.6-1.7x slower than over keys stored transposed
-  (``kv_cache.TransposedKVCache``).
+- Which layout of a weight multiplies a 16-row activation faster depends on MKL's kernels
+  (``decode_products.py``). With its AVX2 kernels (what ``cpu_math`` chooses on an AMD processor without AVX-512),
+  the wide gate/up weight [256, 2048] is faster stored [out, in] (``transpose_y``) and the down projection
+  (out < in) faster as stored; with its AVX-512 kernels every weight is faster as stored. So on CPU, where MKL runs
+  its AVX2 kernels, the weights with out >= in are copied transposed once per rollout (for qkv and o_proj it is a
+  wash there): one extra copy of those weights for the rollout's duration. Elsewhere (a GPU, or MKL's AVX-512
+  kernels) the weights are used as they are.
+- q @ K^T over the cache as a batched ``transpose_y`` product is slower than over keys stored transposed
+  (``kv_cache.TransposedKVCache``; ``decode_products.py``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
-- Half of the step's 216 kernels were small elementwise ones (``benchmarks/experiments/decode_floor.py`` counts
-  them); now 112:
+- Many of the step's kernels were small elementwise ones (``decode_floor.py`` counts them); these are merged:
   each RMSNorm and the residual add before it are one ``fused_rms_norm`` (Paddle registers its kernel on CPU), the
   query, key and value of a layer are rotated in one pass over its qkv product (the value with cos 1 and sin 0, the
   query's tables carrying the attention's scaling), the qkv bias is added by the product's kernel (``linear``), and
   the rotary rows and the mask are laid out once per step, not per layer. (Paddle's ``swiglu`` kernel was slower
-  than ``silu(gate) * up``: ``benchmarks/experiments/decode_levers.py``.)
+  than ``silu(gate) * up``: ``decode_levers.py``.)
 
 Its step reads nothing from the host: the slot it writes and the rotary row it takes are tensors on the device, so
 the step can later be captured (CUDA graphs) as it is.
@@ -109,7 +106,7 @@ class Projection:
                    (linear.lora_A, linear.lora_B, linear.scaling) if adapters else None)
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
-        if self.bias is None:  # matmul: linear's Python wrapper reads a flag per call (10 us, 5% of the step)
+        if self.bias is None:  # matmul: linear's Python wrapper reads a flag per call
             out = paddle.matmul(x, self.weight, transpose_y=self.transposed)
         elif self.transposed:
             out = paddle.matmul(x, self.weight, transpose_y=True) + self.bias

@@ -7,10 +7,9 @@ between two growths have the same shapes. The prompt's padding and the slots not
 step opens its own slot before attending.
 
 ``TransposedKVCache`` writes at a slot held in a device tensor, by advanced-indexing setitem (``index_put`` inside).
-No in-place op without a host read does it cheaper here: ``put_along_axis_`` took 0.92-1.17x its time and
-``index_put_`` on a transposed view hundreds of times more, while a basic-slicing write at a host int (which a
-captured step cannot use) takes 0.65x: about 20 us per layer per token on an AMD EPYC, float32
-(``python benchmarks/experiments/kv_cache_writes.py``).
+No in-place op without a host read does it cheaper on CPU: ``put_along_axis_`` takes about as long and ``index_put_``
+on a transposed view far longer; only a basic-slicing write at a host int, which a captured step cannot use, is
+cheaper (``python benchmarks/experiments/kv_cache_writes.py``; figures in ``benchmarks/README.md``).
 """
 from __future__ import annotations
 
@@ -70,19 +69,17 @@ GROWTH = 128  # slots a TransposedKVCache's buffers grow by when full
 
 
 class TransposedKVCache:
-    """Every layer's keys [rows, kv_heads, head_dim, slots] (transposed: q @ K over keys stored this way is 1.6-1.7x
-    faster on CPU than a ``transpose_y`` product; ``benchmarks/experiments/decode_products.py``) and values [rows,
-    kv_heads, slots,
-    head_dim]: the cache of ``decoder.OneTokenDecoder``. The slot a step writes is a tensor on the device (``slot``,
-    [1] int64), written and advanced there, so a decode step reads nothing from the host.
+    """Every layer's keys [rows, kv_heads, head_dim, slots] (transposed: q @ K over keys stored this way is faster on
+    CPU than a ``transpose_y`` product; ``benchmarks/experiments/decode_products.py``) and values [rows, kv_heads,
+    slots, head_dim]: the cache of ``decoder.OneTokenDecoder``. The slot a step writes is a tensor on the device
+    (``slot``, [1] int64), written and advanced there, so a decode step reads nothing from the host.
 
     The buffers hold the prompt and the next ``GROWTH`` slots, and grow by ``GROWTH`` slots (one copy) when full, up to
     ``capacity``: a step attends over the slots allocated so far, not over the whole capacity. Long completions made
     the decode step stream the cache (every layer's keys and values of every slot, masked or not) from memory at
-    each token: the rollout took 9.6 ms a token at 1024 tokens against 4.4 ms at 64 (``benchmarks/grpo_step.py
-    --new-tokens``); growing, 1023 steps ran 1.37x faster (``benchmarks/experiments/decode_levers.py``). Within a
-    block of
-    ``GROWTH`` steps every step has the same shapes (what a captured CUDA-graph step needs, one per block)."""
+    each token, so the rollout's time per token grew with the completion length (``benchmarks/grpo_step.py
+    --new-tokens``); a growing cache runs long rollouts faster (``benchmarks/experiments/decode_levers.py``). Within a
+    block of ``GROWTH`` steps every step has the same shapes (what a captured CUDA-graph step needs, one per block)."""
 
     def __init__(self, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, capacity: int):
         self.length = prompt.get_seq_length()  # slots written, counted on the host (never read from the device)

@@ -2,10 +2,11 @@
 
 A family is named by its config.json ``model_type``, and everything paddle_r1 does differently per family is a field
 of its entry: its model class, the coordinate system of its answers, how a prompt is embedded, where its M-RoPE
-positions and its text decoder sit, its config spelling, what the memory estimate reads from its config.json, its
-tiny checkpoint, whether the one-token decode step runs it, its processor, and what it needs installed. Code outside
-``paddle_r1/models/`` asks ``family_of(model, config, config dict or model_type)`` and reads a field; it never tests
-a family's name or probes a model with ``hasattr`` (``tests/test_families.py`` holds the package to that).
+positions and its text decoder sit, its config spelling, what the memory estimate reads from its config.json, the
+layers LoRA adapts by default, its tiny checkpoint, whether the one-token decode step runs it, its processor, and
+what it needs installed. Code outside ``paddle_r1/models/`` asks ``family_of(model, config, config dict or
+model_type)`` and reads a field; it never tests a family's name or probes a model with ``hasattr``
+(``tests/test_families.py`` holds the package to that).
 
 Why one table and not an entry beside each model module: the model modules import paddle and paddleformers (seconds,
 and the fused kernels' registration), while the CLI, the config checks and the memory estimate need a family's facts
@@ -57,9 +58,13 @@ class MemoryLayout:
     vision_depth: str  # vision_config key of the number of blocks
     vision_heads: str  # vision_config key of the attention heads
     vision_mlp: str  # vision_config key of the MLP's width: "intermediate_size", or "mlp_ratio" (times the width)
-    vision_tower: str  # block layout: "layer_norm_fc" (LayerNorm, fc1/fc2), "rms_norm_gated" or "siglip"
+    # the tower's layout (``memory.VISION_TOWERS``): "layer_norm_fc" (LayerNorm, fc1/fc2), "rms_norm_gated" (RMSNorm,
+    # gate/up/down), "deepstack" (LayerNorm, fc1/fc2, a learned position table and one DeepStack merger per
+    # ``deepstack_visual_indexes`` entry) or "siglip" (LayerNorm, fc1/fc2, a position table, the merger beside it)
+    vision_tower: str
     windowed_vision: bool  # only ``fullatt_block_indexes`` attend to the whole image (Qwen2.5-VL's windows)
-    text_bias: bool  # the decoder's q, k, v have biases (Qwen2's; ERNIE-4.5's have none)
+    text_bias: bool  # the decoder's q, k, v have biases (Qwen2's; Qwen3's and ERNIE-4.5's have none)
+    qk_norm: bool  # the decoder's queries and keys have an RMSNorm over each head (Qwen3's)
     fused_projections: bool  # q/k/v and gate/up are one linear layer each (one LoRA adapter each)
 
 
@@ -79,6 +84,9 @@ class ModelFamily:
     # PaddleOCR-VL respectively)
     dtype_key: str
     memory: MemoryLayout
+    # regexes (``re.fullmatch`` over layer names) of the layers LoRA adapts when ``lora_target_modules`` names none:
+    # the text decoder's projections, as paddleformers names them; the vision tower is left alone
+    lora_targets: tuple[str, ...]
     tiny_builder: Ref  # fn(family, out_dir, seed, size, max_pixels, min_pixels) -> the tiny checkpoint's folder
     demo_task: str  # the synthetic task ``paddle-r1 demo`` trains its tiny model on
     processor_class: str  # its processor's class, as ``processor_config`` files name it
@@ -95,9 +103,12 @@ class ModelFamily:
     requirements: tuple[Requirement, ...]
 
 
-_QWEN_MEMORY = dict(vision_depth="depth", vision_heads="num_heads", text_bias=True, fused_projections=True)
+_QWEN_MEMORY = dict(vision_depth="depth", vision_heads="num_heads", fused_projections=True)
 _QWEN_VL = dict(rope_index_at=("model",), text_decoder_at=("model", "language_model"), vision_parts=("visual",),
-                flat_text_config=False, demo_task="rec", fast_image_processor=True, requirements=())
+                flat_text_config=False, demo_task="rec", fast_image_processor=True, requirements=(),
+                # q, k, v fused into qkv_proj, gate and up into up_gate_proj
+                lora_targets=(r".*language_model\.layers\.\d+\.self_attn\.(qkv_proj|o_proj)",
+                              r".*language_model\.layers\.\d+\.mlp\.(up_gate_proj|down_proj)"))
 _SCATTERED = Ref("paddle_r1.models.forward", "embed_scattered")
 
 QWEN2_VL = ModelFamily(
@@ -105,7 +116,7 @@ QWEN2_VL = ModelFamily(
     model_class=Ref("paddle_r1.models.qwen2_vl", "Qwen2VLForConditionalGeneration"),
     coord_system="rel_1000", embed_prompt=_SCATTERED, dtype_key="torch_dtype",
     memory=MemoryLayout(vision_width="embed_dim", vision_mlp="mlp_ratio", vision_tower="layer_norm_fc",
-                        windowed_vision=False, **_QWEN_MEMORY),
+                        windowed_vision=False, text_bias=True, qk_norm=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_vl"), processor_class="Qwen2VLProcessor",
     one_token_decode=True, video_time="frames", video_budget="frame", **_QWEN_VL)
 QWEN2_5_VL = ModelFamily(
@@ -113,17 +124,16 @@ QWEN2_5_VL = ModelFamily(
     model_class=Ref("paddle_r1.models.qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
     coord_system="abs_resized", embed_prompt=_SCATTERED, dtype_key="torch_dtype",
     memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
-                        windowed_vision=True, **_QWEN_MEMORY),
+                        windowed_vision=True, text_bias=True, qk_norm=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_5_vl"), processor_class="Qwen2_5_VLProcessor",
     one_token_decode=True, video_time="seconds", video_budget="frame", **_QWEN_VL)
-# Qwen3-VL's tower (LayerNorm, fc1/fc2, DeepStack mergers) is counted as Qwen2.5-VL's blocks, as the estimate always
-# has; its decoder's q/k norms and DeepStack take the model's own layers to decode
+# its decoder's q/k norms and DeepStack take the model's own layers to decode
 QWEN3_VL = ModelFamily(
     model_type="qwen3_vl", title="Qwen3-VL",
     model_class=Ref("paddle_r1.models.qwen3_vl", "Qwen3VLForConditionalGeneration"),
     coord_system="rel_1000", embed_prompt=Ref("paddle_r1.models.forward", "embed_with_deepstack"), dtype_key="dtype",
-    memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
-                        windowed_vision=False, **_QWEN_MEMORY),
+    memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="deepstack",
+                        windowed_vision=False, text_bias=False, qk_norm=True, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen3_vl"), processor_class="Qwen3VLProcessor",
     one_token_decode=False, video_time="text", video_budget="clip", **_QWEN_VL)
 PADDLEOCR_VL = ModelFamily(
@@ -140,7 +150,10 @@ PADDLEOCR_VL = ModelFamily(
     dtype_key="dtype",
     memory=MemoryLayout(vision_width="hidden_size", vision_depth="num_hidden_layers",
                         vision_heads="num_attention_heads", vision_mlp="intermediate_size", vision_tower="siglip",
-                        windowed_vision=False, text_bias=False, fused_projections=False),
+                        windowed_vision=False, text_bias=False, qk_norm=False, fused_projections=False),
+    # its ERNIE-4.5 decoder at ``model.layers``, projections unfused
+    lora_targets=(r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|o_proj)",
+                  r"model\.layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)"),
     tiny_builder=Ref("paddle_r1.testing.tiny_paddleocr_vl", "make_tiny_paddleocr_vl"),
     demo_task="ocr_lines",  # it reads text: rendered text lines, answered as they are
     processor_class="PaddleOCRVLProcessor",

@@ -18,22 +18,20 @@ import os
 import paddle
 
 from ..errors import ConfigError
+from .families import family_of
 from .source_files import write_source_files
 
-# The decoder projections as paddleformers names them: the Qwen-VL models' (q, k, v fused into qkv_proj; gate and up
-# into up_gate_proj) and PaddleOCR-VL's ERNIE-4.5 decoder at ``model.layers`` (unfused); the vision tower is left alone.
-DEFAULT_TARGETS = [r".*language_model\.layers\.\d+\.self_attn\.(qkv_proj|o_proj)",
-                   r".*language_model\.layers\.\d+\.mlp\.(up_gate_proj|down_proj)",
-                   r"model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|o_proj)",
-                   r"model\.layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)"]
 ADAPTER_DIR = "adapter"
 
 
 def apply_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modules=None):
-    """Put adapters on ``model`` in place; afterwards only adapter weights are trainable."""
+    """Put adapters on ``model`` in place; afterwards only adapter weights are trainable. ``target_modules``:
+    regexes over layer names, by default the family's (``ModelFamily.lora_targets``: the text decoder's
+    projections)."""
     from paddleformers.peft import LoRAConfig, LoRAModel
 
-    config = LoRAConfig(target_modules=list(target_modules or DEFAULT_TARGETS), r=rank, lora_alpha=alpha,
+    targets = target_modules or family_of(model).lora_targets
+    config = LoRAConfig(target_modules=list(targets), r=rank, lora_alpha=alpha,
                         lora_dropout=dropout, merge_weights=False, dtype=_dtype_name(model))
     wrapper = LoRAModel(model, config)  # replaces the layers inside `model` and freezes everything else
     if not lora_layers(model):

@@ -5,9 +5,9 @@ true, its default; the kernel is registered for GPUs, not for CPU, so ``fused_no
 once and the loader sets ``fuse_rms_norm`` to its answer (a checkpoint's saved value, written on another device,
 does not decide). Where the kernel is missing, ``FastRMSNorm`` replaces the unfused path's per-call costs: ``pow(2)`` (a
 generic power kernel whose forward and gradient each cost several times ``x * x``'s), an ``auto_cast(False)`` context
-and a device query on every call; and ``rsqrt(variance) * hidden`` (the broadcast [.., 1] operand first: 10x slower on
-CPU than ``hidden * rsqrt(variance)``, the same products). In a profile of a GRPO step on CPU these were a fifth of the
-rollout's decode step (9 norms a token).
+and a device query on every call; and ``rsqrt(variance) * hidden`` (the broadcast [.., 1] operand first: many times
+slower on CPU than ``hidden * rsqrt(variance)``, the same products). In a profile of a GRPO step on CPU these were a
+large share of the rollout's decode step (9 norms a token).
 
 Outside an AMP context the numbers are paddleformers' (``x * x`` is ``pow(x, 2)`` exactly); inside one this
 falls back to paddleformers' forward, whose context keeps the statistics in float32."""

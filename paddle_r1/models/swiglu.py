@@ -3,12 +3,9 @@
 paddleformers 1.2.0's ``MLP`` with fused gate/up weights takes ``fuse_swiglu`` from the config, false in the
 published configs, and then splits the [.., 2 x intermediate] product in two, applies ``silu`` and multiplies,
 keeping gate, up and silu(gate) for the backward; ``swiglu`` keeps only the product it reads. Per layer that is one
-[tokens, intermediate] tensor less: the speed anchor's GRPO step (16 rows, intermediate 1,024) peaked at 4,209 MiB
-against 4,485 at 1,024 completion tokens and at 1,501 against 1,666 at 256, in the same time (14.5 s against 14.1,
-2.75 against 2.77; ``python benchmarks/grpo_step.py --model DIR --new-tokens N --json``, one process with and
-one with ``install_fused_swiglu`` replaced by a no-op). The values
-differ from the unfused ones by float32 rounding (~1 ulp). The one-token decode step keeps its own MLP
-(``generation/decoder.py``), where the kernel was slower at 16 rows."""
+[tokens, intermediate] tensor less: a lower peak for the GRPO step in the same time (benchmarks/README.md,
+grpo_step.py). The values differ from the unfused ones by float32 rounding (~1 ulp). The one-token decode step keeps
+its own MLP (``generation/decoder.py``), where the kernel was slower at 16 rows."""
 from __future__ import annotations
 
 from paddleformers.nn.mlp import MLP

@@ -9,9 +9,8 @@ Three costs of paddleformers 1.2.0's text decoder, seen in a profile of a GRPO s
   times. Here the query heads of a group are stacked instead, [B, kv_heads, group * L, head_dim], and multiply
   the group's one K and V: the same dot products, no copies.
 - Broadcasting: Paddle's CPU kernels add or multiply a broadcast operand (the rotary tables over heads, the mask
-  over heads) 7-9x slower than the same operation on an expanded copy, the copy included ([16, 4, 1073, 64] times a
-  [16, 1, 1073, 64] table 13.9 ms against 1.6; a block's scores plus its mask 59 ms against 7.9, one thread, blocks
-  from the heap: ``cpu_math.py``); the tables and the mask are expanded.
+  over heads) several times slower than the same operation on an expanded copy, the copy included (docs/performance.md,
+  How the step is made fast); the tables and the mask are expanded.
 
 The numbers are the same operations in the same order per element but one: the scaling multiplies the query
 before the product, not the scores after it (the same numbers where the scaling is a power of two, head_dim 64 or
@@ -52,7 +51,7 @@ class MergedMRoPE(Qwen2_5_VLRotaryEmbedding):
 def half_rotation(dim: int, dtype) -> paddle.Tensor:
     """R [dim, dim] with x @ R == rotate_half(x) == concat(-x2, x1) exactly: each column holds one +-1, the other
     products are zeros. One matrix product (and one for its gradient) instead of two slices, a negation and a
-    concatenation, whose gradients cost 5x as much on CPU."""
+    concatenation, whose gradients cost several times as much on CPU."""
     half = dim // 2
     r = np.zeros([dim, dim], "float32")
     r[half:, :half], r[:half, half:] = -np.eye(half), np.eye(half)
@@ -79,11 +78,10 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
     but the masked triangle is neither computed nor kept for the backward. Eager attention over the whole [L, S]
     square grew faster than the rest with the completion length (``benchmarks/grpo_step.py --scaling``). The query
     blocks are one ``split`` (its gradient one concatenation, where a slice's is a zero tensor of the whole query's
-    size per block) and the last block takes the keys whole. One layer's forward and backward, 16 rows after a
-    49-token prompt (``python benchmarks/experiments/decode_levers.py --no-cache``): 1.2-1.5x faster than the square
-    at 1024
-    tokens; at 256 tokens two blocks of 128 were slower than the square (0.73-0.78x: the slices and their gradients
-    cost more than the small triangle)."""
+    size per block) and the last block takes the keys whole. One layer's forward and backward in blocks is faster than
+    the square at 1,024 tokens; at 256 tokens two blocks of 128 were slower than the square (the slices and their
+    gradients cost more than the small triangle): ``python benchmarks/experiments/decode_levers.py --no-cache``, its
+    figures in benchmarks/README.md."""
     length = query.shape[2]
     if attention_mask is None or length < 2 * QUERY_BLOCK or attention_mask.shape[2] != length:
         return _grouped_attention(query, key, value, attention_mask, scaling)
@@ -120,8 +118,8 @@ def _grouped_attention(query, key, value, attention_mask, scaling: float) -> pad
 
 def softmax_float32(scores: paddle.Tensor) -> paddle.Tensor:
     """softmax over the last axis computed in float32, in the scores' dtype. Float32 scores take no casts: Paddle's
-    ``astype`` to the same dtype and softmax's ``dtype=`` copy the scores, 0.4-0.5 s of a log-prob pass over 16 rows
-    of 1,024 tokens."""
+    ``astype`` to the same dtype and softmax's ``dtype=`` copy the scores, a noticeable part of a log-prob pass at long
+    completions."""
     if scores.dtype == paddle.float32:
         return paddle.nn.functional.softmax(scores, axis=-1)
     return paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(scores.dtype)

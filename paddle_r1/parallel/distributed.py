@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import logging
 import math
 import os
 from typing import Optional
@@ -21,7 +22,7 @@ import paddle.distributed as dist
 
 from .rank_watch import RankWatch, die_with_parent
 
-
+logger = logging.getLogger(__name__)
 _watch: Optional[RankWatch] = None  # this process's check-ins at the job's store, once it joined a job of many ranks
 
 
@@ -311,17 +312,22 @@ class GradientReducer:
             why += [f"{self.names[i]} ({'more than once' if repeated[i] else 'none'})"
                     for i in bucket if repeated[i] or absent[i]]
         if why and dist.get_rank() == 0:
-            print(f"gradient all-reduce: buckets reduced after the backward from now on; gradients in the last "
-                  f"backward pass: {', '.join(why)}")
+            logger.warning("gradient all-reduce: buckets reduced after the backward from now on; gradients in the "
+                           "last backward pass: %s", ", ".join(why))
 
 
 def sum_across_ranks(value: float, world_size: int, where: str = "a sum over ranks") -> float:
+    return sums_across_ranks([value], world_size, where)[0]
+
+
+def sums_across_ranks(values: list[float], world_size: int, where: str = "sums over ranks") -> list[float]:
+    """Each of ``values`` summed over the ranks, all in one float64 all-reduce."""
     if world_size == 1:
-        return value
+        return list(values)
     _check_in(where)
-    tensor = paddle.to_tensor([value], dtype="float64")
+    tensor = paddle.to_tensor(values, dtype="float64")
     dist.all_reduce(tensor)
-    return float(tensor[0])
+    return tensor.numpy().tolist()
 
 
 def gather_objects(obj, world_size: int, where: str) -> list:

@@ -195,7 +195,7 @@ class RewardManager:
                 if (name, str(e)) not in self._warned:
                     self._warned.add((name, str(e)))
                     problem = columns.get("problem", [None] * len(completions))[i]
-                    print(f"reward {name!r} cannot score problem {problem!r}: {e}")
+                    logger.warning("reward %r cannot score problem %r: %s", name, problem, e)
                 self.count(f"rewards/{name}/bad_solutions")
                 values.append(None)
         return values

@@ -44,8 +44,8 @@ def default_max_prompt_tokens(model_config: dict, dtype: str, eager: bool, limit
     """The longest prompt a full batch of which fits the model's context and half of ``memory_bytes``: the model's
     ``max_position_embeddings`` less ``max_tokens``, and at most the length L at which ``max_batch`` prompts take
     that memory in the prefill's attention scores (eager attention builds heads x L x L of them per prompt, one layer
-    at a time) plus the KV cache of their ``max_n`` completions (every layer, L + max_tokens positions). Unbounded, a
-    prompt of 8,020 tokens took 13.8 s and 3.2 GB on a 6.9M-parameter model on CPU."""
+    at a time) plus the KV cache of their ``max_n`` completions (every layer, L + max_tokens positions). Unbounded, one
+    long prompt takes seconds and gigabytes even on a tiny model on CPU (``python benchmarks/serve_prompt.py``)."""
     from ..memory import DTYPE_BYTES, ModelShape, scores_transient_bytes
 
     shape = ModelShape.from_config(model_config)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import signal
@@ -49,6 +50,8 @@ from ..algorithms.logprobs import PolicyLogprobs
 from ..parallel.sharding import build_update, fleet_strategy, optimizer_clips
 from ..parallel.step_metrics import Stat, Sum, as_stat, merge, reduce_step_metrics
 from ..parallel.step_guard import finite_flags
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -86,7 +89,8 @@ class Trainer:
             print(f"precision: {self.precision.reason}")
         if self.precision.dtype != cfg.dtype:  # the optimizer's master weights and the saved config follow it
             self.config = cfg = cfg.with_values(dtype=self.precision.dtype)
-        check_fits(cfg, self.world_size)  # GPU only: refuses, with the table and the keys to change
+        # GPU only: refuses, with the table and the keys to change
+        check_fits(cfg, self.world_size, echo=print if self.is_main else lambda _: None)
         if self.is_main:
             ckpt.remove_unfinished_checkpoints(cfg.output_dir)
         # chosen and verified on rank 0, for every rank
@@ -250,7 +254,7 @@ class Trainer:
                 try:
                     draw.images.append(load_sample_images(sample))
                 except DataError as e:
-                    print(f"skipping sample {sample.get('_source', batch[place])}: {e}")
+                    logger.warning("skipping sample %s: %s", sample.get("_source", batch[place]), e)
                     self.count("data/skipped_samples")
                     continue
                 draw.samples.append(sample)
@@ -304,7 +308,7 @@ class Trainer:
         overflow_only = self.scaler is not None and finite_loss and not restored
         self.skipped_in_row = 0 if applied or overflow_only else self.skipped_in_row + 1
         self.skipped_steps += not applied
-        if not applied:
+        if not applied and self.is_main:
             what = "the update made weights non-finite; weights and optimizer state restored" if restored \
                 else "not finite"
             print(f"step {self.step}: loss {sum(losses):.4g}, gradient norm {grad_norm:.4g}: {what}, update "

@@ -26,7 +26,7 @@ from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, config_folders, reward_columns
 from ..tools.toolbox import toolbox_for
 from .base import Draw, Trainer
-from ..parallel.distributed import gather_objects, phase, sum_across_ranks
+from ..parallel.distributed import gather_objects, phase, sum_across_ranks, sums_across_ranks
 from ..algorithms.dynamic_sampling import concat_rollouts, kept_groups, select_groups
 from ..algorithms.groups import GroupTable, gather_groups
 from ..algorithms.advantages import longest_turns, overlong_penalty
@@ -419,10 +419,10 @@ class GRPOTrainer(Trainer):
             stats.append(loss_stats)
         update = self.apply_update(losses)
         self._update_reference()
-        if control is not None:  # the step's entropy on the bonus's tokens over every rank
-            local_sum, local_count = paddle.stack(bonus_sums).sum(axis=0).numpy().tolist()
-            control.update(sum_across_ranks(local_sum, self.world_size, "the step's entropy sum")
-                           / max(sum_across_ranks(local_count, self.world_size, "the step's entropy tokens"), 1.0))
+        if control is not None:  # the step's entropy on the bonus's tokens over every rank: sum and count, one reduce
+            entropy_sum, tokens = sums_across_ranks(paddle.stack(bonus_sums).sum(axis=0).numpy().tolist(),
+                                                    self.world_size, "the step's entropy sum and tokens")
+            control.update(entropy_sum / max(tokens, 1.0))
         # TRL's entropy: the policy's mean entropy over the step's (masked) completion tokens of all ranks (TRL
         # averages the micro-batches' means instead); one host read
         entropy = Mean(float(paddle.stack(entropy_sums).sum()), local_tokens)

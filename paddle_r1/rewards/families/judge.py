@@ -335,7 +335,8 @@ class LLMJudge(CountedReward):
         self.settings = judge_settings(**settings)
         if self.settings.base_url and not self.settings.model:
             self.settings = replace(self.settings, model=discover_model(self.settings))
-            print(f"{name}: no model named; using {self.settings.model}, the one {self.settings.api_root}/models lists")
+            logger.warning("%s: no model named; using %s, the one %s/models lists", name, self.settings.model,
+                           self.settings.api_root)
         self._warned: set[str] = set()
 
     def __call__(self, completions: list[str], solution=None, problem=None, **_) -> list[Optional[float]]:

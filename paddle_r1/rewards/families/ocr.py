@@ -11,8 +11,8 @@ The answer is the completion's last ``<answer>...</answer>`` content, or the who
 
 ``ocr_ned`` is 1 - NED, the similarity PaddleOCR reports as ``norm_edit_dis`` and OmniDocBench as 1 - edit distance;
 ``ocr_exact`` is exact-match accuracy; ``teds`` is the table structure reward (TEDS, PubTabNet's Tree Edit Distance
-based Similarity). Edit distances come from rapidfuzz (bit-parallel Levenshtein: time ~ len(a) * len(b) / 64,
-0.08-0.16 s for two 50,000-character texts here: ``python benchmarks/rewards.py --ocr_sizes``), tree edit distances
+based Similarity). Edit distances come from rapidfuzz (bit-parallel Levenshtein: time ~ len(a) * len(b) / 64;
+``python benchmarks/rewards.py --ocr_sizes`` times long texts), tree edit distances
 from apted through table-recognition-metric's TEDS tree and costs. A solution that is not text (or not a table, for
 ``teds``) is bad data: ``BadSolution``.
 """
@@ -196,8 +196,8 @@ class TEDSReward(CountedReward):
     may be scored against the other. An answer with no cell scores 0.0.
 
     Settings: ``structure_only`` (default false: TEDS-S, cells compared by their spans only); ``max_cells`` (default
-    200): the tree edit distance grows faster than the square of the tables' size (two 200-cell tables 0.4-0.6 s
-    here, 400-cell ones 1.8-2.6 s: ``python benchmarks/rewards.py --ocr_sizes``), so an answer with more cells scores
+    200): the tree edit distance grows faster than the square of the tables' size (``python benchmarks/rewards.py
+    --ocr_sizes`` times 100-, 200- and 400-cell tables), so an answer with more cells scores
     0.0 (counted as ``too_large``) and a solution with more is scored None (counted as ``solution_too_large``; raise
     ``max_cells`` to score those samples)."""
 
