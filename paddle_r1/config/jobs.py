@@ -178,13 +178,16 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
                 f"(TRL refuses it too); on {world_size} rank(s) of {per_device}, steps_per_generation "
                 f"{group // math.gcd(micro_step, group)} or a multiple of it does (a group spread over micro-steps)",
                 keys=("per_device_train_batch_size", "num_generations", source))
-        if self.dynamic_sampling and world_size > 1 and micro_step % group and group % micro_step:
+        whole_groups = per_device % group == 0
+        equal_parts = group % per_device == 0 and (micro_step % group == 0 or group % micro_step == 0)
+        if self.dynamic_sampling and world_size > 1 and not (whole_groups or equal_parts):
             raise ConfigError(
                 f"config keys 'dynamic_sampling' and 'per_device_train_batch_size': dynamic sampling refills each "
                 f"rank's share of the generation batch with the groups it keeps, which needs every group to lie alike "
-                f"on the ranks holding it: ranks x per_device_train_batch_size ({world_size} x {per_device}) must be "
-                f"a multiple or a divisor of num_generations {group}, or the job run on one rank",
-                keys=("dynamic_sampling", "per_device_train_batch_size"))
+                f"on the ranks holding it: per_device_train_batch_size {per_device} must hold whole groups (a multiple "
+                f"of num_generations {group}) or an equal part of one (a divisor of it, with ranks x "
+                f"per_device_train_batch_size, {micro_step}, a multiple or a divisor of {group}), or the job run on "
+                "one rank", keys=("dynamic_sampling", "per_device_train_batch_size"))
 
     @property
     def completions_per_device(self) -> int:
