@@ -73,7 +73,7 @@ class Experience:
     loss_tokens: Optional[float] = None
 
     def state(self) -> dict:
-        """What a resume mid-way through num_iterations needs: the fields the loss and the logs read."""
+        """What a resume mid-way through a generation batch needs: the fields the loss and the logs read."""
         state = dataclasses.asdict(self)
         for before_the_loss in ("tool_calls", "keys", "generations", "sampler_values"):
             del state[before_the_loss]
