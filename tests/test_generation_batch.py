@@ -24,7 +24,7 @@ import paddle.distributed as dist
 import pytest
 
 from dp_worker import train_each_and_dump
-from paddle_r1.checkpoints.resume import BatchLayout
+from paddle_r1.checkpoints.resume import BatchLayout, steps_to_finish_epochs
 from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.trainer.grpo import GRPOTrainer
@@ -112,6 +112,19 @@ def test_the_schedule_is_trls(case):
             assert all(rank[t] == rank[start + slot] for rank in trl)
             if steps == 1:  # the generation batch is the micro-step: each rank's prompts are TRL's
                 assert [sorted(rank[t]) for rank in trl] == [sorted(rank[t]) for rank in paddle]
+
+
+def test_epochs_count_generation_batches():
+    """num_train_epochs: the generation batches of the epochs' prompts, each trained on for steps_per_generation x
+    num_iterations micro-steps, gradient_accumulation_steps to an optimizer step."""
+    default = BatchLayout(ranks=1, per_device_batch=4, group=2, accumulation=2, steps_per_generation=2)
+    assert steps_to_finish_epochs(1, 12, default, passes=2) == 6  # 12 prompts, 4 a step, 2 passes: as before
+    over_steps = BatchLayout(ranks=1, per_device_batch=3, group=2, accumulation=1, steps_per_generation=2)
+    assert (over_steps.block_steps, over_steps.block_prompts, over_steps.generation_prompts) == (2, 3, 3)
+    assert steps_to_finish_epochs(1, 12, over_steps, passes=1) == 8
+    across_steps = BatchLayout(ranks=1, per_device_batch=2, group=2, accumulation=2, steps_per_generation=3)
+    assert (across_steps.block_steps, across_steps.blocks, across_steps.global_batch) == (1, 3, 2)
+    assert steps_to_finish_epochs(1, 12, across_steps, passes=1) == 6  # 4 generation batches of 3 micro-steps
 
 
 # ---- bad settings ----------------------------------------------------------------------------------------------
@@ -236,13 +249,16 @@ def test_dynamic_sampling_refills_a_generation_batch_of_groups_over_micro_steps(
 def test_a_batch_over_two_steps_is_generated_once_and_trained_off_policy(tiny_model_dir, rec_samples, tmp_path):
     """steps_per_generation 2 with one micro-step per step: step 2 trains on the second micro-batch of step 1's
     generation batch, sampled before step 1's update (its log-probs then kept as the old policy), where
-    steps_per_generation 1 generates again."""
+    steps_per_generation 1 generates again; the weights differ."""
     runs = {}
     for steps in (1, 2):  # (made anew in step 2, old policy kept, step 2's metrics, weights after step 2)
         trainer = _trainer(tiny_model_dir, tmp_path / str(steps), rec_samples, per_device_train_batch_size=2,
                            steps_per_generation=steps, max_steps=2)
         trainer.training_step()
         first = trainer.buffer
+        # dapo's token count: TRL's num_items_in_batch (the generation batch's) x accumulation / steps_per_generation
+        tokens = sum(float(exp.mask.sum()) for exp in first)
+        assert [exp.loss_tokens for exp in first] == [tokens / steps] * steps
         metrics = trainer.training_step()
         runs[steps] = (trainer.buffer is first, trainer.trained[0].old_logp is not None, metrics, _weights(trainer))
     assert runs[1][:2] == (False, False) and runs[2][:2] == (True, True)
