@@ -29,12 +29,26 @@ def train_and_dump(settings: dict, dump_dir: str) -> None:
     for name, key in (("rewards", "reward"), ("grad_norms", "grad_norm"), ("eval_scores", "eval/score"),
                       ("skipped", "train/skipped_steps")):
         np.save(os.path.join(dump_dir, f"rank{rank}_{name}.npy"), np.asarray([h.get(key, np.nan) for h in history]))
+    with open(os.path.join(dump_dir, f"rank{rank}_completions.json"), "w") as f:
+        json.dump(last_generation_batch(trainer), f)
     reducer = getattr(trainer.update, "reducer", None)
     if reducer is not None:
         with open(os.path.join(dump_dir, f"rank{rank}_reducer.json"), "w") as f:
             json.dump({"buckets": len(reducer.buckets), "after_backward": len(reducer.after_backward),
                        "launched_in_backward": reducer.launched_in_backward,
                        "late_gradients": reducer.late_gradients}, f)
+
+
+def last_generation_batch(trainer) -> list[list[dict]]:
+    """This rank's micro-batches of the last generation batch: per completion, its group's key, generation index,
+    reward and advantage."""
+    batches = []
+    for exp in trainer.buffer:
+        keys, generations = exp.completion_keys()
+        batches.append([{"key": list(key), "generation": g, "reward": float(reward), "advantage": float(advantage)}
+                        for key, g, reward, advantage in zip(keys, generations, exp.rewards,
+                                                             exp.advantages.numpy())])
+    return batches
 
 
 def train_each_and_dump(jobs: list) -> None:

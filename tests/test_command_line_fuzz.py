@@ -102,8 +102,16 @@ def configs(draw) -> dict:
     """Every key of GRPOConfig, drawn so that the rules between keys hold."""
     values = {key: draw(strategy) for key, strategy in VALUES.items() if strategy is not None}
     values["num_generations"] = group = draw(st.integers(2, 16))
-    prompts = draw(st.none() | st.integers(1, 4))  # per device; the batch counts completions, whole groups
-    values["per_device_train_batch_size"] = None if prompts is None else prompts * group
+    # completions per device: any count (the generation batch holds whole groups, a rule that needs the ranks)
+    values["per_device_train_batch_size"] = per_device = draw(st.none() | st.integers(1, 4 * group))
+    # TRL's generation batch, one spelling at most; in completions, whole groups and whole micro-batches of a device
+    values["steps_per_generation"] = values["generation_batch_size"] = None
+    spelling = draw(st.sampled_from(("unset", "steps_per_generation", "generation_batch_size")))
+    if spelling == "steps_per_generation":
+        values["steps_per_generation"] = draw(st.integers(1, 16))
+    elif spelling == "generation_batch_size":
+        per_device = per_device or group
+        values["generation_batch_size"] = per_device * group // math.gcd(per_device, group) * draw(st.integers(1, 4))
     values["overlong_buffer"] = draw(st.integers(0, values["max_completion_length"] - 1))
     funcs = values["reward_funcs"]
     values["reward_weights"] = draw(st.none() | st.lists(WEIGHT, min_size=len(funcs), max_size=len(funcs)))

@@ -206,23 +206,30 @@ def test_an_unwritable_output_dir_is_named_before_anything_loads(tmp_path, tiny_
 
 
 def test_per_device_train_batch_size_counts_completions_as_in_trl():
-    """TRL / VLM-R1 / EasyDistill: per_device_train_batch_size counts completions; prompts = it / num_generations."""
+    """TRL / VLM-R1 / EasyDistill: per_device_train_batch_size counts completions; a device decodes it / the part of
+    a group each of its prompt rows gets."""
     assert GRPOConfig(per_device_train_batch_size=16, num_generations=8).prompts_per_device == 2
     assert GRPOConfig(per_device_train_batch_size=6, num_generations=3).prompts_per_device == 2
     assert GRPOConfig(num_generations=4).prompts_per_device == 1  # unset: one prompt's group per device
-    with pytest.raises(ConfigError, match="'per_device_train_batch_size' and 'num_generations'.*4 neither holds whole "
-                                          "groups of num_generations 3 .*use a multiple or a divisor of 3"):
-        GRPOConfig(per_device_train_batch_size=4, num_generations=3)
     # a part of a group: PaddleMIX's 2 completions per device of 8 (the group on 4 consecutive ranks), VLM-R1's 1
     paddlemix, vlm_r1 = GRPOConfig(per_device_train_batch_size=2), GRPOConfig(per_device_train_batch_size=1)
-    assert (paddlemix.prompts_per_device, paddlemix.generations_per_device, paddlemix.ranks_per_group) == (1, 2, 4)
-    assert (vlm_r1.prompts_per_device, vlm_r1.generations_per_device, vlm_r1.ranks_per_group) == (1, 1, 8)
+    assert (paddlemix.prompts_per_device, paddlemix.generations_per_device) == (1, 2)
+    assert (vlm_r1.prompts_per_device, vlm_r1.generations_per_device) == (1, 1)
     paddlemix.check_ranks(8)
-    with pytest.raises(ConfigError, match="a group of 8 completions takes 4 ranks of 2, but this job has "
-                                          "2 rank\\(s\\): "
-                                          "ranks x per_device_train_batch_size \\(4\\) must be a multiple of "
-                                          "num_generations, as in TRL"):
+    with pytest.raises(ConfigError, match="a generation batch of ranks x per_device_train_batch_size x "
+                                          "steps_per_generation \\(unset: gradient_accumulation_steps\\) = 2 x 2 x 1 = "
+                                          "4 completions does not hold whole groups of num_generations 8 \\(TRL "
+                                          "refuses it too\\); on 2 rank\\(s\\) of 2, steps_per_generation 2 or a "
+                                          "multiple of it does"):
         paddlemix.check_ranks(2)
+    # TRL takes any count whose generation batch holds whole groups: 4 completions of groups of 3 on 3 ranks, or
+    # over 3 micro-steps; a device then decodes 4 prompt rows of 1 completion each
+    odd = GRPOConfig(per_device_train_batch_size=4, num_generations=3)
+    assert (odd.prompts_per_device, odd.generations_per_device) == (4, 1)
+    odd.check_ranks(3)
+    odd.with_values(gradient_accumulation_steps=3).check_ranks(1)
+    with pytest.raises(ConfigError, match="1 x 4 x 1 = 4 completions does not hold whole groups of num_generations 3"):
+        odd.check_ranks(1)
     from paddle_r1.config.jobs import SFTConfig
 
     assert SFTConfig(per_device_train_batch_size=4).prompts_per_device == 4  # SFT counts samples
@@ -234,9 +241,9 @@ def test_shipped_configs_keep_one_prompt_of_eight_per_device():
         assert (config.per_device_train_batch_size, config.num_generations, config.prompts_per_device) == (8, 8, 1)
 
 
-def test_a_non_dividing_batch_is_blamed_on_the_command_line():
-    with pytest.raises(ConfigError, match="^command line: config keys 'per_device_train_batch_size'"):
-        load_config(GRPOConfig, None, ["--per_device_train_batch_size", "3", "--num_generations", "8"])
+def test_a_generation_batch_of_parts_of_groups_is_blamed_on_the_command_line():
+    with pytest.raises(ConfigError, match="^command line: config keys 'generation_batch_size' and 'num_generations'"):
+        load_config(GRPOConfig, None, ["--generation_batch_size", "12", "--num_generations", "8"])
 
 
 # ---- a key given twice in a file is an error naming both places ---------------------------------------------

@@ -381,16 +381,18 @@ ENTROPY_CONTROL = dict(use_adaptive_entropy="true", entropy_coef=0.1, entropy_co
 @pytest.fixture(scope="module")
 def across_ranks(tmp_path_factory, tiny_model_dir, rec_mixture, tied_mixture):
     """One spawn of 2 ranks: PaddleMIX's command, VLM-R1's (saving at step 1), VLM-R1's resumed from that
-    checkpoint-1, VLM-R1's 8-GPU command (a group of 8 on ranks of 1) refused, VLM-R1's with dynamic sampling (a
-    group across ranks), with dynamic sampling and whole groups (a rank may be full while the other draws on) and
-    with adaptive entropy control; then the one-process runs over the same global batch."""
+    checkpoint-1, VLM-R1's with a group of 8 and 2 accumulation steps refused (a generation batch of 2 ranks x 1 x 2
+    completions), VLM-R1's with dynamic sampling (a group across ranks), with dynamic sampling and whole groups (a rank
+    may be full while the other draws on) and with adaptive entropy control; then the one-process runs over the same
+    global batch."""
     out = tmp_path_factory.mktemp("across_ranks")
     model, mixture = tiny_model_dir, rec_mixture
     vlm_r1 = vlm_r1_rec_command(model, mixture, str(out / "vlm_r1"), save_steps=1)
     commands = [paddlemix_rec_command(model, mixture, str(out / "paddlemix")), vlm_r1,
                 _command(vlm_r1, output_dir=out / "vlm_r1_resumed",
                          resume_from_checkpoint=out / "vlm_r1" / "checkpoint-1"),
-                vlm_r1_rec_command(model, mixture, str(out / "refused"), num_generations=8),
+                vlm_r1_rec_command(model, mixture, str(out / "refused"), num_generations=8,
+                                   gradient_accumulation_steps=2),
                 vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic"), gradient_accumulation_steps=2, **DYNAMIC),
                 vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic_whole_groups"), per_device=2,
                                    gradient_accumulation_steps=1, **DYNAMIC),
@@ -493,7 +495,8 @@ def test_a_group_across_ranks_resumes_in_the_middle_as_the_uninterrupted_run(acr
 
 
 def test_a_group_the_ranks_cannot_hold_is_refused_before_loading(across_ranks):
-    """VLM-R1's 8-GPU command (a group of 8, 1 completion per device) on 2 ranks: exit code 2, nothing written."""
+    """VLM-R1's command with a group of 8 and 2 accumulation steps on 2 ranks: its generation batch of 2 ranks x 1
+    completion x 2 micro-steps holds half a group (TRL refuses it too): exit code 2, nothing written."""
     assert [json.load(open(across_ranks / f"rank{r}_codes.json"))[3] for r in (0, 1)] == [2, 2]
     assert not (across_ranks / "refused").exists() or not list((across_ranks / "refused").glob("checkpoint-*"))
 

@@ -86,7 +86,7 @@ def test_paddlemix_rec_recipe():
     assert (config.max_steps, config.freeze_vision, config.max_completion_length) == (500, False, 256)
     # PaddleMIX's global batch, 16 completions = 2 prompts x 8, on its 8 GPUs of 2 (a group on 4 of them)
     assert config.per_device_train_batch_size * 8 * config.gradient_accumulation_steps == 16
-    assert (config.prompts_per_device, config.ranks_per_group) == (1, 4)
+    assert (config.prompts_per_device, config.generations_per_device) == (1, 2)
     config.check_ranks(8)
     paths = [s.path for s in sources_from(os.path.join(ROOT, config.data_path))]
     assert [os.path.basename(p) for p in paths] == ["refcoco_train.json", "refcocop_train.json", "refcocog_train.json"]

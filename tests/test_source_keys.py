@@ -47,11 +47,13 @@ def test_paddlemix_rec_command(tmp_path, mixture, capsys):
                                "truncated") for line in printed)
     assert sum(line.startswith("command line: ") for line in printed) == 17  # one line per translated key
     # with the script's default NUM_GENERATIONS=8, 2 completions per GPU hold a quarter of a group, which lies on 4
-    # consecutive ranks (TRL's layout): its 8 GPUs take it; 2 cannot, said plainly before any model loads
+    # consecutive ranks (TRL's layout): its 8 GPUs take it; 2 cannot in one micro-step, said plainly before any
+    # model loads
     config = load_config(GRPOConfig, None, paddlemix_rec_args("m", mixture, str(tmp_path / "out")))
-    assert (config.prompts_per_device, config.generations_per_device, config.ranks_per_group) == (1, 2, 4)
+    assert (config.prompts_per_device, config.generations_per_device) == (1, 2)
     config.check_ranks(8)
-    with pytest.raises(ConfigError, match="a group of 8 completions takes 4 ranks of 2, but this job has 2 rank"):
+    with pytest.raises(ConfigError, match="2 x 2 x 1 = 4 completions does not hold whole groups of num_generations 8 "
+                                          ".*on 2 rank\\(s\\) of 2, steps_per_generation 2 or a multiple of it does"):
         config.check_ranks(2)
 
 

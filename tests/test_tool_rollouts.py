@@ -325,13 +325,17 @@ def tool_calling_model(tiny_model_dir, rec_samples, tmp_path_factory):
     return SFTTrainer(config, samples=rec_samples).train()["checkpoint"]
 
 
-def _grpo(model_dir, out, samples, **kw):
+def _grpo_trainer(model_dir, out, samples, **kw) -> GRPOTrainer:
     config = dict(model_name_or_path=model_dir, output_dir=str(out), question_template="{Question}",
                   reward_funcs=["reward_helpers:short_reward", "tool_format"], tools=["crop"], max_turns=3,
                   num_generations=3, per_device_train_batch_size=6, max_completion_length=100, temperature=0.3,
                   learning_rate=1e-3, max_steps=2, save_steps=100, use_visualdl=False, disable_tqdm=True, seed=7,
                   beta=0.0)
-    trainer = GRPOTrainer(GRPOConfig(**{**config, **kw}), samples=samples)
+    return GRPOTrainer(GRPOConfig(**{**config, **kw}), samples=samples)
+
+
+def _grpo(model_dir, out, samples, **kw):
+    trainer = _grpo_trainer(model_dir, out, samples, **kw)
     history = trainer.train()["history"]
     return history, {k: v.numpy().copy() for k, v in trainer.policy.state_dict().items()}
 
@@ -374,6 +378,34 @@ def test_a_multi_turn_run_resumed_mid_way_through_num_iterations_equals_the_unin
     resumed_rows = [json.loads(line) for line in open(split / "completions.jsonl")]
     straight_rows = [json.loads(line) for line in open(tmp_path / "straight" / "completions.jsonl")]
     assert [row["turns"] for row in resumed_rows] == [row["turns"] for row in straight_rows]
+
+
+def test_episodes_of_groups_over_micro_steps_resume_mid_generation_batch(tool_calling_model, rec_samples, tmp_path):
+    """Groups of 3 episodes, 2 per micro-step, a generation batch of 3 micro-steps (one per step): each micro-batch
+    but the first and last holds parts of two groups, whose advantages are the whole groups'; the run stopped after
+    step 1 resumes from the episodes it saved as the uninterrupted run."""
+    extra = dict(per_device_train_batch_size=2, steps_per_generation=3, max_steps=3)
+    straight = _grpo_trainer(tool_calling_model, tmp_path / "straight", rec_samples, **extra)
+    straight_history = straight.train()["history"]
+    assert straight_history[0]["tools/calls"] > 0  # logged by the step that made the episodes
+    rows = {}
+    for exp in straight.buffer:
+        for key, g, reward, advantage in zip(*exp.completion_keys(), exp.rewards, exp.advantages.numpy()):
+            rows.setdefault(key, {})[g] = (reward, advantage)
+    assert [len(exp.texts) for exp in straight.buffer] == [2, 2, 2] and len(rows) == 2
+    for group in rows.values():
+        rewards, advantages = np.array([group[g] for g in range(3)]).T
+        np.testing.assert_allclose(advantages, (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-4),
+                                   rtol=1e-4, atol=1e-5)
+    split = tmp_path / "split"
+    first, _ = _grpo(tool_calling_model, split, rec_samples, save_steps=1, **extra)
+    for step in (2, 3):
+        shutil.rmtree(split / f"checkpoint-{step}")
+    rest, resumed_weights = _grpo(tool_calling_model, split, rec_samples, resume_from_checkpoint="latest", **extra)
+    np.testing.assert_allclose([m["loss"] for m in first[:1] + rest], [m["loss"] for m in straight_history],
+                               rtol=1e-6, atol=1e-7)
+    for key, value in straight.policy.state_dict().items():
+        np.testing.assert_allclose(resumed_weights[key], value.numpy(), rtol=1e-6, atol=1e-7, err_msg=key)
 
 
 def test_episodes_without_calls_are_the_single_turn_rollout(tiny, rec_samples):

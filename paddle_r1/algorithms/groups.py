@@ -1,13 +1,14 @@
-"""A micro-step's groups over all ranks: what advantages, dynamic sampling and ``frac_reward_zero_std`` are computed
+"""A block's groups over all ranks (a block: the fewest micro-steps of a generation batch whose completions are
+whole groups, ``resume.BatchLayout``): what advantages, dynamic sampling and ``frac_reward_zero_std`` are computed
 on, as TRL 1.16 computes them on rewards gathered from every process.
 
-A rank holds a slice of the micro-step's completions (``sampler.rank_share``): whole groups, or part of a group whose
-other completions are on the neighbouring ranks. Each rank sends, per completion, its group's key (the refill batch
-of dynamic sampling and the prompt's place in the global batch), its generation index, reward, per-function scores
-and length; one ``all_gather_object`` brings every rank the same table, [groups, G], with NaN where no rank holds a
-completion (a skipped sample) or no reward scored it. NaN is what the estimators already leave out of a group's mean
-and std, and give advantage 0 (TRL's rule for unscored completions), so a group missing a completion is computed on
-the completions it has. Every rank then takes the rows of its own completions.
+A rank holds slices of the block's completions (``sampler.rank_share``): whole groups, or parts of groups whose
+other completions are on the neighbouring ranks or micro-steps. Each rank sends, per completion, its group's key (the
+refill batch of dynamic sampling and the prompt's place in the block's draw), its generation index, reward,
+per-function scores and length; one ``all_gather_object`` brings every rank the same table, [groups, G], with NaN
+where no rank holds a completion (a skipped sample) or no reward scored it. NaN is what the estimators already leave
+out of a group's mean and std, and give advantage 0 (TRL's rule for unscored completions), so a group missing a
+completion is computed on the completions it has. Every rank then takes the rows of its own completions.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .advantages import advantages_for, normalize_then_sum_advantages
 
 @dataclass
 class GroupTable:
-    """Every completion of a micro-step over all ranks: one row per group (sorted by key), one column per
+    """Every completion of a block over all ranks: one row per group (sorted by key), one column per
     generation."""
 
     rewards: np.ndarray  # [P, G] float32 (as the rewards, and TRL's), NaN: unscored or held by no rank

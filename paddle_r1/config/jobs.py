@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import signal
 from dataclasses import dataclass
@@ -74,6 +75,11 @@ class JobKeys:
     def check_ranks(self, world_size: int) -> None:
         """The job's rules that need the number of ranks, checked before any model loads."""
 
+    def steps_per_generation_for(self, world_size: int) -> int:
+        """Micro-steps one draw of samples is split over on ``world_size`` ranks (GRPO's steps_per_generation; SFT
+        draws every micro-step)."""
+        return 1
+
     @property
     def prompt_order_seed(self) -> int:
         """TRL's data_seed: the seed of the prompt order alone, when set; else seed."""
@@ -98,11 +104,11 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
     """``paddle-r1 train``: the shared keys (model, data, optimizer, output) and GRPO's own."""
 
     per_device_train_batch_size: Optional[int] = key(
-        None, "completions per device and micro-step, as in TRL, VLM-R1 and EasyDistill: a multiple of "
-        "num_generations (whole groups; prompts per device = this / num_generations), or a divisor of it (part of one "
-        "group, whose other completions are on the next num_generations / this ranks, TRL's layout; ranks x this must "
-        "be a multiple of num_generations); default: num_generations (one prompt). One optimizer step sees this x "
-        "devices x gradient_accumulation_steps completions")
+        None, "completions per device and micro-step, as in TRL, VLM-R1 and EasyDistill; a device may hold whole "
+        "groups, or parts of groups whose other completions are on other ranks or micro-steps (TRL's layout): any "
+        "count whose generation batch, ranks x this x steps_per_generation, is a multiple of num_generations; "
+        "default: num_generations (one prompt). One optimizer step sees this x devices x gradient_accumulation_steps "
+        "completions")
 
     def check_own_keys(self) -> None:
         if self.overlong_buffer >= self.max_completion_length:
@@ -120,28 +126,68 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
                               keys=("eval_data_path", "eval_steps"))
 
     def _check_batch(self) -> None:
-        """per_device_train_batch_size counts completions (TRL's meaning): a device holds whole groups (a multiple of
-        num_generations), or a part of one group whose other completions are on the next ranks (a divisor of it)."""
-        batch, group = self.per_device_train_batch_size, self.num_generations
-        if batch is not None and batch % group and group % batch:
+        """TRL 1.16's rules on the generation batch that hold whatever the number of ranks: one spelling of it, and
+        a generation_batch_size of whole groups and of whole micro-batches of a device (``check_ranks``: the rest)."""
+        size = self.generation_batch_size
+        if size is not None and self.steps_per_generation is not None:
             raise ConfigError(
-                f"config keys 'per_device_train_batch_size' and 'num_generations': per_device_train_batch_size counts "
-                f"completions (as in TRL), and {batch} neither holds whole groups of num_generations {group} (a "
-                f"multiple of it) nor an equal part of one group (a divisor of it, the rest of the group on the next "
-                f"ranks); use a multiple or a divisor of {group}",
-                keys=("per_device_train_batch_size", "num_generations"))
+                f"config keys 'steps_per_generation' and 'generation_batch_size': both are set "
+                f"({self.steps_per_generation} and {size}); they are two spellings of one thing, generation_batch_size "
+                "= ranks x per_device_train_batch_size x steps_per_generation: set one (TRL refuses both too)",
+                keys=("steps_per_generation", "generation_batch_size"))
+        if size is not None and size % self.num_generations:
+            raise ConfigError(
+                f"config keys 'generation_batch_size' and 'num_generations': a generation batch holds whole groups, "
+                f"and {size} completions are not a multiple of num_generations {self.num_generations} (as in TRL)",
+                keys=("generation_batch_size", "num_generations"))
+        if size is not None and size % self.completions_per_device:
+            raise ConfigError(
+                f"config keys 'generation_batch_size' and 'per_device_train_batch_size': a generation batch is split "
+                f"into micro-batches of per_device_train_batch_size {self.completions_per_device} on every rank, and "
+                f"{size} completions are not a multiple of it (as in TRL)",
+                keys=("generation_batch_size", "per_device_train_batch_size"))
+
+    def steps_per_generation_for(self, world_size: int) -> int:
+        """TRL's steps_per_generation on ``world_size`` ranks: as set, from generation_batch_size, or
+        gradient_accumulation_steps."""
+        if self.generation_batch_size is not None:
+            return self.generation_batch_size // (world_size * self.completions_per_device)
+        return self.steps_per_generation or self.gradient_accumulation_steps
 
     def check_ranks(self, world_size: int) -> None:
-        """Before any model loads, once the number of ranks is known: a group spread over ranks needs them all
-        (TRL: the global batch, ranks x per_device_train_batch_size, is a multiple of num_generations)."""
-        if self.ranks_per_group > 1 and world_size % self.ranks_per_group:
+        """Before any model loads, once the number of ranks is known: TRL 1.16's rules on the generation batch
+        (a generation_batch_size of whole micro-steps over all ranks, a generation batch of whole groups), and the
+        layouts dynamic sampling can refill."""
+        per_device, group = self.completions_per_device, self.num_generations
+        micro_step = world_size * per_device
+        if self.generation_batch_size is not None and self.generation_batch_size % micro_step:
             raise ConfigError(
-                f"config keys 'per_device_train_batch_size' and 'num_generations': a group of {self.num_generations} "
-                f"completions takes {self.ranks_per_group} ranks of {self.completions_per_device}, but this job has "
-                f"{world_size} rank(s): ranks x per_device_train_batch_size "
-                f"({world_size * self.completions_per_device})"
-                f" must be a multiple of num_generations, as in TRL",
-                keys=("per_device_train_batch_size", "num_generations"))
+                f"config keys 'generation_batch_size' and 'per_device_train_batch_size': generation_batch_size "
+                f"{self.generation_batch_size} must be a multiple of ranks x per_device_train_batch_size = "
+                f"{world_size} x {per_device} = {micro_step}, the completions of one micro-step (as in TRL)",
+                keys=("generation_batch_size", "per_device_train_batch_size"))
+        steps = self.steps_per_generation_for(world_size)
+        if micro_step * steps % group:
+            source = ("generation_batch_size" if self.generation_batch_size is not None else "steps_per_generation"
+                      if self.steps_per_generation is not None else "gradient_accumulation_steps")
+            unset = " (unset: gradient_accumulation_steps)" if source == "gradient_accumulation_steps" else ""
+            raise ConfigError(
+                f"config keys 'per_device_train_batch_size', 'num_generations' and '{source}': a generation batch of "
+                f"ranks x per_device_train_batch_size x steps_per_generation{unset} = {world_size} x {per_device} x "
+                f"{steps} = {micro_step * steps} completions does not hold whole groups of num_generations {group} "
+                f"(TRL refuses it too); on {world_size} rank(s) of {per_device}, steps_per_generation "
+                f"{group // math.gcd(micro_step, group)} or a multiple of it does (a group spread over micro-steps)",
+                keys=("per_device_train_batch_size", "num_generations", source))
+        whole_groups = per_device % group == 0
+        equal_parts = group % per_device == 0 and (micro_step % group == 0 or group % micro_step == 0)
+        if self.dynamic_sampling and world_size > 1 and not (whole_groups or equal_parts):
+            raise ConfigError(
+                f"config keys 'dynamic_sampling' and 'per_device_train_batch_size': dynamic sampling refills each "
+                f"rank's share of the generation batch with the groups it keeps, which needs every group to lie alike "
+                f"on the ranks holding it: per_device_train_batch_size {per_device} must hold whole groups (a multiple "
+                f"of num_generations {group}) or an equal part of one (a divisor of it, with ranks x "
+                f"per_device_train_batch_size, {micro_step}, a multiple or a divisor of {group}), or the job run on "
+                "one rank", keys=("dynamic_sampling", "per_device_train_batch_size"))
 
     @property
     def completions_per_device(self) -> int:
@@ -153,20 +199,17 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
         return self.num_generations
 
     @property
-    def prompts_per_device(self) -> int:
-        """Prompts each device holds completions of per micro-step: per_device_train_batch_size / num_generations,
-        one when a device holds part of a group."""
-        return max(1, self.completions_per_device // self.num_generations)
-
-    @property
     def generations_per_device(self) -> int:
-        """Completions each of a device's prompts gets there: num_generations, or the device's part of the group."""
-        return min(self.completions_per_device, self.num_generations)
+        """Completions of each prompt row a device decodes (``sampler.rank_share``): num_generations when it holds
+        whole groups, its part of the group when it holds part of one, else gcd(per_device_train_batch_size,
+        num_generations), the largest part that cuts both the groups and the micro-batch."""
+        return math.gcd(self.completions_per_device, self.num_generations)
 
     @property
-    def ranks_per_group(self) -> int:
-        """Consecutive ranks a group's completions are on (1: a device holds whole groups)."""
-        return max(1, self.num_generations // self.completions_per_device)
+    def prompts_per_device(self) -> int:
+        """Prompt rows each device decodes per micro-batch: per_device_train_batch_size / generations_per_device
+        (one when it holds part of a group; a prompt whose completions it holds in two parts counts twice)."""
+        return self.completions_per_device // self.generations_per_device
 
     def _check_rewards(self) -> None:
         if not self.reward_funcs:

@@ -372,6 +372,18 @@ class StepKeys:
     sharding: str = key("", "\"\" | stage1 (optimizer state split over ranks) | stage2 (+ gradients; GPU/XPU)",
                         choices=SHARDING_STAGES)
     gradient_accumulation_steps: int = key(1, "micro-steps whose gradients make one optimizer step", bounds=at_least(1))
+    steps_per_generation: Optional[int] = key(
+        None, "TRL's: micro-steps one generation batch is split over. Its ranks x per_device_train_batch_size x "
+        "steps_per_generation completions (a multiple of num_generations: whole groups) are generated at once, every "
+        "steps_per_generation x num_iterations micro-steps (num_iterations counts the passes over it), and micro-step "
+        "t trains on its micro-batch t mod steps_per_generation; advantages are computed over whole groups, which may "
+        "span ranks and micro-steps. Default: gradient_accumulation_steps (one generation batch per optimizer step); "
+        "not with generation_batch_size", bounds=at_least(1))
+    generation_batch_size: Optional[int] = key(
+        None, "TRL's other spelling of steps_per_generation: completions per generation batch over all ranks, a "
+        "multiple of num_generations and of ranks x per_device_train_batch_size; steps_per_generation = "
+        "generation_batch_size / (ranks x per_device_train_batch_size); not with steps_per_generation",
+        bounds=at_least(1))
     log_completions_steps: int = key(1, "write completions.jsonl (and the trackers' completions table) every N "
                                      "steps; 0: never", bounds=at_least(0))
 

@@ -1,6 +1,6 @@
 """Data parallel over ranks (``python -m paddle.distributed.launch``, or ``paddle.distributed.spawn``).
 
-Each rank generates its own completions (whole groups, or its part of a group: ``sampler.rank_share``), whose rewards
+Each rank generates its own completions (whole groups, or parts of groups: ``sampler.rank_share``), whose rewards
 are gathered for the advantages (``groups``); gradients are averaged across ranks with
 bucketed all-reduces (``GradientReducer``), launched during the step's last backward pass as buckets fill and
 finished before the optimizer step, so every rank applies the same update. Metrics are combined over ranks in

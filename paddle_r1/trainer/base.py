@@ -1,9 +1,9 @@
 """The trainer skeleton GRPO and SFT share: setup (device, ranks, models, optimizer), the step loop with its
 progress bar, logging, held-out evaluation and checkpoint cadence, resume, and the guarded update.
 
-A job says only how a step is made (``training_step``), how many steps use one batch (``steps_per_batch``), and
-what it adds to a checkpoint (``trainer_state``, ``save_rank_files``); a step's batch over all ranks is the config's
-``BatchLayout`` (``checkpoints/resume.py``).
+A job says only how a step is made (``training_step``), how many passes it makes over one batch
+(``passes_per_batch``), and what it adds to a checkpoint (``trainer_state``, ``save_rank_files``); how a batch is
+drawn and split over ranks and micro-steps is the config's ``BatchLayout`` (``checkpoints/resume.py``).
 
 The update is guarded: a step whose loss or gradient norm is not finite changes neither the weights nor the
 optimizer state, and a step that wrote a non-finite weight is undone (``step_guard``); it is logged
@@ -98,7 +98,7 @@ class Trainer:
                                            self.rank, self.world_size) if cfg.resume_from_checkpoint else None
         # a resume with more or fewer ranks, or another per-device batch or accumulation: checked before loading
         resumed = ckpt.load_trainer_state(self.resume_path) if self.resume_path else None
-        layout = BatchLayout.of(cfg, self.world_size)
+        self.layout = layout = BatchLayout.of(cfg, self.world_size)
         saved_layout = BatchLayout.saved(cfg, resumed) if resumed else layout
         if saved_layout != layout:
             self.check_layout_change(self.resume_path, saved_layout, layout)
@@ -111,11 +111,11 @@ class Trainer:
             self.total_steps = cfg.max_steps
         elif saved_layout != layout:  # the prompts left, at the new global batch
             self.total_steps = resumed["global_step"] + steps_to_finish_epochs(
-                cfg.num_train_epochs, len(self.samples), layout.global_batch, self.steps_per_batch,
+                cfg.num_train_epochs, len(self.samples), layout, self.passes_per_batch,
                 taken=prompts_taken(resumed["sampler"], len(self.samples)))
         else:
-            self.total_steps = steps_to_finish_epochs(cfg.num_train_epochs, len(self.samples), layout.global_batch,
-                                                      self.steps_per_batch)
+            self.total_steps = steps_to_finish_epochs(cfg.num_train_epochs, len(self.samples), layout,
+                                                      self.passes_per_batch)
         optimizer, self.scheduler = build_optimizer(
             [p for p in self.policy.parameters() if not p.stop_gradient], cfg, self.total_steps,
             clip=optimizer_clips(sharding, self.world_size))
@@ -126,8 +126,8 @@ class Trainer:
         self.forward = self.update.wrap(PolicyLogprobs(self.policy))
         self.optimizer = self.update.optimizer
         self.scaler = self.update.wrap_scaler(self.precision.make_grad_scaler())  # float16 only
-        # one global sequence of prompt batches; each rank takes its own slice of every batch
-        self.sampler = PromptSampler(len(self.samples), layout.micro_batch, cfg.prompt_order_seed)
+        # one global sequence of prompt batches, one per block; each rank takes its own slices of every batch
+        self.sampler = PromptSampler(len(self.samples), layout.block_prompts, cfg.prompt_order_seed)
         self.step = 0
         self.skipped_steps = 0  # in all, and in a row
         self.skipped_in_row = 0
@@ -151,7 +151,7 @@ class Trainer:
     loads_reference_model = False  # a frozen reference model is loaded beside the policy
     saves_reference = False  # the reference is part of the run's state (it follows the policy)
 
-    steps_per_batch = 1  # optimizer steps made on one batch of samples (GRPO's num_iterations)
+    passes_per_batch = 1  # passes over one batch of samples (GRPO's num_iterations)
 
     def training_step(self) -> dict:
         raise NotImplementedError
@@ -239,29 +239,38 @@ class Trainer:
                   f"{position['epoch']}, prompt {position['index']} of {len(self.samples)} in that epoch's order")
 
     # ---- pieces of a step --------------------------------------------------------------------
-    def next_samples(self) -> "Draw":
-        """This rank's share of the next global batch (``sampler.rank_share``: whole groups, or part of one group),
-        images opened. A sample whose image fails now is skipped and counted; a batch left empty on any rank is
-        replaced on every rank, so the ranks' samplers stay in step."""
-        cfg = self.config
-        share = rank_share(self.rank, cfg.completions_per_device, cfg.group_size)
+    def next_samples(self) -> list[Draw]:
+        """This rank's micro-batches of the next block (``layout.block_steps`` of them; ``sampler.rank_share``: whole
+        groups, or parts of groups), images opened once per prompt. A sample whose image fails now is skipped and
+        counted; a block that leaves any micro-batch empty on any rank is replaced on every rank, so the ranks'
+        samplers stay in step."""
+        layout = self.layout
+        shares = [rank_share(layout, self.rank, micro_step) for micro_step in range(layout.block_steps)]
         phase("reading the batch's images")
         while True:
             batch = self.sampler.next_batch()
-            draw = Draw([], [], [], [])
-            for place, generations in share:
-                sample = self.samples[batch[place]]
-                try:
-                    draw.images.append(load_sample_images(sample))
-                except DataError as e:
-                    logger.warning("skipping sample %s: %s", sample.get("_source", batch[place]), e)
-                    self.count("data/skipped_samples")
-                    continue
-                draw.samples.append(sample)
-                draw.places.append(place)
-                draw.generations.append(generations)
-            if sum_across_ranks(float(not draw.samples), self.world_size, "the count of empty batches") == 0:
-                return draw
+            opened, draws = {}, []
+            for share in shares:
+                draw = Draw([], [], [], [])
+                for place, generations in share:
+                    sample = self.samples[batch[place]]
+                    if place not in opened:
+                        try:
+                            opened[place] = load_sample_images(sample)
+                        except DataError as e:
+                            logger.warning("skipping sample %s: %s", sample.get("_source", batch[place]), e)
+                            self.count("data/skipped_samples")
+                            opened[place] = None
+                    if opened[place] is None:
+                        continue
+                    draw.samples.append(sample)
+                    draw.images.append(opened[place])
+                    draw.places.append(place)
+                    draw.generations.append(generations)
+                draws.append(draw)
+            empty = not all(draw.samples for draw in draws)
+            if sum_across_ranks(float(empty), self.world_size, "the count of empty batches") == 0:
+                return draws
 
     def count(self, key: str, n: float = 1) -> None:
         """A counter of this step (summed over ranks in the logged metrics)."""

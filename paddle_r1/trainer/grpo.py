@@ -2,9 +2,12 @@
 
 prompts -> rollout (G completions each) -> rewards -> group advantages -> loss -> optimizer step -> metrics.
 
-With ``num_iterations`` = mu > 1 a rollout is made every mu steps and reused by the next mu steps,
-its log-probs at rollout time kept as the PPO "old" policy (TRL's semantics). Setup, the loop, held-out
-evaluation, checkpoints and resume are the shared skeleton's (``trainer/base.py``).
+Rollouts come in TRL's generation batches: ranks x per_device_train_batch_size x ``steps_per_generation``
+completions made at once, every steps_per_generation x ``num_iterations`` micro-steps, micro-step t training on the
+batch's micro-batch t mod steps_per_generation (by default one generation batch per optimizer step, used again by the
+next num_iterations - 1 steps). A batch trained on after an update keeps its log-probs at rollout time as the PPO
+"old" policy (TRL's semantics). Setup, the loop, held-out evaluation, checkpoints and resume are the shared
+skeleton's (``trainer/base.py``).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, config_folders, reward_columns
 from ..tools.toolbox import toolbox_for
 from .base import Draw, Trainer
+from .sampler import generation_slot
 from ..parallel.distributed import gather_objects, phase, sum_across_ranks, sums_across_ranks
 from ..algorithms.dynamic_sampling import concat_rollouts, kept_groups, select_groups
 from ..algorithms.groups import GroupTable, gather_groups
@@ -40,9 +44,9 @@ from ..parallel.step_metrics import Max, Mean, Min, Same, Std, Sum
 
 @dataclass
 class Experience:
-    """One micro-batch of this rank, the step's one record, filled in the order the step runs: the rollout makes it
-    (completions, what the rewards see, each prompt's group key), the log-probs and the reward stage
-    (``GRPOTrainer._rewards_and_advantages``) complete it, and the loss reads it for num_iterations steps."""
+    """One micro-batch of this rank, a generation batch's one record, filled in the order it is made: the rollout
+    makes it (completions, what the rewards see, each prompt row's group key), the log-probs and the reward stage
+    (``GRPOTrainer._rewards_and_advantages``) complete it, and the loss reads it in each pass over the batch."""
 
     rollout: Rollout
     texts: list
@@ -64,9 +68,12 @@ class Experience:
     sampler_values: Optional[tuple] = None  # its logged values: |old - sampled| and rho at the tokens TRL logs
     ref_logp: Optional[paddle.Tensor] = None  # kept with the KL in the loss only
     advantages: Optional[paddle.Tensor] = None
+    # the token normaliser of dapo, cispo and vespo (TRL's num_items_in_batch rescaled to one optimizer step): the
+    # generation batch's completion tokens over all ranks x gradient_accumulation_steps / (ranks x steps_per_generation)
+    loss_tokens: Optional[float] = None
 
     def state(self) -> dict:
-        """What a resume mid-way through num_iterations needs: the fields the loss and the logs read."""
+        """What a resume mid-way through a generation batch needs: the fields the loss and the logs read."""
         state = dataclasses.asdict(self)
         for before_the_loss in ("tool_calls", "keys", "generations", "sampler_values"):
             del state[before_the_loss]
@@ -78,15 +85,25 @@ class Experience:
         rollout["prompt"] = PromptBatch(**rollout["prompt"])
         return cls(**{**state, "rollout": Rollout(**rollout)})
 
-    def group(self, i: int) -> "Experience":
-        """Prompt i's group (its completions on this rank), as scored, before the log-probs."""
+    def rows(self, items: list[int]) -> "Experience":
+        """The prompt rows ``items`` (their completions on this rank), as scored, before the log-probs; the
+        generation time shared out by rows."""
         g = self.rollout.num_generations
-        rows = slice(i * g, (i + 1) * g)
-        return Experience(rollout=select_groups(self.rollout, [i], [len(sizes) for sizes in self.image_sizes]),
-                          texts=self.texts[rows], samples=[self.samples[i]], generation_seconds=self.generation_seconds,
-                          image_sizes=[self.image_sizes[i]], input_sizes=[self.input_sizes[i]],
-                          turns=None if self.turns is None else self.turns[rows], keys=[self.keys[i]],
-                          generations=[self.generations[i]], scores=self.scores[rows], rewards=self.rewards[rows])
+        rows = [i * g + k for i in items for k in range(g)]
+        return Experience(rollout=select_groups(self.rollout, list(items), [len(sizes) for sizes in self.image_sizes]),
+                          texts=[self.texts[r] for r in rows], samples=[self.samples[i] for i in items],
+                          generation_seconds=self.generation_seconds * len(items) / len(self.keys),
+                          image_sizes=[self.image_sizes[i] for i in items],
+                          input_sizes=[self.input_sizes[i] for i in items],
+                          turns=None if self.turns is None else [self.turns[r] for r in rows],
+                          keys=[self.keys[i] for i in items], generations=[self.generations[i] for i in items],
+                          scores=self.scores[rows], rewards=self.rewards[rows])
+
+    def split(self, parts: int) -> list["Experience"]:
+        """Its prompt rows in ``parts`` micro-batches, in order (itself when one)."""
+        if parts == 1:
+            return [self]
+        return [self.rows(items.tolist()) for items in np.array_split(np.arange(len(self.keys)), parts)]
 
     @staticmethod
     def join(groups: list["Experience"], pad_token_id: int, seconds: float) -> "Experience":
@@ -118,7 +135,8 @@ class GRPOTrainer(Trainer):
         self.rewards = RewardManager.from_config(config)  # settings checked before any model loads
         self.sampling = SamplingParams(max_new_tokens=config.max_completion_length, temperature=config.temperature,
                                        top_p=config.top_p, top_k=config.top_k, engine=config.rollout_engine)
-        self.buffer: list[Experience] = []
+        self.buffer: list[Experience] = []  # this rank's micro-batches of the generation batch
+        self.trained: list[Experience] = []  # the micro-batches of the last step, each once
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
         self.loss_settings = LossSettings.of(config)
         self.entropy_control = AdaptiveEntropy.of(config) if config.use_adaptive_entropy else None
@@ -146,7 +164,7 @@ class GRPOTrainer(Trainer):
         return self.config.loads_reference_model
 
     @property
-    def steps_per_batch(self) -> int:
+    def passes_per_batch(self) -> int:
         return self.config.num_iterations
 
     @property
@@ -154,29 +172,38 @@ class GRPOTrainer(Trainer):
         """A reference that follows the policy is part of the run's state (a frozen one is the original model)."""
         return self.reference is not None and self.config.reference_update != "none"
 
+    @property
+    def _mid_generation_batch(self) -> bool:
+        """Whether the next micro-step trains on the generation batch already made (TRL's cycle)."""
+        generates, _ = generation_slot(self.step * self.config.gradient_accumulation_steps,
+                                       self.layout.steps_per_generation, self.config.num_iterations)
+        return not generates
+
     def save_rank_files(self, folder: str) -> None:
-        """Mid-way through num_iterations a resume needs each rank's rollout buffer; with LoRA, a reference that
-        follows the policy keeps its own adapter values."""
-        if self.step % self.config.num_iterations != 0:
+        """Mid-way through a generation batch (its micro-steps, or its num_iterations passes) a resume needs each
+        rank's rollout buffer; with LoRA, a reference that follows the policy keeps its own adapter values."""
+        if self._mid_generation_batch:
             paddle.save({"buffer": [e.state() for e in self.buffer]},
                         os.path.join(folder, BUFFER_FILE.format(self.rank)))
         if self.reference_adapters is not None and self.is_main:
             paddle.save(self.reference_adapters, os.path.join(folder, REFERENCE_ADAPTER_FILE))
 
     def check_layout_change(self, path: str, saved: BatchLayout, now: BatchLayout) -> None:
-        """A checkpoint saved mid-way through num_iterations holds each rank's rollout buffer, micro-batches of that
-        rank's prompts: another layout cannot take them as they are, and rolling out again would train on other
+        """A checkpoint saved mid-way through a generation batch holds each rank's rollout buffer, micro-batches of
+        that rank's prompts: another layout cannot take them as they are, and rolling out again would train on other
         completions than the saved run. Refused, saying how to go on."""
         pattern = os.path.join(glob.escape(path), BUFFER_FILE.format("*"))
         buffers = sorted(os.path.basename(f) for f in glob.glob(pattern))
         if buffers:
+            what = "num_iterations" if saved.steps_per_generation == saved.accumulation else "a generation batch"
             raise ConfigError(
-                f"config key 'resume_from_checkpoint': {path} was saved mid-way through num_iterations (its rollout "
+                f"config key 'resume_from_checkpoint': {path} was saved mid-way through {what} (its rollout "
                 f"buffers {', '.join(buffers)} are per rank and micro-batch: {saved.ranks} rank(s) x "
-                f"{saved.per_device_batch} completion(s) x {saved.accumulation} micro-step(s)); this run has "
-                f"{now.ranks} x {now.per_device_batch} x {now.accumulation}. Resume it with its layout, or from a "
-                "checkpoint whose step is a multiple of num_iterations (a save_steps that is one gives only such "
-                "checkpoints)", keys=("resume_from_checkpoint",))
+                f"{saved.per_device_batch} completion(s) x {saved.steps_per_generation} micro-step(s)); this run has "
+                f"{now.ranks} x {now.per_device_batch} x {now.steps_per_generation}. Resume it with its layout, or "
+                "from a checkpoint saved where a generation batch begins (its step x gradient_accumulation_steps a "
+                "multiple of steps_per_generation x num_iterations: by default, a step that is a multiple of "
+                "num_iterations)", keys=("resume_from_checkpoint",))
 
     def trainer_state(self) -> dict:
         """The adaptive entropy control's coefficient and last entropy (TRL saves both)."""
@@ -188,11 +215,13 @@ class GRPOTrainer(Trainer):
         extra_path = os.path.join(path, BUFFER_FILE.format(self.rank))
         if os.path.isfile(extra_path):
             self.buffer = [Experience.from_state(e) for e in paddle.load(extra_path)["buffer"]]
+            if self.buffer[0].loss_tokens is None:  # saved before it was kept: then a buffer was one step's batch
+                self._count_loss_tokens()
         adapters_path = os.path.join(path, REFERENCE_ADAPTER_FILE)
         if os.path.isfile(adapters_path):
             self.reference_adapters = paddle.load(adapters_path)
 
-    # ---- one step ----------------------------------------------------------------------------
+    # ---- one generation batch ------------------------------------------------------------------
     def _reference_logprobs(self, rollout: Rollout) -> paddle.Tensor:
         """Under the reference policy: the frozen copy; with LoRA the policy with its adapters off, or with the
         reference's own (synced / EMA) adapter values when the reference is updated."""
@@ -205,39 +234,83 @@ class GRPOTrainer(Trainer):
                 return completion_logprobs(self.policy, rollout, cfg.logprob_chunk_size, cfg.temperature)
         return completion_logprobs(self.reference, rollout, cfg.logprob_chunk_size, cfg.temperature)
 
-    def _uniforms(self, micro_batch: int, draw: Draw, gen_batch: int = 0) -> paddle.Tensor:
-        """The random numbers each completion samples with, from (seed, step, micro-batch, place in the global
-        batch, generation[, refill batch of dynamic sampling]): the same completions on any number of ranks, whichever
-        rank makes them, and after a resume. A multi-turn episode's turn t takes the t-th max_completion_length of
-        them (the first turn the same numbers as a single-turn run)."""
+    def _uniforms(self, origin: tuple[int, int], draw: Draw, refill: int = 0) -> paddle.Tensor:
+        """The random numbers each completion samples with, from (seed, origin: the optimizer step and micro-step
+        its block begins in, place in the block's draw, generation[, refill batch of dynamic sampling]): the same
+        completions on any number of ranks, whichever rank or micro-step makes them, and after a resume. A
+        multi-turn episode's turn t takes the t-th max_completion_length of them (the first turn the same numbers
+        as a single-turn run)."""
         cfg = self.config
-        refill = [gen_batch] if gen_batch else []
+        extra = [refill] if refill else []
         numbers = cfg.max_completion_length * cfg.max_turns
-        rows = [np.random.default_rng([cfg.seed, self.step, micro_batch, place, g] + refill).random(numbers)
+        rows = [np.random.default_rng([cfg.seed, *origin, place, g] + extra).random(numbers)
                 for place, gens in zip(draw.places, draw.generations) for g in gens]
         return paddle.to_tensor(np.stack(rows).astype("float32"))
 
-    def make_experience(self, micro_batch: int = 0) -> Experience:
-        """One micro-batch, in the order it is made: the rollout (with dynamic sampling, the groups it keeps), the
-        old policy's and the reference's log-probs (with ``importance_sampling_correction`` the sampler's rho from
-        the old and the rollout's own log-probs, ``loss.sampler_ratio``), then the reward stage, which ends with the
-        advantages."""
+    def _make_generation_batch(self, micro_step: int) -> None:
+        """The next generation batch, made at the run's ``micro_step``-th micro-step: its blocks in order
+        (``_make_block``), this rank's ``steps_per_generation`` micro-batches of it in ``buffer``, and the
+        generation batch's token count over all ranks (dapo's, cispo's and vespo's normaliser, as TRL rescales its
+        num_items_in_batch to one optimizer step)."""
+        cfg, layout = self.config, self.layout
+        with self.precision.compute():
+            self.buffer = [exp for block in range(layout.blocks)
+                           for exp in self._make_block(micro_step + block * layout.block_steps)]
+        self._count_loss_tokens()
+        if cfg.importance_sampling_correction:
+            self._record_sampler_statistics()
+
+    def _count_loss_tokens(self) -> None:
+        """``Experience.loss_tokens`` of the buffer: its completion tokens over all ranks x gradient_accumulation_steps
+        / (ranks x steps_per_generation) (TRL's dapo normaliser; by default the step's tokens / ranks)."""
+        local = float(sum(float(e.mask.sum()) for e in self.buffer))
+        tokens = sum_across_ranks(local, self.world_size, "the generation batch's token count")
+        loss_tokens = tokens * self.config.gradient_accumulation_steps / (len(self.buffer) * self.world_size)
+        for exp in self.buffer:
+            exp.loss_tokens = loss_tokens
+
+    def _make_block(self, micro_step: int) -> list[Experience]:
+        """This rank's micro-batches of the block that begins at the run's ``micro_step``-th micro-step, in the
+        order they are made: the rollouts (with dynamic sampling, the groups kept), each micro-batch's old policy's
+        and reference's log-probs (with ``importance_sampling_correction`` the sampler's rho from the old and the
+        rollout's own log-probs, ``loss.sampler_ratio``), then the reward stage over the block's groups, which ends
+        with the advantages."""
         cfg = self.config
-        exp = self._dynamic_rollout(micro_batch) if cfg.dynamic_sampling else self._rollout(micro_batch)
+        origin = divmod(micro_step, cfg.gradient_accumulation_steps)
+        if cfg.dynamic_sampling:
+            exps = self._dynamic_block(origin)
+        else:
+            exps = [self._rollout(draw, origin) for draw in self.next_samples()]
+        phase("log-probs of the rollout")
+        for exp in exps:
+            self._logprobs(exp)
+        self._rewards_and_advantages(exps)
+        if not self._trained_after_an_update:  # made for the KL in the reward only: the loss takes its own, detached
+            for exp in exps:
+                exp.old_logp = None
+        return exps
+
+    @property
+    def _trained_after_an_update(self) -> bool:
+        """Whether some micro-step trains on a generation batch after an optimizer step made since it was
+        generated: then its log-probs at rollout time are the PPO old policy (TRL's rule: unless
+        gradient_accumulation_steps is a multiple of steps_per_generation x num_iterations)."""
+        cfg = self.config
+        return cfg.gradient_accumulation_steps % (self.layout.steps_per_generation * cfg.num_iterations) != 0
+
+    def _logprobs(self, exp: Experience) -> None:
+        """A micro-batch's loss mask, its log-probs under the policy at rollout time (kept when the batch is trained
+        on after an update, the KL is in the reward or the sampler's correction is on) and under the reference."""
+        cfg = self.config
         exp.mask = exp.rollout.completion_mask
         if cfg.mask_truncated_completions:
             exp.mask = exp.mask * (~exp.rollout.truncated).astype(exp.mask.dtype).unsqueeze(1)
-        phase("log-probs of the rollout")
         with paddle.no_grad():
-            if cfg.num_iterations > 1 or self._kl_in_reward or cfg.importance_sampling_correction:
+            if self._trained_after_an_update or self._kl_in_reward or cfg.importance_sampling_correction:
                 exp.old_logp = completion_logprobs(self.policy, exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
             if cfg.importance_sampling_correction:
                 self._sampler_correction(exp)
             exp.ref_logp = self._reference_logprobs(exp.rollout) if cfg.uses_reference else None
-        self._rewards_and_advantages(exp)
-        if cfg.num_iterations == 1:  # made for the KL in the reward only: one step's loss takes its own, detached
-            exp.old_logp = None
-        return exp
 
     def _sampler_correction(self, exp: Experience) -> None:
         """rho of the mismatch between the rollout's sampler and the training forward (TRL's vLLM importance
@@ -262,42 +335,50 @@ class GRPOTrainer(Trainer):
     def _kl_in_reward(self) -> bool:
         return self.config.uses_reference and not self.config.use_kl_loss
 
-    def _rewards_and_advantages(self, exp: Experience) -> None:
-        """The reward stage of a micro-batch, in order: the reward functions' scores and DAPO's overlong penalty
-        (``_score``; dynamic sampling has scored its groups already, it chose them on these rewards), the KL to the
-        reference subtracted when it is in the reward (use_kl_loss false: r_i - beta sum_t kl_t), ONE gather of the
-        micro-batch's groups over all ranks, and the advantages on the gathered groups (as TRL computes them on every
-        process's rewards). Without dynamic sampling the same gather gives frac_reward_zero_std."""
+    def _rewards_and_advantages(self, exps: list[Experience]) -> None:
+        """The reward stage of a block's micro-batches, in order: the reward functions' scores and DAPO's overlong
+        penalty (``_score``; dynamic sampling has scored its groups already, it chose them on these rewards), the KL
+        to the reference subtracted when it is in the reward (use_kl_loss false: r_i - beta sum_t kl_t), ONE gather
+        of the block's groups over all ranks, and the advantages on the gathered groups (as TRL computes them on
+        every process's rewards; a group may span micro-batches and ranks). Without dynamic sampling the same gather
+        gives frac_reward_zero_std."""
         cfg = self.config
         if not cfg.dynamic_sampling:
-            self._score(exp)
+            for exp in exps:
+                self._score(exp)
         kl_penalties = None
         if self._kl_in_reward:
-            kl = (kl_divergence(exp.old_logp, exp.ref_logp, cfg.kl_estimator) * exp.mask.astype("float32")).sum(axis=1)
-            kl_penalties = cfg.beta * kl.numpy()
-            exp.ref_logp = None  # the loss has no KL term then
-        table = self._groups(exp, exp.mask.sum(axis=1).numpy(), "the micro-batch's rewards", kl_penalties)
+            kl_penalties = []
+            for exp in exps:
+                kl = kl_divergence(exp.old_logp, exp.ref_logp, cfg.kl_estimator) * exp.mask.astype("float32")
+                kl_penalties.append(cfg.beta * kl.sum(axis=1).numpy())
+                exp.ref_logp = None  # the loss has no KL term then
+        lengths = np.concatenate([exp.mask.sum(axis=1).numpy() for exp in exps])
+        table = self._groups(exps, lengths, "the block's rewards",
+                             None if kl_penalties is None else np.concatenate(kl_penalties))
         if not cfg.dynamic_sampling:  # dynamic sampling records it on every group it draws
             self._record_zero_std(table)
-        if kl_penalties is not None:
-            exp.rewards = exp.rewards - kl_penalties
-        exp.advantages = table.advantages(cfg.adv_estimator, cfg.scale_rewards, cfg.multi_objective_aggregation,
-                                          self.rewards.weights.tolist())
+        advantages = table.advantages(cfg.adv_estimator, cfg.scale_rewards, cfg.multi_objective_aggregation,
+                                      self.rewards.weights.tolist())
+        rows = [len(exp.texts) for exp in exps]
+        for i, (exp, part) in enumerate(zip(exps, advantages.split(rows) if len(exps) > 1 else [advantages])):
+            exp.advantages = part
+            if kl_penalties is not None:
+                exp.rewards = exp.rewards - kl_penalties[i]
 
-    def _rollout(self, micro_batch: int, gen_batch: int = 0, generate: bool = True) -> Experience:
-        """This rank's share of the next prompts and their completions (``generate`` false: a rank that needs no more
-        groups draws the batch, so the samplers stay in step, and gets an empty record, already scored)."""
+    def _rollout(self, draw: Draw, origin: tuple[int, int], refill: int = 0, generate: bool = True) -> Experience:
+        """A micro-batch's completions of its prompt rows ``draw`` (``generate`` false: a rank that needs no more
+        groups drew the batch, so the samplers stay in step, and gets an empty record, already scored)."""
         cfg = self.config
-        draw = self.next_samples()
         if not generate:
             return Experience(rollout=None, texts=[], samples=[], generation_seconds=0.0, image_sizes=[],
                               input_sizes=[], scores=np.zeros((0, len(self.rewards.names))), rewards=np.zeros(0))
         phase("rollout")
         start = time.perf_counter()
-        generations = len(draw.generations[0])  # alike for every prompt of a rank (config: whole groups or a part)
+        generations = len(draw.generations[0])  # alike for every prompt row (``sampler.rank_share``)
         generation = self.generator.generate(draw.samples, generations, self.sampling, cfg.question_template,
                                              cfg.system_prompt, images=draw.images,
-                                             uniforms=self._uniforms(micro_batch, draw, gen_batch),
+                                             uniforms=self._uniforms(origin, draw, refill),
                                              toolbox=self.toolbox, max_turns=cfg.max_turns)
         seconds = time.perf_counter() - start
         if generation.turns is not None:
@@ -305,7 +386,7 @@ class GRPOTrainer(Trainer):
         return Experience(rollout=generation.rollout, texts=generation.texts, samples=draw.samples,
                           generation_seconds=seconds, image_sizes=generation.facts.image_sizes,
                           input_sizes=generation.facts.input_sizes, turns=generation.turns,
-                          tool_calls=generation.tool_calls, keys=[(gen_batch, place) for place in draw.places],
+                          tool_calls=generation.tool_calls, keys=[(refill, place) for place in draw.places],
                           generations=[list(gens) for gens in draw.generations])
 
     def _score(self, exp: Experience) -> None:
@@ -333,11 +414,17 @@ class GRPOTrainer(Trainer):
         self.count("tools/errors", sum(call["error"] is not None for call in calls))
         self.record("turns", Mean.of([sum(t["role"] == "assistant" for t in turns) for turns in generation.turns]))
 
-    def _groups(self, exp: Experience, lengths: np.ndarray, where: str,
+    def _groups(self, exps: list[Experience], lengths: np.ndarray, where: str,
                 kl_penalties: Optional[np.ndarray] = None) -> GroupTable:
-        """The groups of ``exp`` over all ranks, with its rewards (``groups.gather_groups``: one collective)."""
-        keys, generations = exp.completion_keys()
-        return gather_groups(keys, generations, exp.rewards, exp.scores, lengths, self.config.num_generations,
+        """The groups of the micro-batches ``exps`` over all ranks, with their rewards (``groups.gather_groups``:
+        one collective)."""
+        keys, generations = [], []
+        for exp in exps:
+            exp_keys, exp_generations = exp.completion_keys()
+            keys += exp_keys
+            generations += exp_generations
+        return gather_groups(keys, generations, np.concatenate([exp.rewards for exp in exps]),
+                             np.concatenate([exp.scores for exp in exps]), lengths, self.config.num_generations,
                              self.world_size, where, kl_penalties)
 
     def _record_zero_std(self, table: GroupTable) -> None:
@@ -346,61 +433,72 @@ class GRPOTrainer(Trainer):
         zero_std = table.local_groups(table.zero_std())
         self.record("frac_reward_zero_std", Mean(float(zero_std.sum()), float(zero_std.size)))
 
-    def _dynamic_rollout(self, micro_batch: int) -> Experience:
-        """DAPO's dynamic sampling: groups whose rewards all tie (or, with the filtering band, whose mean of
-        ``filter_key`` lies outside it) are dropped and further prompt batches are drawn until this rank has its
-        ``prompts_per_device`` groups (or parts of groups) or ``max_num_gen_batches`` were drawn (then the last
-        dropped groups fill the batch). Every rank draws as many batches as the rank that needs most, so the
-        samplers stay in step; a rank already full draws without generating.
+    def _dynamic_block(self, origin: tuple[int, int]) -> list[Experience]:
+        """DAPO's dynamic sampling, block by block: groups whose rewards all tie (or, with the filtering band, whose
+        mean of ``filter_key`` lies outside it) are dropped and further blocks are drawn until this rank has its
+        prompt rows of the block (``prompts_per_device`` per micro-batch: groups or parts of groups) or
+        ``max_num_gen_batches`` were drawn (then the last dropped groups fill it); the rows kept, in order, make the
+        block's micro-batches. Every rank draws as many batches as the rank that needs most, so the samplers stay
+        in step; a rank already full draws without generating (``check_ranks``: the layouts in which every group
+        lies alike on the ranks holding it, so that they fill alike).
 
-        Each drawn batch is scored here and its groups gathered over all ranks, so the ranks sharing a group keep or
+        Each drawn block is scored here and its groups gathered over all ranks, so the ranks sharing a group keep or
         drop it alike. That gather comes before the log-probs (none are made for dropped groups), so the reward
         stage gathers the chosen groups once more: which groups the other ranks kept, and with the KL in the reward
         their KL (it needs the log-probs), are known only then, and the advantages are computed over them (a batch
         std, REINFORCE++'s whitening over every rank's tokens)."""
         cfg = self.config
-        wanted, kept, dropped = cfg.prompts_per_device, [], []
+        micro_batches = self.layout.block_steps
+        wanted, kept, dropped = cfg.prompts_per_device * micro_batches, [], []
         drawn, seconds = 0, 0.0
+        pad = self.generator.tokenizer.pad_token_id
         while drawn < cfg.max_num_gen_batches:
             if sum_across_ranks(float(len(kept) < wanted), self.world_size, "the count of ranks still sampling") == 0:
                 break
-            exp = self._rollout(micro_batch, drawn, generate=len(kept) < wanted)
+            parts = [self._rollout(draw, origin, drawn, generate=len(kept) < wanted) for draw in self.next_samples()]
             lengths = np.zeros(0)
-            if exp.rollout is not None:
-                self._score(exp)
+            if parts[0].rollout is not None:
+                for part in parts:
+                    self._score(part)
+                exp = parts[0] if len(parts) == 1 else Experience.join(
+                    parts, pad, sum(part.generation_seconds for part in parts))
                 lengths = exp.rollout.completion_mask.sum(axis=1).numpy()
-            table = self._groups(exp, lengths, "a drawn batch's rewards (dynamic sampling)")
+            else:
+                exp = parts[0]
+            table = self._groups([exp], lengths, "a drawn batch's rewards (dynamic sampling)")
             self._record_zero_std(table)
             if exp.rollout is not None:
                 seconds += exp.generation_seconds
                 keep = table.local_groups(kept_groups(table, cfg.filter_key, self.rewards.names, cfg.filter_low,
                                                       cfg.filter_high))
                 per_prompt = exp.rollout.num_generations
-                groups = [exp.group(i) for i in range(exp.rollout.prompt.size)]
+                groups = [exp.rows([i]) for i in range(exp.rollout.prompt.size)]
                 kept += [group for i, group in enumerate(groups) if keep[i * per_prompt]][:wanted - len(kept)]
                 dropped = [group for i, group in enumerate(groups) if not keep[i * per_prompt]]
             drawn += 1
         chosen = kept + dropped[:wanted - len(kept)]
         self.record("num_gen_batches", Same(drawn))  # every rank draws as many
-        return Experience.join(chosen, self.generator.tokenizer.pad_token_id, seconds)
+        return Experience.join(chosen, pad, seconds).split(micro_batches)
 
+    # ---- one step ----------------------------------------------------------------------------
     def training_step(self) -> dict:
         cfg = self.config
         start = time.perf_counter()
-        if self.step % cfg.num_iterations == 0:
-            with self.precision.compute():
-                self.buffer = [self.make_experience(i) for i in range(cfg.gradient_accumulation_steps)]
-            if cfg.importance_sampling_correction:
-                self._record_sampler_statistics()
-        # dapo, cispo and vespo divide by the step's completion tokens over all ranks; gradients are then averaged
-        local_tokens = float(sum(float(e.mask.sum()) for e in self.buffer))
-        tokens_in_step = sum_across_ranks(local_tokens, self.world_size, "the step's token count") / self.world_size
+        batches = []  # the step's micro-batches, in TRL's cycle over generation batches
+        for i in range(cfg.gradient_accumulation_steps):
+            micro_step = self.step * cfg.gradient_accumulation_steps + i
+            generates, slot = generation_slot(micro_step, self.layout.steps_per_generation, cfg.num_iterations)
+            if generates:
+                self._make_generation_batch(micro_step)
+            batches.append(self.buffer[slot])
+        self.trained = list({id(exp): exp for exp in batches}.values())  # each once, for the logs
+        local_tokens = float(sum(float(e.mask.sum()) for e in batches))
         phase("training forward and backward")
         control = self.entropy_control
         settings = self.loss_settings if control is None else \
             dataclasses.replace(self.loss_settings, entropy_coef=control.applied())
         losses, stats, entropy_sums, bonus_sums = [], [], [], []
-        for i, exp in enumerate(self.buffer):
+        for i, exp in enumerate(batches):
             with self.precision.compute():
                 logp, entropy = self.forward(exp.rollout, cfg.logprob_chunk_size, cfg.temperature, with_entropy=True,
                                              entropy_gradient=cfg.entropy_coef != 0 or control is not None)
@@ -411,10 +509,10 @@ class GRPOTrainer(Trainer):
                 bonus_sums.append(paddle.stack([(entropy.detach() * bonus_mask).sum(), bonus_mask.sum()]))
                 old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
                 loss, loss_stats = grpo_loss(logp, old_logp, exp.ref_logp, exp.advantages, exp.mask, settings,
-                                             num_items_in_batch=tokens_in_step, entropies=entropy,
+                                             num_items_in_batch=exp.loss_tokens, entropies=entropy,
                                              entropy_mask=entropy_mask, sampler_ratio=exp.sampler_ratio,
                                              sampling_logp=self._sampling_logp(exp))
-            self.backward(loss, last=i == len(self.buffer) - 1)
+            self.backward(loss, last=i == len(batches) - 1)
             losses.append(float(loss))
             stats.append(loss_stats)
         update = self.apply_update(losses)
@@ -463,9 +561,10 @@ class GRPOTrainer(Trainer):
                 ref_param.set_value(alpha * policy_params[name] + (1 - alpha) * ref_param)
 
     def _step_stats(self, losses, stats, update: dict, seconds: float, entropy: Mean) -> dict:
-        """This rank's share of the step's numbers (``step_metrics``: combined over ranks as TRL gathers them);
-        completions no reward scored (reward NaN) are left out of the reward statistics."""
-        exps = self.buffer
+        """This rank's share of the step's numbers (``step_metrics``: combined over ranks as TRL gathers them), its
+        rewards and lengths over the micro-batches it trained on; completions no reward scored (reward NaN) are left
+        out of the reward statistics."""
+        exps = self.trained
         scores = np.concatenate([e.scores for e in exps])
         rewards = np.concatenate([e.rewards for e in exps])
         lengths = np.concatenate([e.rollout.completion_mask.sum(axis=1).numpy() for e in exps])
@@ -503,8 +602,8 @@ class GRPOTrainer(Trainer):
         if not every or self.step % every:
             return None
         rows = []
-        first_row = self.rank * sum(len(exp.texts) for exp in self.buffer)  # the ranks hold as many rows
-        for exp in self.buffer:
+        first_row = self.rank * sum(len(exp.texts) for exp in self.trained)  # the ranks hold as many rows
+        for exp in self.trained:
             g = exp.rollout.num_generations  # this rank's completions of each of its prompts
             advantages = exp.advantages.numpy()
             for i, text in enumerate(exp.texts):

@@ -1,19 +1,28 @@
-"""Which prompts each step sees: a seeded permutation per epoch, resumable from (epoch, index); and which of a
-micro-step's completions each rank holds."""
+"""Which prompts each step sees: a seeded permutation per epoch, resumable from (epoch, index); which of a
+generation batch's completions each rank holds in each micro-step; and which micro-steps generate (TRL's cycle)."""
 from __future__ import annotations
 
 import numpy as np
 
 
-def rank_share(rank: int, per_rank: int, group: int) -> list[tuple[int, range]]:
-    """The completions of a micro-step that rank ``rank`` holds, in TRL's ``RepeatSampler`` layout: the global batch
-    is the micro-step's prompts each repeated ``group`` times in a row (prompt 0's group, then prompt 1's, ...), cut
-    into consecutive slices of ``per_rank`` completions, slice r to rank r. So a group larger than ``per_rank`` lies
-    on consecutive ranks, and a rank holding whole groups takes its prompts in order. Returns, per prompt the rank
-    holds completions of, (its place in the micro-step's prompt batch, the generation indices in its group)."""
-    first, end = rank * per_rank, (rank + 1) * per_rank
-    return [(place, range(max(first, place * group) - place * group, min(end, (place + 1) * group) - place * group))
-            for place in range(first // group, (end - 1) // group + 1)]
+def rank_share(layout, rank: int, micro_step: int = 0) -> list[tuple[int, range]]:
+    """The completions rank ``rank`` holds in micro-step ``micro_step`` of a block (``resume.BatchLayout``), in
+    TRL's layout: the block is its prompts each repeated ``group`` times in a row (prompt 0's group, then prompt
+    1's, ...), cut into micro-steps of ``ranks x per_device_batch`` completions, each cut into consecutive slices of
+    ``per_device_batch``, slice r to rank r. So a group may lie on consecutive ranks, and on consecutive
+    micro-steps. Returns the slice in prompt rows of ``layout.part`` completions each (whole groups when the slice
+    holds whole groups; a prompt whose completions the slice holds in two parts comes twice): per row, (its
+    prompt's place in the block's draw, the generation indices in its group)."""
+    first = micro_step * layout.micro_step + rank * layout.per_device_batch
+    return [(position // layout.group, range(position % layout.group, position % layout.group + layout.part))
+            for position in range(first, first + layout.per_device_batch, layout.part)]
+
+
+def generation_slot(micro_step: int, steps_per_generation: int, passes: int) -> tuple[bool, int]:
+    """TRL's ``_prepare_inputs`` for the run's ``micro_step``-th micro-step (counted from 0 over the whole run):
+    whether it makes the next generation batch (one every ``steps_per_generation x passes`` micro-steps, passes being
+    num_iterations) and which of that batch's ``steps_per_generation`` micro-batches it trains on."""
+    return micro_step % (steps_per_generation * passes) == 0, micro_step % steps_per_generation
 
 
 class PromptSampler:

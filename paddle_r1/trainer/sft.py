@@ -118,7 +118,7 @@ class SFTTrainer(Trainer):
 
     def training_step(self) -> dict:
         start = time.perf_counter()
-        draw = self.next_samples()
+        draw, = self.next_samples()  # SFT draws one micro-batch at a time
         samples, images = draw.samples, draw.images
         if any(sample.get("episode") for sample in samples):
             batch = build_episode_batch(samples, self.processor, self.config, self.coord_system, images=images)
