@@ -69,11 +69,11 @@ OCR = replace(FULL, task="ocr_lines", family="paddleocr_vl",
 # Temporal grounding on clips ("when does the red circle appear?", data/synthetic_clips.py): every frame 56 x 56
 # (4 vision tokens a frame pair, one pair a second at 2 fps); SFT sees 4-second clips only, GRPO's prompts and the
 # held-out set add 6-second ones, whose later seconds the SFT model never wrote; scored by temporal_iou. SFT runs
-# longer than counting's: reading where in time the circle is takes the tiny model about 300 steps
+# longer than counting's: reading where in time the circle is takes the tiny model about 200 steps
 SMALL_FRAMES = dict(video_min_pixels=56 * 56, video_max_pixels=56 * 56)
 TEMPORAL = replace(FULL, task="temporal", num_heldout=100, options=dict(frame_counts=(8, 12)),
                    sft_options=dict(frame_counts=(8,)),
-                   sft={**FULL.sft, **SMALL_FRAMES, "max_steps": 300, "learning_rate": 2e-3},
+                   sft={**FULL.sft, **SMALL_FRAMES, "max_steps": 200, "learning_rate": 2e-3},
                    grpo={**FULL.grpo, **SMALL_FRAMES, "reward_funcs": ["temporal_iou", "format"],
                          "eval_reward": "temporal_iou", "max_completion_length": 32, "max_steps": 60,
                          "per_device_train_batch_size": 64})

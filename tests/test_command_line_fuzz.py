@@ -137,6 +137,9 @@ def configs(draw) -> dict:
         values["importance_sampling_clip_min"], values["importance_sampling_clip_max"] = sorted((low, high))
     elif low is None and high is None:
         values["importance_sampling_clip_max"] = 3.0
+    # T-GRPO compares whole groups on a device, and draws no further groups
+    if values["temporal_grpo"] and ((per_device or group) % group or values["dynamic_sampling"]):
+        values["temporal_grpo"] = False
     # the video sampling's minimums at most their maximums
     for low, high in (("video_min_frames", "video_max_frames"), ("video_min_pixels", "video_max_pixels")):
         values[low], values[high] = sorted((values[low], values[high]))

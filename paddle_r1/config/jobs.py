@@ -120,6 +120,7 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
         self._check_reference()
         self._check_policy_loss()
         self._check_filter_band()
+        self._check_temporal_grpo()
         self._check_tools()
         if self.eval_steps and not self.eval_data_path:
             raise ConfigError("config key 'eval_data_path' is required when eval_steps > 0",
@@ -275,6 +276,25 @@ class GRPOConfig(HeldoutKeys, StepKeys, VariantKeys, ObjectiveKeys, RolloutKeys,
             raise ConfigError(f"config key 'filter_key': {self.filter_key!r} is neither overall (the weighted "
                               f"reward) nor one of reward_funcs {self.reward_funcs}",
                               keys=("filter_key", "reward_funcs"))
+
+    def _check_temporal_grpo(self) -> None:
+        """T-GRPO compares a group's ordered and shuffled accuracy on the device that holds the group, and draws no
+        further groups (dynamic sampling would choose groups on rewards the bonus then changes)."""
+        if not self.temporal_grpo:
+            return
+        if self.completions_per_device % self.num_generations:
+            raise ConfigError(f"config key 'temporal_grpo': it compares a group's ordered and shuffled completions on "
+                              f"one device, which needs whole groups there: per_device_train_batch_size "
+                              f"{self.completions_per_device} is not a multiple of num_generations "
+                              f"{self.num_generations}", keys=("temporal_grpo", "per_device_train_batch_size"))
+        if self.dynamic_sampling:
+            raise ConfigError("config key 'temporal_grpo': not with dynamic_sampling (its groups are chosen on the "
+                              "rewards the bonus changes)", keys=("temporal_grpo", "dynamic_sampling"))
+
+    @property
+    def shuffled_generations(self) -> int:
+        """T-GRPO's shuffled-frame completions per video prompt."""
+        return self.temporal_grpo_generations or max(1, self.num_generations // 2)
 
     def _check_tools(self) -> None:
         if (self.max_turns > 1) != bool(self.tools):

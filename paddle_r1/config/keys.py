@@ -361,6 +361,17 @@ class VariantKeys:
                                "of the episode's longest turn); 0: off",
                                bounds=at_least(0))
     overlong_penalty_factor: float = key(1.0, "the overlong penalty at max_completion_length", bounds=at_least(0))
+    temporal_grpo: bool = key(False, "Video-R1's T-GRPO: each video prompt is also answered with its clip's frames "
+                              "shuffled (temporal_grpo_generations completions, scored, not trained on); with p and p~ "
+                              "the mean accuracy (the first reward function's score) of the ordered and the shuffled "
+                              "completions, when p >= temporal_grpo_ratio * p~ every ordered completion with accuracy "
+                              "> 0.1 gets temporal_grpo_bonus on its accuracy (w_0 x bonus on its reward); logs "
+                              "temporal/ordered_accuracy, temporal/shuffled_accuracy, temporal/bonus_groups. Needs "
+                              "whole groups on each device; image prompts are left as they are")
+    temporal_grpo_bonus: float = key(0.3, "T-GRPO's alpha", bounds=at_least(0))
+    temporal_grpo_ratio: float = key(0.8, "T-GRPO's mu", bounds=at_least(0))
+    temporal_grpo_generations: Optional[int] = key(None, "T-GRPO: shuffled-frame completions per video prompt; "
+                                                   "default: num_generations // 2 (Video-R1's)", bounds=at_least(1))
 
 
 @dataclass

@@ -154,6 +154,13 @@ class Clip:
                 "frames_indices": indices}
 
 
+def shuffled_frames(clip: Clip, rng: np.random.Generator) -> Clip:
+    """``clip`` with its frames in a random order and everything else as it was (the times Qwen3-VL writes, the fps
+    Qwen2.5-VL places them by): T-GRPO's control, a clip whose order tells nothing (Video-R1 permutes the sampled
+    frames the same way, before the processor joins them in pairs)."""
+    return replace(clip, frames=clip.frames[rng.permutation(len(clip.frames))])
+
+
 def read_clip(path: str, sampling: VideoSampling, factor: int = 28) -> Clip:
     """The clip at ``path`` sampled and resized by ``sampling`` (``factor``: the processor's patch x merge size)."""
     if os.path.isdir(path):

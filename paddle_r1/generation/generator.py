@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
 import paddle
 
 from ..data.images import load_image
-from ..data.video import Clip, VideoSampling, read_clip
+from ..data.video import Clip, VideoSampling, read_clip, shuffled_frames
 from ..models.families import family_of_processor
 from ..tools.builtins import ToolContext
 from ..tools.toolbox import Toolbox
@@ -85,11 +86,14 @@ def load_sample_videos(sample: dict, sampling: VideoSampling, processor) -> list
 
 
 def build_prompt_batch(samples: list[dict], processor, question_template: str, system_prompt: Optional[str] = None,
-                       images: Optional[list] = None, video: VideoSampling = VideoSampling()
-                       ) -> tuple[PromptBatch, PromptFacts]:
-    """``images``: per sample, its opened images (else they are opened here); its clips are read with ``video``."""
+                       images: Optional[list] = None, video: VideoSampling = VideoSampling(),
+                       frame_orders: Optional[list[np.random.Generator]] = None) -> tuple[PromptBatch, PromptFacts]:
+    """``images``: per sample, its opened images (else they are opened here); its clips are read with ``video``,
+    their frames shuffled by the sample's generator in ``frame_orders`` when given (``video.shuffled_frames``)."""
     images = images if images is not None else [load_sample_images(s) for s in samples]
     videos = [load_sample_videos(s, video, processor) for s in samples]
+    if frame_orders is not None:
+        videos = [[shuffled_frames(clip, rng) for clip in clips] for clips, rng in zip(videos, frame_orders)]
     texts = [processor.apply_chat_template(build_messages(s, question_template, system_prompt), tokenize=False,
                                            add_generation_prompt=True) for s in samples]
     return encode_prompts(texts, images, processor, videos)
@@ -153,13 +157,14 @@ class Generator:
     def generate(self, samples: list[dict], num_generations: int, sampling: SamplingParams, question_template: str,
                  system_prompt: Optional[str] = None, images: Optional[list] = None,
                  uniforms: Optional[paddle.Tensor] = None, toolbox: Optional[Toolbox] = None,
-                 max_turns: int = 1) -> Generation:
+                 max_turns: int = 1, frame_orders: Optional[list[np.random.Generator]] = None) -> Generation:
         """``num_generations`` completions for each sample (rows grouped sample by sample). ``images``: each
-        sample's opened images (else opened here); ``uniforms``: the random numbers each row samples with. With
+        sample's opened images (else opened here); ``uniforms``: the random numbers each row samples with;
+        ``frame_orders``: per sample, a generator that shuffles its clips' frames (T-GRPO's control). With
         ``max_turns`` > 1, episodes in which the model may call the tools of ``toolbox`` (``episodes.py``)."""
         images = images if images is not None else [load_sample_images(s) for s in samples]
         prompt, facts = build_prompt_batch(samples, self.processor, question_template, system_prompt, images=images,
-                                           video=self.video)
+                                           video=self.video, frame_orders=frame_orders)
         if max_turns > 1:
             contexts = [ToolContext(opened, sizes, input_sizes, self.coord_system)
                         for opened, sizes, input_sizes in zip(images, facts.image_sizes, facts.input_sizes)]

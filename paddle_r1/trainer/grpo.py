@@ -35,6 +35,7 @@ from ..algorithms.dynamic_sampling import concat_rollouts, kept_groups, select_g
 from ..algorithms.groups import GroupTable, gather_groups
 from ..algorithms.advantages import longest_turns, overlong_penalty
 from ..algorithms.entropy_control import AdaptiveEntropy
+from ..algorithms.temporal_bonus import temporal_bonus
 from ..algorithms.logprobs import completion_logprobs
 from ..algorithms.loss import (LossSettings, entropy_threshold, grpo_loss, high_entropy_mask, kl_divergence,
                                sampler_ratio, sampler_statistics, sampler_values)
@@ -71,6 +72,8 @@ class Experience:
     # the token normaliser of dapo, cispo and vespo (TRL's num_items_in_batch rescaled to one optimizer step): the
     # generation batch's completion tokens over all ranks x gradient_accumulation_steps / (ranks x steps_per_generation)
     loss_tokens: Optional[float] = None
+    # T-GRPO: per prompt row, the mean accuracy of its completions on shuffled frames (NaN: a row without a clip)
+    shuffled_accuracy: Optional[np.ndarray] = None
 
     def state(self) -> dict:
         """What a resume mid-way through a generation batch needs: the fields the loss and the logs read."""
@@ -97,7 +100,8 @@ class Experience:
                           input_sizes=[self.input_sizes[i] for i in items],
                           turns=None if self.turns is None else [self.turns[r] for r in rows],
                           keys=[self.keys[i] for i in items], generations=[self.generations[i] for i in items],
-                          scores=self.scores[rows], rewards=self.rewards[rows])
+                          scores=self.scores[rows], rewards=self.rewards[rows],
+                          shuffled_accuracy=None if self.shuffled_accuracy is None else self.shuffled_accuracy[items])
 
     def split(self, parts: int) -> list["Experience"]:
         """Its prompt rows in ``parts`` micro-batches, in order (itself when one)."""
@@ -125,6 +129,9 @@ class Experience:
 
 
 REFERENCE_ADAPTER_FILE = "reference_adapter.pdparams"
+# T-GRPO's random numbers: seeded by (seed, origin, place, this), a value no generation index or refill count takes, so
+# never the rollout's numbers
+SHUFFLED_FRAMES_STREAM = 2**40 + 7
 BUFFER_FILE = "extra_state_rank{}.pdparams"  # a rank's rollout buffer, saved mid-way through num_iterations
 
 
@@ -380,6 +387,7 @@ class GRPOTrainer(Trainer):
                                              cfg.system_prompt, images=draw.images,
                                              uniforms=self._uniforms(origin, draw, refill),
                                              toolbox=self.toolbox, max_turns=cfg.max_turns)
+        shuffled = self._shuffled_accuracy(draw, origin) if cfg.temporal_grpo else None
         seconds = time.perf_counter() - start
         if generation.turns is not None:
             self._count_tool_calls(generation)
@@ -387,7 +395,31 @@ class GRPOTrainer(Trainer):
                           generation_seconds=seconds, image_sizes=generation.facts.image_sizes,
                           input_sizes=generation.facts.input_sizes, turns=generation.turns,
                           tool_calls=generation.tool_calls, keys=[(refill, place) for place in draw.places],
-                          generations=[list(gens) for gens in draw.generations])
+                          generations=[list(gens) for gens in draw.generations], shuffled_accuracy=shuffled)
+
+    def _shuffled_accuracy(self, draw: Draw, origin: tuple[int, int]) -> np.ndarray:
+        """T-GRPO's p~ of each prompt row (``algorithms/temporal_bonus.py``): the mean accuracy (the first reward
+        function's score) of ``shuffled_generations`` completions of its prompt with each clip's frames shuffled,
+        sampled and shuffled from (seed, origin, place in the draw): the same on any number of ranks and after a
+        resume; NaN for a row without a clip."""
+        cfg = self.config
+        rows = [k for k, sample in enumerate(draw.samples) if sample.get("videos")]
+        accuracy = np.full(len(draw.samples), np.nan)
+        if not rows:
+            return accuracy
+        g, numbers = cfg.shuffled_generations, cfg.max_completion_length
+        seeds = [[cfg.seed, *origin, draw.places[k], SHUFFLED_FRAMES_STREAM] for k in rows]
+        uniforms = np.stack([np.random.default_rng(seed + [i]).random(numbers) for seed in seeds for i in range(g)])
+        samples = [draw.samples[k] for k in rows]
+        generation = self.generator.generate(samples, g, self.sampling, cfg.question_template, cfg.system_prompt,
+                                             images=[draw.images[k] for k in rows],
+                                             uniforms=paddle.to_tensor(uniforms.astype("float32")),
+                                             frame_orders=[np.random.default_rng(seed) for seed in seeds])
+        columns = reward_columns(samples, generation.facts.image_sizes, generation.facts.input_sizes,
+                                 self.coord_system, repeat=g)
+        scores = self.rewards.score(generation.texts, columns).per_function[:, 0]
+        accuracy[rows] = np.nan_to_num(scores, nan=0.0).reshape(len(rows), g).mean(axis=1)
+        return accuracy
 
     def _score(self, exp: Experience) -> None:
         """The task's reward of each completion: every reward function's score and their weighted sum
@@ -400,6 +432,13 @@ class GRPOTrainer(Trainer):
         for key, value in scores.counters.items():
             self.count(key, value)
         exp.scores, exp.rewards = scores.per_function, scores.rewards
+        if cfg.temporal_grpo:
+            ordered, earned = temporal_bonus(exp.scores, exp.rewards, exp.shuffled_accuracy,
+                                             exp.rollout.num_generations, cfg.temporal_grpo_ratio,
+                                             cfg.temporal_grpo_bonus, float(self.rewards.weights[0]))
+            self.record("temporal/ordered_accuracy", Mean.of(ordered))
+            self.record("temporal/shuffled_accuracy", Mean.of(exp.shuffled_accuracy))
+            self.record("temporal/bonus_groups", Mean.of(earned.astype("float64")))
         if cfg.overlong_buffer:
             longest = longest_turns(exp.rollout.completion_mask.numpy())
             exp.rewards = exp.rewards + np.asarray(overlong_penalty(longest.tolist(), cfg.max_completion_length,
