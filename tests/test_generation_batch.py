@@ -358,3 +358,24 @@ def test_two_ranks_resume_mid_generation_batch_as_the_uninterrupted_run(over_ran
     _assert_weights(over_ranks / "resumed", over_ranks / "mid_batch", 2, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(np.load(over_ranks / "resumed" / "rank0_rewards.npy"),
                                np.load(over_ranks / "mid_batch" / "rank0_rewards.npy")[1:], rtol=1e-6)
+
+
+def test_a_batch_wide_statistic_is_the_generation_batchs(tiny_model_dir, rec_samples, tmp_path):
+    """scale_rewards: batch over a generation batch of 2 micro-steps (TRL's default steps_per_generation =
+    gradient_accumulation_steps): A = (r - mean(group)) / (std(every reward of the generation batch) + 1e-4), as TRL's
+    _generate_and_score_completions computes it once per generation batch, not per micro-step."""
+    trainer = _trainer(tiny_model_dir, tmp_path, rec_samples, per_device_train_batch_size=4,
+                       gradient_accumulation_steps=2, scale_rewards="batch")
+    trainer.train()
+    batches = _rows(trainer)
+    assert len(batches) == 2
+    rows = [row for _, batch in batches for row in batch]
+    rewards = np.array([row["reward"] for row in rows])
+    by_group = collections.defaultdict(list)
+    for row in rows:
+        by_group[tuple(row["key"])].append(row["reward"])
+    means = np.array([np.mean(by_group[tuple(row["key"])]) for row in rows])
+    want = (rewards - means) / (rewards.std(ddof=1) + 1e-4)
+    np.testing.assert_allclose([row["advantage"] for row in rows], want, rtol=1e-4, atol=1e-5)
+    first = np.array([row["reward"] for row in batches[0][1]])  # what one micro-step's own std would give
+    assert abs(first.std(ddof=1) - rewards.std(ddof=1)) > 1e-3

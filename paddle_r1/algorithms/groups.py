@@ -1,10 +1,12 @@
-"""A block's groups over all ranks (a block: the fewest micro-steps of a generation batch whose completions are
-whole groups, ``resume.BatchLayout``): what advantages, dynamic sampling and ``frac_reward_zero_std`` are computed
-on, as TRL 1.16 computes them on rewards gathered from every process.
+"""A generation batch's groups over all ranks (or a block's: the fewest micro-steps of a generation batch whose
+completions are whole groups, ``resume.BatchLayout``, which dynamic sampling draws at a time): what advantages,
+dynamic sampling and ``frac_reward_zero_std`` are computed on, as TRL 1.16 computes them on rewards gathered from
+every process.
 
-A rank holds slices of the block's completions (``sampler.rank_share``): whole groups, or parts of groups whose
-other completions are on the neighbouring ranks or micro-steps. Each rank sends, per completion, its group's key (the
-refill batch of dynamic sampling and the prompt's place in the block's draw), its generation index, reward,
+A rank holds slices of the completions (``sampler.rank_share``): whole groups, or parts of groups whose other
+completions are on the neighbouring ranks or micro-steps. Each rank sends, per completion, its group's key (its
+block's origin, the refill batch of dynamic sampling and the prompt's place in the block's draw), its generation
+index, reward,
 per-function scores and length; one ``all_gather_object`` brings every rank the same table, [groups, G], with NaN
 where no rank holds a completion (a skipped sample) or no reward scored it. NaN is what the estimators already leave
 out of a group's mean and std, and give advantage 0 (TRL's rule for unscored completions), so a group missing a

@@ -271,13 +271,14 @@ class ObjectiveKeys:
     vespo_k_neg: float = key(3.0, "vespo's k for A < 0", bounds=Bounds())
     vespo_lambda_neg: float = key(2.0, "vespo's lambda for A < 0", bounds=at_least(0))
     scale_rewards: str = key("group", "group | batch | none: what the advantage is divided by (the std of the group, "
-                             "of the batch, or nothing)", choices=SCALE_REWARDS)
+                             "of the generation batch over all ranks, as TRL's, or nothing)", choices=SCALE_REWARDS)
     multi_objective_aggregation: str = key(
         "sum_then_normalize", "sum_then_normalize: r = sum_k w_k s_k over the rewards that scored, then adv_estimator "
         "and scale_rewards | normalize_then_sum (GDPO, for mixes such as format + IoU): each reward normalised in its "
         "group first, s'_k = (s_k - mean_group(s_k)) / (std_group(s_k) + 1e-4), r = sum_k w_k s'_k, then A = (r - "
-        "mean(r)) / (std(r) + 1e-4) over the micro-step's completions on all ranks (scale_rewards unused; refused with "
-        "another adv_estimator, overlong_buffer or the KL in the reward)", choices=MULTI_OBJECTIVE_AGGREGATIONS)
+        "mean(r)) / (std(r) + 1e-4) over the generation batch's completions on all ranks (scale_rewards unused; "
+        "refused with another adv_estimator, overlong_buffer or the KL in the reward)",
+        choices=MULTI_OBJECTIVE_AGGREGATIONS)
     top_entropy_quantile: float = key(1.0, "rho of 'Beyond the 80/20 rule': a token's policy loss is kept only when "
                                       "its entropy is at least the (1 - rho) quantile of the entropies of the "
                                       "micro-batch's completion tokens over all ranks (TRL's torch.quantile); 1: every "

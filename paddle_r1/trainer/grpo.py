@@ -57,8 +57,9 @@ class Experience:
     input_sizes: Optional[list] = None
     turns: Optional[list] = None  # multi-turn: per completion, its episode's turns (``episodes.Episodes``)
     tool_calls: Optional[list] = None  # multi-turn: per completion, the tool calls of its episode (a reward column)
-    # per prompt: its group's key (refill batch of dynamic sampling, place in the prompt batch: alike on every rank
-    # holding a part of the group) and the generation indices of its completions here
+    # per prompt: its group's key (its block's origin: optimizer step and micro-step; refill batch of dynamic sampling;
+    # place in the block's draw: alike on every rank holding a part of the group) and the generation indices of its
+    # completions here
     keys: list = dataclasses.field(default_factory=list)
     generations: list = dataclasses.field(default_factory=list)
     scores: Optional[np.ndarray] = None  # [N, F], NaN where a reward returned None
@@ -263,6 +264,10 @@ class GRPOTrainer(Trainer):
         with self.precision.compute():
             self.buffer = [exp for block in range(layout.blocks)
                            for exp in self._make_block(micro_step + block * layout.block_steps)]
+        self._rewards_and_advantages(self.buffer)
+        if not self._trained_after_an_update:  # made for the KL in the reward only: the loss takes its own, detached
+            for exp in self.buffer:
+                exp.old_logp = None
         self._count_loss_tokens()
         if cfg.importance_sampling_correction:
             self._record_sampler_statistics()
@@ -278,10 +283,10 @@ class GRPOTrainer(Trainer):
 
     def _make_block(self, micro_step: int) -> list[Experience]:
         """This rank's micro-batches of the block that begins at the run's ``micro_step``-th micro-step, in the
-        order they are made: the rollouts (with dynamic sampling, the groups kept), each micro-batch's old policy's
-        and reference's log-probs (with ``importance_sampling_correction`` the sampler's rho from the old and the
-        rollout's own log-probs, ``loss.sampler_ratio``), then the reward stage over the block's groups, which ends
-        with the advantages."""
+        order they are made: the rollouts (with dynamic sampling, the groups kept), then each micro-batch's old
+        policy's and reference's log-probs (with ``importance_sampling_correction`` the sampler's rho from the old and
+        the rollout's own log-probs, ``loss.sampler_ratio``). The reward stage follows over the whole generation
+        batch (``_make_generation_batch``)."""
         cfg = self.config
         origin = divmod(micro_step, cfg.gradient_accumulation_steps)
         if cfg.dynamic_sampling:
@@ -291,10 +296,6 @@ class GRPOTrainer(Trainer):
         phase("log-probs of the rollout")
         for exp in exps:
             self._logprobs(exp)
-        self._rewards_and_advantages(exps)
-        if not self._trained_after_an_update:  # made for the KL in the reward only: the loss takes its own, detached
-            for exp in exps:
-                exp.old_logp = None
         return exps
 
     @property
@@ -343,12 +344,13 @@ class GRPOTrainer(Trainer):
         return self.config.uses_reference and not self.config.use_kl_loss
 
     def _rewards_and_advantages(self, exps: list[Experience]) -> None:
-        """The reward stage of a block's micro-batches, in order: the reward functions' scores and DAPO's overlong
-        penalty (``_score``; dynamic sampling has scored its groups already, it chose them on these rewards), the KL
-        to the reference subtracted when it is in the reward (use_kl_loss false: r_i - beta sum_t kl_t), ONE gather
-        of the block's groups over all ranks, and the advantages on the gathered groups (as TRL computes them on
-        every process's rewards; a group may span micro-batches and ranks). Without dynamic sampling the same gather
-        gives frac_reward_zero_std."""
+        """The reward stage of a generation batch's micro-batches (TRL's ``_generate_and_score_completions``), in
+        order: the reward functions' scores and DAPO's overlong penalty (``_score``; dynamic sampling has scored its
+        groups already, it chose them on these rewards), the KL to the reference subtracted when it is in the reward
+        (use_kl_loss false: r_i - beta sum_t kl_t), ONE gather of the generation batch's groups over all ranks, and
+        the advantages on the gathered groups (as TRL computes them on every process's rewards: a group may span
+        micro-batches and ranks, and a batch-wide statistic, ``scale_rewards: batch``, is the generation batch's).
+        Without dynamic sampling the same gather gives frac_reward_zero_std."""
         cfg = self.config
         if not cfg.dynamic_sampling:
             for exp in exps:
@@ -361,7 +363,7 @@ class GRPOTrainer(Trainer):
                 kl_penalties.append(cfg.beta * kl.sum(axis=1).numpy())
                 exp.ref_logp = None  # the loss has no KL term then
         lengths = np.concatenate([exp.mask.sum(axis=1).numpy() for exp in exps])
-        table = self._groups(exps, lengths, "the block's rewards",
+        table = self._groups(exps, lengths, "the generation batch's rewards",
                              None if kl_penalties is None else np.concatenate(kl_penalties))
         if not cfg.dynamic_sampling:  # dynamic sampling records it on every group it draws
             self._record_zero_std(table)
@@ -394,7 +396,7 @@ class GRPOTrainer(Trainer):
         return Experience(rollout=generation.rollout, texts=generation.texts, samples=draw.samples,
                           generation_seconds=seconds, image_sizes=generation.facts.image_sizes,
                           input_sizes=generation.facts.input_sizes, turns=generation.turns,
-                          tool_calls=generation.tool_calls, keys=[(refill, place) for place in draw.places],
+                          tool_calls=generation.tool_calls, keys=[(*origin, refill, place) for place in draw.places],
                           generations=[list(gens) for gens in draw.generations], shuffled_accuracy=shuffled)
 
     def _shuffled_accuracy(self, draw: Draw, origin: tuple[int, int]) -> np.ndarray:
