@@ -296,7 +296,8 @@ def _dumped_groups(folder, ranks: int) -> tuple[dict, set]:
 
 @pytest.fixture(scope="module")
 def over_ranks(tmp_path_factory, tiny_model_dir, rec_jsonl):
-    """One spawn of 2 ranks: a step of groups of 2 over 3 completions per rank (the middle group on both ranks); a
+    """One spawn of 2 ranks: a step of groups of 2 over 3 completions per rank (the middle group on both ranks), also
+    with the sampler's importance-sampling correction (TRL's vllm_importance_sampling_correction); a
     step of a group of 4, one completion per rank and micro-step (the group over both ranks and both micro-steps);
     the same group with a micro-step per optimizer step, 2 steps, saved after step 1 (mid-way through its
     generation batch), and resumed from that checkpoint. Beside it, one process over each of the first two's
@@ -309,12 +310,15 @@ def over_ranks(tmp_path_factory, tiny_model_dir, rec_jsonl):
 
     over_steps = dict(per_device_train_batch_size=1, num_generations=4)
     jobs = [job("ranks", per_device_train_batch_size=3, max_steps=1),
+            job("ranks_corrected", per_device_train_batch_size=3, max_steps=1, importance_sampling_correction=True),
             job("ranks_and_steps", gradient_accumulation_steps=2, max_steps=1, **over_steps),
             job("mid_batch", steps_per_generation=2, save_steps=1, **over_steps),
             job("resumed", steps_per_generation=2, resume_from_checkpoint=str(out / "mid_batch" / "run" /
                                                                               "checkpoint-1"), **over_steps)]
     dist.spawn(train_each_and_dump, args=(jobs,), nprocs=2, backend="gloo")
     train_each_and_dump([job("ranks_single", per_device_train_batch_size=6, max_steps=1),
+                         job("ranks_corrected_single", per_device_train_batch_size=6, max_steps=1,
+                             importance_sampling_correction=True),
                          job("ranks_and_steps_single", per_device_train_batch_size=4, num_generations=4,
                              max_steps=1)])
     return out
@@ -329,11 +333,11 @@ def _assert_weights(folder, reference, ranks: int, **tolerance) -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name, homes", [("ranks", 2), ("ranks_and_steps", 4)])
+@pytest.mark.parametrize("name, homes", [("ranks", 2), ("ranks_and_steps", 4), ("ranks_corrected", 2)])
 def test_groups_over_ranks_and_micro_steps_train_as_one_process(over_ranks, tiny_model_dir, name, homes):
     groups, spanning = _dumped_groups(over_ranks / name, 2)
     assert spanning and all(len(groups[key]) > 1 for key in spanning)
-    _assert_whole_group_advantages(groups, 2 if name == "ranks" else 4)
+    _assert_whole_group_advantages(groups, 4 if name == "ranks_and_steps" else 2)
     single, _ = _dumped_groups(over_ranks / f"{name}_single", 1)
     assert sorted(groups) == sorted(single)  # the same prompts, completions and advantages as in one process
     for key in groups:
