@@ -240,8 +240,7 @@ def test_grpo_steps_on_charades_rows(tiny_model_dir, tmp_path):
     assert any(not np.array_equal(before[k], v.numpy()) for k, v in trainer.policy.state_dict().items())
 
 
-@pytest.mark.parametrize("job, keys", [("sft", {}), ("train", {"dynamic_sampling": True}),
-                                       ("train", {"max_turns": 2, "tools": ["crop"]})])
+@pytest.mark.parametrize("job, keys", [("sft", {}), ("train", {"max_turns": 2, "tools": ["crop"]})])
 def test_jobs_that_do_not_carry_videos_refuse_them_before_loading(tiny_model_dir, tmp_path, job, keys):
     from paddle_r1.config.jobs import GRPOConfig, SFTConfig
     from paddle_r1.trainer.job import prepare_job
@@ -288,3 +287,44 @@ def test_sft_on_clips_teaches_the_span_the_reward_reads(tiny_model_dir, tmp_path
     batch.prompt.pixel_values_videos = frames
     trainer.train()
     assert loss() < before
+
+
+def test_dynamic_sampling_keeps_the_clips_of_the_groups_it_keeps(tiny_model_dir, tmp_path):
+    """Half the clips' groups tie (a constant reward): dynamic sampling drops them and draws again; the kept groups'
+    prompts carry their own clips (patches, grid, seconds per pair), so their log-probs equal those of the same
+    completions on a prompt batch built anew from the kept samples."""
+    import dataclasses
+
+    import paddle
+
+    from paddle_r1.algorithms.logprobs import completion_logprobs
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.generation.generator import build_prompt_batch
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    clips = [write_clip(tmp_path / f"v{i}.mp4", count=8 + 4 * i, fps=4) for i in range(2)]
+    rows = [{"video": clips[i % 2], "duration": 2.0 + i % 2, "timestamp": [0.25, 1.5], "sentence": f"event {i}",
+             "tied": (i // 2) % 2 == 1} for i in range(8)]
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"), num_generations=2,
+                        data_path=str(tmp_path / "rows.jsonl"),
+                        reward_funcs=["reward_helpers:short_reward_unless_tied"],
+                        per_device_train_batch_size=4, max_completion_length=6, max_steps=1, save_steps=100,
+                        use_visualdl=False, disable_tqdm=True, seed=2, beta=0.0, temperature=1.5,
+                        dynamic_sampling=True, max_num_gen_batches=4, video_min_pixels=56 * 56,
+                        video_max_pixels=56 * 56)
+    trainer = GRPOTrainer(config)
+    metrics = trainer.train()["history"][-1]
+    assert metrics["num_gen_batches"] >= 2
+    kept = [sample for exp in trainer.buffer for sample in exp.samples]
+    # seed 2 keeps groups of both clips (8 and 12 frames: other grids), so a clip taken from the wrong prompt shows
+    assert not any(sample["tied"] for sample in kept) and len({sample["videos"][0] for sample in kept}) == 2
+    for exp in trainer.buffer:
+        prompt = exp.rollout.prompt
+        assert prompt.video_grid_thw.shape[0] == len(exp.samples) == prompt.second_per_grid_ts.shape[0]
+        fresh, _ = build_prompt_batch(exp.samples, trainer.processor, config.question_template,
+                                      video=trainer.generator.video)
+        with paddle.no_grad():
+            joined = completion_logprobs(trainer.policy, exp.rollout, 64, 1.5)
+            anew = completion_logprobs(trainer.policy, dataclasses.replace(exp.rollout, prompt=fresh), 64, 1.5)
+        np.testing.assert_allclose(joined.numpy(), anew.numpy(), rtol=1e-5, atol=1e-5)

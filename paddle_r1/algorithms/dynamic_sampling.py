@@ -3,8 +3,8 @@ advantages are all 0), so they are dropped and the batch is refilled from furthe
 filtering band (``filter_low``, ``filter_high``) drops too the groups whose mean score says they are solved or hopeless.
 
 Here: picking the groups of a rollout that are kept (decided on every rank's completions of the group), and joining
-the kept groups of several rollouts into one (prompts re-padded on the left, completions on the right, images
-concatenated in order).
+the kept groups of several rollouts into one (prompts re-padded on the left, completions on the right, images and
+clips concatenated in order).
 """
 from __future__ import annotations
 
@@ -44,17 +44,27 @@ def kept_groups(table, filter_key: str = "overall", reward_names: Sequence[str] 
     return keep & inside
 
 
-def select_groups(rollout: Rollout, groups: list[int], images_per_prompt: list[int]) -> Rollout:
-    """The rollout restricted to ``groups`` (prompt indices), with their completions and images."""
+def select_groups(rollout: Rollout, groups: list[int], images_per_prompt: list[int],
+                  videos_per_prompt: Optional[list[int]] = None) -> Rollout:
+    """The rollout restricted to ``groups`` (prompt indices), with their completions, images and clips (a clip's
+    patches, grid and seconds per frame pair)."""
     g = rollout.num_generations
     prompt = rollout.prompt
     rows = paddle.to_tensor(groups, dtype="int64")
     completion_rows = paddle.to_tensor([i * g + k for i in groups for k in range(g)], dtype="int64")
     pixel_values = grid = None
-    if prompt.image_grid_thw is not None:
+    if prompt.image_grid_thw is not None and any(images_per_prompt[i] for i in groups):
         pixel_values, grid = _images_of(prompt.pixel_values, prompt.image_grid_thw, images_per_prompt, groups)
+    clips = {}
+    videos_per_prompt = videos_per_prompt or [0] * prompt.size
+    if prompt.video_grid_thw is not None and any(videos_per_prompt[i] for i in groups):
+        clips["pixel_values_videos"], clips["video_grid_thw"] = _images_of(
+            prompt.pixel_values_videos, prompt.video_grid_thw, videos_per_prompt, groups)
+        first = np.cumsum([0] + list(videos_per_prompt))
+        clips["second_per_grid_ts"] = paddle.concat([prompt.second_per_grid_ts[first[i]:first[i + 1]]
+                                                     for i in groups])
     selected = PromptBatch(input_ids=prompt.input_ids[rows], attention_mask=prompt.attention_mask[rows],
-                           pixel_values=pixel_values, image_grid_thw=grid)
+                           pixel_values=pixel_values, image_grid_thw=grid, **clips)
     return Rollout(prompt=selected, num_generations=g, completion_ids=rollout.completion_ids[completion_rows],
                    completion_mask=rollout.completion_mask[completion_rows],
                    truncated=rollout.truncated[completion_rows], sampling_logp=rollout.sampling_logp[completion_rows],
@@ -100,11 +110,18 @@ def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
     prompt_width = max(r.prompt.input_ids.shape[1] for r in rollouts)
     completion_width = max(r.completion_ids.shape[1] for r in rollouts)
     with_images = [r.prompt for r in rollouts if r.prompt.image_grid_thw is not None]
+    with_clips = [r.prompt for r in rollouts if r.prompt.video_grid_thw is not None]
+
+    def joined(prompts: list[PromptBatch], field: str) -> Optional[paddle.Tensor]:
+        return paddle.concat([getattr(p, field) for p in prompts]) if prompts else None
+
     prompt = PromptBatch(
         input_ids=paddle.concat([_pad(r.prompt.input_ids, prompt_width, pad_token_id, True) for r in rollouts]),
         attention_mask=paddle.concat([_pad(r.prompt.attention_mask, prompt_width, 0, True) for r in rollouts]),
-        pixel_values=paddle.concat([p.pixel_values for p in with_images]) if with_images else None,
-        image_grid_thw=paddle.concat([p.image_grid_thw for p in with_images]) if with_images else None)
+        pixel_values=joined(with_images, "pixel_values"), image_grid_thw=joined(with_images, "image_grid_thw"),
+        pixel_values_videos=joined(with_clips, "pixel_values_videos"),
+        video_grid_thw=joined(with_clips, "video_grid_thw"),
+        second_per_grid_ts=joined(with_clips, "second_per_grid_ts"))
     return Rollout(
         prompt=prompt, num_generations=rollouts[0].num_generations,
         completion_ids=paddle.concat([_pad(r.completion_ids, completion_width, pad_token_id, False) for r in rollouts]),

@@ -94,7 +94,8 @@ class Experience:
         generation time shared out by rows."""
         g = self.rollout.num_generations
         rows = [i * g + k for i in items for k in range(g)]
-        return Experience(rollout=select_groups(self.rollout, list(items), [len(sizes) for sizes in self.image_sizes]),
+        return Experience(rollout=select_groups(self.rollout, list(items), [len(sizes) for sizes in self.image_sizes],
+                                                [len(sample.get("videos") or []) for sample in self.samples]),
                           texts=[self.texts[r] for r in rows], samples=[self.samples[i] for i in items],
                           generation_seconds=self.generation_seconds * len(items) / len(self.keys),
                           image_sizes=[self.image_sizes[i] for i in items],

@@ -43,11 +43,9 @@ def check_video_job(config, samples: list[dict]) -> None:
             raise ConfigError("the dataset has samples with both videos and a scripted multi-turn 'episode': "
                               "paddle-r1 sft does not carry videos through episodes yet")
         return
-    features = [key for key, on in (("max_turns", config.max_turns > 1), ("dynamic_sampling", config.dynamic_sampling))
-                if on]
-    if features:
-        raise ConfigError(f"the dataset has videos: config key {features[0]!r} (multi-turn tool episodes, dynamic "
-                          "sampling) does not carry videos yet", keys=tuple(features))
+    if config.max_turns > 1:
+        raise ConfigError("the dataset has videos: config key 'max_turns' (multi-turn tool episodes) does not carry "
+                          "videos yet", keys=("max_turns",))
 
 
 def check_before_loading(config) -> None:
