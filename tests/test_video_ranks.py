@@ -1,5 +1,6 @@
-"""Clips on 2 real gloo ranks: GRPO on Charades rows, plain and with T-GRPO (whose shuffled-frame completions sample
-from (seed, step, prompt)), gives the weights one process gives on the same global batch."""
+"""Clips on 2 real gloo ranks: GRPO on Charades rows, plain, with T-GRPO (whose shuffled-frame completions sample
+from (seed, step, prompt)) and with AdamW's state split over the ranks (sharding stage 1), gives the weights one
+process gives on the same global batch."""
 import json
 
 import numpy as np
@@ -28,21 +29,23 @@ def video_ranks(tmp_path_factory, tiny_model_dir):
         return settings, str(out / name)
 
     t_grpo = dict(temporal_grpo=True, temporal_grpo_ratio=1.0)
-    dist.spawn(train_each_and_dump, args=([job("plain", 2), job("t_grpo", 2, **t_grpo)],), nprocs=2, backend="gloo")
+    jobs = [job("plain", 2), job("t_grpo", 2, **t_grpo), job("stage1", 2, sharding="stage1")]
+    dist.spawn(train_each_and_dump, args=(jobs,), nprocs=2, backend="gloo")
     train_each_and_dump([job("plain_one", 4), job("t_grpo_one", 4, **t_grpo)])
     return out
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", ["plain", "t_grpo"])
-def test_two_ranks_train_on_clips_as_one_process(video_ranks, name):
-    one = np.load(video_ranks / f"{name}_one" / "rank0.npz")
+@pytest.mark.parametrize("name, one", [("plain", "plain_one"), ("t_grpo", "t_grpo_one"), ("stage1", "plain_one")])
+def test_two_ranks_train_on_clips_as_one_process(video_ranks, name, one):
+    reference = video_ranks / one
+    one = np.load(reference / "rank0.npz")
     for rank in range(2):
         got = np.load(video_ranks / name / f"rank{rank}.npz")
         for key in one.files:
             np.testing.assert_allclose(got[key], one[key], rtol=1e-4, atol=1e-4, err_msg=f"rank {rank}: {key}")
     np.testing.assert_allclose(np.load(video_ranks / name / "rank0_rewards.npy"),
-                               np.load(video_ranks / f"{name}_one" / "rank0_rewards.npy"), rtol=1e-5)
+                               np.load(reference / "rank0_rewards.npy"), rtol=1e-5)
 
 
 def test_the_bonus_changed_the_run(video_ranks):
