@@ -16,10 +16,11 @@ the checkpoint is the one ``trl_anchor/make_hf_tiny.py --weights`` writes with t
 ``--model FOLDER`` reuses one), 2 prompts x 8 completions x 64 tokens, one 112x112 image per prompt. The prompts are
 encoded once, by paddle_r1's processor and chat template, and handed over: to ``trl_anchor/hf_generate_bench.py`` in
 an .npz file (token ids and pixels; transformers 5.3.0's image M-RoPE positions are corrected there:
-huggingface/transformers#45325), to ``trl_anchor/vllm_generate_bench.py`` as token ids and image files (vLLM's
-processor makes the pixels; it must keep the token ids as given, which is checked). That script says how vLLM runs:
-G copies of each prompt, its whole process tree on the cores of ``--threads``, caches emptied between runs; it is
-started once and kept between rounds (loading and compiling take minutes).
+huggingface/transformers#45325), to ``trl_anchor/vllm_generate_bench.py`` as token ids, one image token per image,
+and image files (vLLM's processor makes the pixels and expands the image tokens; the expanded ids must equal
+paddle_r1's, which is checked). That script says how vLLM runs: G copies of each prompt, its whole process tree on
+the cores of ``--threads``, caches emptied between runs; it is started once and kept between rounds (loading and
+compiling take minutes).
 
 Every engine decodes exactly ``--new-tokens`` greedy tokens per row (no EOS stop), G rows per prompt; seconds are
 the median of ``--runs`` runs after a warm-up, and include the prefill (vision tower and prompt); tokens/s is
@@ -119,9 +120,13 @@ class VllmSide:
     def __init__(self, args, model_dir: str, prompt, samples: list[dict], work: str):
         mask = prompt.attention_mask.numpy().astype(bool)
         self.input_ids = [row[keep].tolist() for row, keep in zip(prompt.input_ids.numpy(), mask)]  # unpadded
+        image_token = _config(model_dir)["image_token_id"]
+        # vLLM's processor expands each image's placeholder itself: it gets one image token per image
+        handed = [[t for i, t in enumerate(ids) if t != image_token or ids[i - 1] != image_token]
+                  for ids in self.input_ids]
         prompts_file = os.path.join(work, "vllm_prompts.json")
         with open(prompts_file, "w") as f:
-            json.dump([{"input_ids": ids, "images": s["images"]} for ids, s in zip(self.input_ids, samples)], f)
+            json.dump([{"input_ids": ids, "images": s["images"]} for ids, s in zip(handed, samples)], f)
         self.log = open(os.path.join(work, "vllm.log"), "w+")
         command = [args.vllm, os.path.join(HERE, "trl_anchor", "vllm_generate_bench.py"), model_dir, prompts_file,
                    str(args.generations), str(args.new_tokens), str(args.runs), str(args.threads)]
@@ -129,7 +134,7 @@ class VllmSide:
                                         stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.info = self._answer()
         if self.info["prompt_token_ids"] != self.input_ids:
-            raise SystemExit("vLLM changed the prompts' token ids (see the prompt handover in vllm_generate_bench.py)")
+            raise SystemExit("vLLM's prompt token ids, its image tokens expanded, differ from paddle_r1's")
 
     def _answer(self) -> dict:
         line = self.process.stdout.readline()

@@ -1,6 +1,7 @@
 """Rollout speed, vLLM side: vLLM's offline ``LLM.generate`` (its CPU build, ``benchmarks/vllm_setup.sh``) on a
 Qwen2.5-VL checkpoint, from prompts handed over in a json file by ``benchmarks/rollout.py``: per prompt its token ids
-(paddle_r1's processor and chat template, image tokens expanded) and its image files. Run it in vLLM's venv:
+(paddle_r1's processor and chat template, one image token per image: vLLM's processor expands it) and its image
+files. Run it in vLLM's venv:
 
     python vllm_generate_bench.py CKPT_DIR PROMPTS.json G NEW_TOKENS RUNS THREADS [--eager]
 
