@@ -58,8 +58,12 @@ def main() -> None:
     requests = [{"prompt_token_ids": p["input_ids"],
                  "multi_modal_data": {"image": [Image.open(path).convert("RGB") for path in p["images"]]}}
                 for p in prompts for _ in range(g)]
+    images = [image for request in requests for image in request["multi_modal_data"]["image"]]
+    # vLLM sizes its memory with dummy images of this size (else of its processor's largest, 12.8M pixels)
+    largest = {"count": max(len(p["images"]) for p in prompts), "width": max(image.width for image in images),
+               "height": max(image.height for image in images)}
     llm = LLM(model=folder, dtype="float32", max_model_len=1024, seed=0, enforce_eager=eager,
-              limit_mm_per_prompt={"image": max(len(p["images"]) for p in prompts)}, max_num_seqs=max(len(requests), 16))
+              limit_mm_per_prompt={"image": largest}, max_num_seqs=max(len(requests), 16))
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
 
     def generate():
