@@ -19,8 +19,8 @@ an .npz file (token ids and pixels; transformers 5.3.0's image M-RoPE positions 
 huggingface/transformers#45325), to ``trl_anchor/vllm_generate_bench.py`` as token ids, one image token per image,
 and image files (vLLM's processor makes the pixels and expands the image tokens; the expanded ids must equal
 paddle_r1's, which is checked). That script says how vLLM runs: G copies of each prompt, its whole process tree on
-the cores of ``--threads``, caches emptied between runs; it is started once and kept between rounds (loading and
-compiling take minutes).
+the cores of ``--threads`` (its worker's threads on all of them, or ``--vllm-auto-bind``: as vLLM binds them), caches
+emptied between runs; it is started once and kept between rounds (loading and compiling take minutes).
 
 Every engine decodes exactly ``--new-tokens`` greedy tokens per row (no EOS stop), G rows per prompt; seconds are
 the median of ``--runs`` runs after a warm-up, and include the prefill (vision tower and prompt); tokens/s is
@@ -130,7 +130,8 @@ class VllmSide:
         self.log = open(os.path.join(work, "vllm.log"), "w+")
         command = [args.vllm, os.path.join(HERE, "trl_anchor", "vllm_generate_bench.py"), model_dir, prompts_file,
                    str(args.generations), str(args.new_tokens), str(args.runs), str(args.threads)]
-        self.process = subprocess.Popen(command + (["--eager"] if args.vllm_eager else []), stdin=subprocess.PIPE,
+        options = ["--eager"] * args.vllm_eager + ["--auto-bind"] * args.vllm_auto_bind
+        self.process = subprocess.Popen(command + options, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.info = self._answer()
         if self.info["prompt_token_ids"] != self.input_ids:
@@ -195,6 +196,9 @@ def main() -> None:
     parser.add_argument("--hf", metavar="PY", help="a torch + transformers interpreter: adds its generate")
     parser.add_argument("--vllm", metavar="PY", help="an interpreter with vLLM's CPU build: adds its generate")
     parser.add_argument("--vllm-eager", action="store_true", help="vLLM without compiling (enforce_eager)")
+    parser.add_argument("--vllm-auto-bind", action="store_true",
+                        help="vLLM's own thread binding on the --threads cores: one for its scheduler, the rest for "
+                             "its worker (default: its worker's threads on all of them, the scheduler beside)")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads, and cores, of every engine (default 1)")
     parser.add_argument("--model", help="an existing Qwen2.5-VL checkpoint folder (default: built here)")
@@ -252,7 +256,8 @@ def main() -> None:
         if vllm:
             answer, info = vllm.round(), vllm.info
             engines.append((f"vLLM {info['vllm']} `LLM.generate` (CPU build, torch {info['torch']}, "
-                            f"{'compiled' if info['compiled'] else 'eager'}, process tree on core(s) {info['cores']})",
+                            f"{'compiled' if info['compiled'] else 'eager'}, process tree on core(s) {info['cores']}, "
+                            f"worker threads bound: {info['bind']})",
                             answer["median_s"], np.asarray(answer["completion_ids"])))
         if args.paddleformers if args.paddleformers is not None else not args.hf:
             import paddleformers

@@ -3,7 +3,7 @@ Qwen2.5-VL checkpoint, from prompts handed over in a json file by ``benchmarks/r
 (paddle_r1's processor and chat template, one image token per image: vLLM's processor expands it) and its image
 files. Run it in vLLM's venv:
 
-    python vllm_generate_bench.py CKPT_DIR PROMPTS.json G NEW_TOKENS RUNS THREADS [--eager]
+    python vllm_generate_bench.py CKPT_DIR PROMPTS.json G NEW_TOKENS RUNS THREADS [--eager] [--auto-bind]
 
 How vLLM runs here:
 - rows: G copies of each prompt, prompt by prompt (vLLM refuses ``n > 1`` with greedy sampling); greedy
@@ -12,7 +12,9 @@ How vLLM runs here:
 - threads: vLLM's CPU build runs a process tree (the ``LLM`` front end, the engine core with its scheduler, the
   worker). The whole tree is confined to the first THREADS cores this process may use (its affinity, which the
   children inherit), and the worker's OpenMP threads are bound to those cores (``VLLM_CPU_OMP_THREADS_BIND``), so
-  the scheduler and the front end share the worker's cores instead of taking another one.
+  the scheduler and the front end share the worker's cores instead of taking another one. ``--auto-bind`` leaves
+  the binding to vLLM (``auto``: on x86 it reserves one of the cores for the scheduler's process and binds the
+  worker to the others, so THREADS cores give the worker THREADS - 1 threads).
 - timing: each run is one ``generate`` call over all rows: the vision tower, prefill and decode, as on paddle_r1's
   side. Before each run (not timed) the prefix cache and the encoder cache are emptied, so no run reuses the
   previous run's prompts or image features (within a run the G copies may share them: vLLM's own prefix caching);
@@ -42,11 +44,12 @@ def confine(threads: int) -> str:
 def main() -> None:
     folder, prompts_file = sys.argv[1], sys.argv[2]
     g, n, runs, threads = (int(x) for x in sys.argv[3:7])
-    eager = "--eager" in sys.argv[7:]
+    eager, auto_bind = "--eager" in sys.argv[7:], "--auto-bind" in sys.argv[7:]
     protocol = os.fdopen(os.dup(1), "w", buffering=1)  # json lines only; vLLM's own output goes to stderr
     os.dup2(2, 1)
     cores = confine(threads)
-    os.environ.update(VLLM_CPU_OMP_THREADS_BIND=cores, VLLM_CPU_KVCACHE_SPACE="1")  # GiB; default: most of memory
+    os.environ.update(VLLM_CPU_OMP_THREADS_BIND="auto" if auto_bind else cores,
+                      VLLM_CPU_KVCACHE_SPACE="1")  # GiB; without it vLLM takes most of the memory
 
     import torch
     import vllm
@@ -75,7 +78,7 @@ def main() -> None:
 
     _, outputs = generate()  # warm-up
     protocol.write(json.dumps({"ready": True, "vllm": vllm.__version__, "torch": torch.__version__, "cores": cores,
-                               "compiled": not eager,
+                               "bind": os.environ["VLLM_CPU_OMP_THREADS_BIND"], "compiled": not eager,
                                "prompt_token_ids": [list(o.prompt_token_ids) for o in outputs[::g]]}) + "\n")
     for _ in sys.stdin:
         seconds = []
