@@ -147,7 +147,9 @@ class VllmSide:
     def round(self) -> dict:
         self.process.stdin.write("run\n")
         self.process.stdin.flush()
-        return self._answer()
+        answer = self._answer()
+        time.sleep(2)  # vLLM's worker polls for its next step for 1 s after its last one, on the cores shared
+        return answer
 
     def close(self) -> None:
         self.process.stdin.close()

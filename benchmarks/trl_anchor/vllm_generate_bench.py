@@ -20,8 +20,8 @@ How vLLM runs here:
   previous run's prompts or image features (within a run the G copies may share them: vLLM's own prefix caching);
   the image preprocessing cache is kept (paddle_r1's side preprocesses before its clock too).
 - protocol: after loading and one warm-up ``generate`` it prints a json line (``ready``, versions, the prompts'
-  token ids as vLLM kept them); then for each line read from standard input it times RUNS runs and prints a json
-  line (per-run seconds, their median, the last run's completion ids); it exits at the end of its input. Everything
+  token ids as vLLM kept them); then for each line read from standard input it times RUNS runs after a warm-up
+  run and prints a json line (per-run seconds, their median, the last run's completion ids); it exits at the end of its input. Everything
   else vLLM prints goes to standard error.
 """
 import json
@@ -81,6 +81,7 @@ def main() -> None:
                                "bind": os.environ["VLLM_CPU_OMP_THREADS_BIND"], "compiled": not eager,
                                "prompt_token_ids": [list(o.prompt_token_ids) for o in outputs[::g]]}) + "\n")
     for _ in sys.stdin:
+        generate()  # a warm-up in each round, as on paddle_r1's side
         seconds = []
         for _ in range(runs):
             elapsed, outputs = generate()
