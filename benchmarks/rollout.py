@@ -142,14 +142,13 @@ class VllmSide:
         if not line:
             self.log.seek(0)
             raise SystemExit("vLLM's side stopped; the end of its log:\n" + "".join(self.log.readlines()[-15:]))
+        time.sleep(2)  # vLLM's worker polls for its next step for 1 s after its last one, on the cores shared
         return json.loads(line)
 
     def round(self) -> dict:
         self.process.stdin.write("run\n")
         self.process.stdin.flush()
-        answer = self._answer()
-        time.sleep(2)  # vLLM's worker polls for its next step for 1 s after its last one, on the cores shared
-        return answer
+        return self._answer()
 
     def close(self) -> None:
         self.process.stdin.close()
@@ -212,7 +211,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="timed runs per engine and round, after one warm-up")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, alternating the engines (default 3)")
     parser.add_argument("--paddleformers", action=argparse.BooleanOptionalAction,
-                        help="time paddleformers' generate too (default: without --hf only; ~30 s a run at --hf sizes)")
+                        help="time paddleformers' generate too (default: without --hf or --vllm only; ~30 s a run at "
+                             "their sizes)")
     args = parser.parse_args()
     for key, value in (ANCHOR_SIZES if args.hf or args.vllm else SMALL_SIZES).items():
         if getattr(args, key) is None:
@@ -261,7 +261,7 @@ def main() -> None:
                             f"{'compiled' if info['compiled'] else 'eager'}, process tree on core(s) {info['cores']}, "
                             f"worker threads bound: {info['bind']})",
                             answer["median_s"], np.asarray(answer["completion_ids"])))
-        if args.paddleformers if args.paddleformers is not None else not args.hf:
+        if args.paddleformers if args.paddleformers is not None else not (args.hf or args.vllm):
             import paddleformers
 
             seconds, ids = _paddleformers_generate(model, prompt, g, n, args.runs)
