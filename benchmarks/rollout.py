@@ -1,27 +1,35 @@
 """Rollout speed: paddle_r1's KV-cached decode against paddleformers' ``generate`` (which re-runs the prefix at
-every step) and, with ``--hf PY``, Hugging Face transformers' ``generate`` on the same checkpoint.
+every step) and, with ``--hf PY``, Hugging Face transformers' ``generate``, with ``--vllm PY``, vLLM's (its CPU
+build), on the same checkpoint.
 
     python benchmarks/rollout.py [--hidden 256 --layers 4 --prompts 4 --generations 4 --new-tokens 32]
-    python benchmarks/rollout.py --hf PY [--model FOLDER] [--runs 3 --rounds 3] [--paddleformers]
+    python benchmarks/rollout.py --hf PY [--model FOLDER] [--runs 3 --rounds 3] [--threads 2] [--paddleformers]
+    python benchmarks/rollout.py --vllm PY [--hidden 1024 --layers 8] [--threads 2] [--vllm-eager]
 
-``PY`` is the path of a Python interpreter that has torch and transformers 5.3 installed (another virtual
-environment's ``bin/python``).
+``--hf``'s ``PY`` is the path of a Python interpreter that has torch and transformers 5.3 installed (another virtual
+environment's ``bin/python``); ``--vllm``'s one of a venv with vLLM's CPU build (``benchmarks/vllm_setup.sh``).
 
-Without ``--hf`` the checkpoint is paddle_r1's tiny model (``--hidden``, ``--layers``) and the prompts synthetic
-grounding samples. With ``--hf`` the sizes default to the GRPO speed anchor's rollout (``grpo_step.py``): the
-checkpoint is the one ``trl_anchor/make_hf_tiny.py --weights`` writes with transformers in that interpreter
-(hidden 256, 4 layers, vocab 4096; ``--model FOLDER`` reuses one), 2 prompts x 8 completions x 64 tokens, one
-112x112 image per prompt. The prompts are encoded once, by paddle_r1's processor and chat template, and handed
-to ``trl_anchor/hf_generate_bench.py`` in an .npz file, so both sides decode from identical token ids and pixels
-(with transformers 5.3.0's image M-RoPE positions corrected there: huggingface/transformers#45325).
+Without ``--hf`` or ``--vllm`` the checkpoint is paddle_r1's tiny model (``--hidden``, ``--layers``) and the prompts
+synthetic grounding samples. With either, the sizes default to the GRPO speed anchor's rollout (``grpo_step.py``):
+the checkpoint is the one ``trl_anchor/make_hf_tiny.py --weights`` writes with transformers in that interpreter
+(``--hf``'s if given; hidden 256, 4 layers, vocab 4096, heads of 64; ``--hidden``/``--layers`` change the decoder,
+``--model FOLDER`` reuses one), 2 prompts x 8 completions x 64 tokens, one 112x112 image per prompt. The prompts are
+encoded once, by paddle_r1's processor and chat template, and handed over: to ``trl_anchor/hf_generate_bench.py`` in
+an .npz file (token ids and pixels; transformers 5.3.0's image M-RoPE positions are corrected there:
+huggingface/transformers#45325), to ``trl_anchor/vllm_generate_bench.py`` as token ids, one image token per image,
+and image files (vLLM's processor makes the pixels and expands the image tokens; the expanded ids must equal
+paddle_r1's, which is checked). That script says how vLLM runs: G copies of each prompt, its whole process tree on
+the cores of ``--threads`` (its worker's threads on all of them, or ``--vllm-auto-bind``: as vLLM binds them), caches
+emptied between runs; it is started once and kept between rounds (loading and compiling take minutes).
 
 Every engine decodes exactly ``--new-tokens`` greedy tokens per row (no EOS stop), G rows per prompt; seconds are
 the median of ``--runs`` runs after a warm-up, and include the prefill (vision tower and prompt); tokens/s is
 rows x new tokens / seconds. The engines alternate ``--rounds`` times (a busy spell slows both); the table gives the
-median over rounds and the ratio is the median of the ratios within each round. Paddle's CPU kernels run on one
-thread (``import paddle`` sets OMP_NUM_THREADS=1), so torch gets one too unless ``--hf-threads``. Greedy paths may
-part after a while from float differences between frameworks, so agreement with paddle_r1's tokens is reported
-(identical tokens by position, identical rows), not asserted.
+median over rounds and the ratio is the median of the ratios within each round. Every engine runs its CPU kernels
+on ``--threads`` threads (default 1; ``import paddle`` sets OMP_NUM_THREADS=1, Paddle's count is set with
+``paddle.base.core.set_num_threads``), and this process, and so every engine's, is confined to the first
+``--threads`` cores it may use. Greedy paths may part after a while from float differences between frameworks, so
+agreement with paddle_r1's tokens is reported (identical tokens by position, identical rows), not asserted.
 """
 from __future__ import annotations
 
@@ -65,9 +73,9 @@ def _agreement(ids: np.ndarray, reference: np.ndarray) -> str:
 def _checkpoint(args, work: str) -> str:
     if args.model:
         return args.model
-    if args.hf:
+    if args.hf or args.vllm:
         folder = os.path.join(work, "model")
-        subprocess.run([args.hf, os.path.join(HERE, "trl_anchor", "make_hf_tiny.py"), folder, "--weights",
+        subprocess.run([args.hf or args.vllm, os.path.join(HERE, "trl_anchor", "make_hf_tiny.py"), folder, "--weights",
                         "--hidden", str(args.hidden), "--layers", str(args.layers)],
                        check=True, stdout=subprocess.DEVNULL)
         return folder
@@ -79,7 +87,7 @@ def _checkpoint(args, work: str) -> str:
 
 
 def _samples(args, work: str) -> list[dict]:
-    if args.hf:
+    if args.hf or args.vllm:
         sys.path.insert(0, HERE)
         from grpo_step import _write_samples  # the anchor's prompts: a red square on white, 112x112
 
@@ -99,10 +107,53 @@ def _hf_generate(args, model_dir: str, prompt, work: str) -> dict:
     np.savez(inputs_file, input_ids=input_ids, attention_mask=prompt.attention_mask.numpy(),
              pixel_values=prompt.pixel_values.numpy(), image_grid_thw=grids, images_per_prompt=images_per_prompt)
     script = os.path.join(HERE, "trl_anchor", "hf_generate_bench.py")
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.hf_threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     result = subprocess.run([args.hf, script, model_dir, inputs_file, str(args.generations), str(args.new_tokens),
                              str(args.runs)], check=True, capture_output=True, text=True, env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+class VllmSide:
+    """``trl_anchor/vllm_generate_bench.py`` in vLLM's interpreter, started once (it loads and warms up) and asked
+    for ``runs`` timed runs per round; its log goes to a file, whose end is shown if it fails."""
+
+    def __init__(self, args, model_dir: str, prompt, samples: list[dict], work: str):
+        mask = prompt.attention_mask.numpy().astype(bool)
+        self.input_ids = [row[keep].tolist() for row, keep in zip(prompt.input_ids.numpy(), mask)]  # unpadded
+        image_token = _config(model_dir)["image_token_id"]
+        # vLLM's processor expands each image's placeholder itself: it gets one image token per image
+        handed = [[t for i, t in enumerate(ids) if t != image_token or ids[i - 1] != image_token]
+                  for ids in self.input_ids]
+        prompts_file = os.path.join(work, "vllm_prompts.json")
+        with open(prompts_file, "w") as f:
+            json.dump([{"input_ids": ids, "images": s["images"]} for ids, s in zip(handed, samples)], f)
+        self.log = open(os.path.join(work, "vllm.log"), "w+")
+        command = [args.vllm, os.path.join(HERE, "trl_anchor", "vllm_generate_bench.py"), model_dir, prompts_file,
+                   str(args.generations), str(args.new_tokens), str(args.runs), str(args.threads)]
+        options = ["--eager"] * args.vllm_eager + ["--auto-bind"] * args.vllm_auto_bind
+        self.process = subprocess.Popen(command + options, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.info = self._answer()
+        if self.info["prompt_token_ids"] != self.input_ids:
+            raise SystemExit("vLLM's prompt token ids, its image tokens expanded, differ from paddle_r1's")
+
+    def _answer(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            self.log.seek(0)
+            raise SystemExit("vLLM's side stopped; the end of its log:\n" + "".join(self.log.readlines()[-15:]))
+        time.sleep(2)  # vLLM's worker polls for its next step for 1 s after its last one, on the cores shared
+        return json.loads(line)
+
+    def round(self) -> dict:
+        self.process.stdin.write("run\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+        self.log.close()
 
 
 def _config(model_dir: str) -> dict:
@@ -114,11 +165,14 @@ def _vision_start_id(model_dir: str) -> int:
     return _config(model_dir)["vision_start_token_id"]
 
 
-def _describe(model_dir: str) -> str:
+def _describe(model_dir: str, model) -> str:
     config = _config(model_dir)
     text = {**config, **config.get("text_config", {})}
-    return (f"{config['model_type']} (hidden {text['hidden_size']}, {text['num_hidden_layers']} layers, "
-            f"vocab {text['vocab_size']}, vision depth {config['vision_config']['depth']})")
+    parameters = sum(int(p.size) for p in model.parameters())
+    return (f"{config['model_type']} ({parameters / 1e6:.1f}M parameters: hidden {text['hidden_size']}, "
+            f"{text['num_hidden_layers']} layers, {text['num_attention_heads']} heads of "
+            f"{text['hidden_size'] // text['num_attention_heads']}, vocab {text['vocab_size']}, vision depth "
+            f"{config['vision_config']['depth']})")
 
 
 def _paddleformers_generate(model, prompt, g: int, n: int, runs: int):
@@ -141,8 +195,13 @@ def _paddleformers_generate(model, prompt, g: int, n: int, runs: int):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hf", metavar="PY", help="a torch + transformers interpreter: adds its generate")
-    parser.add_argument("--hf-threads", type=int, default=1,
-                        help="torch's threads (default 1: Paddle's CPU kernels run on one, it sets OMP_NUM_THREADS=1)")
+    parser.add_argument("--vllm", metavar="PY", help="an interpreter with vLLM's CPU build: adds its generate")
+    parser.add_argument("--vllm-eager", action="store_true", help="vLLM without compiling (enforce_eager)")
+    parser.add_argument("--vllm-auto-bind", action="store_true",
+                        help="vLLM's own thread binding on the --threads cores: one for its scheduler, the rest for "
+                             "its worker (default: its worker's threads on all of them, the scheduler beside)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads, and cores, of every engine (default 1)")
     parser.add_argument("--model", help="an existing Qwen2.5-VL checkpoint folder (default: built here)")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
@@ -152,9 +211,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="timed runs per engine and round, after one warm-up")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, alternating the engines (default 3)")
     parser.add_argument("--paddleformers", action=argparse.BooleanOptionalAction,
-                        help="time paddleformers' generate too (default: without --hf only; ~30 s a run at --hf sizes)")
+                        help="time paddleformers' generate too (default: without --hf or --vllm only; ~30 s a run at "
+                             "their sizes)")
     args = parser.parse_args()
-    for key, value in (ANCHOR_SIZES if args.hf else SMALL_SIZES).items():
+    for key, value in (ANCHOR_SIZES if args.hf or args.vllm else SMALL_SIZES).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
 
@@ -163,6 +223,8 @@ def main() -> None:
 
     quiet_libraries("ERROR")
     tune_cpu_math()  # what a CPU job does before its first matrix product
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.threads])  # inherited by the other engines
+    paddle.base.core.set_num_threads(args.threads)
     from paddle_r1.models.loading import load_model, load_processor
     from paddle_r1.generation.generator import build_prompt_batch
     from paddle_r1.generation.rollout import SamplingParams, sample_completions
@@ -171,7 +233,8 @@ def main() -> None:
     model_dir = _checkpoint(args, work)
     model, processor = load_model(model_dir), load_processor(model_dir)
     model.eval()
-    prompt, _ = build_prompt_batch(_samples(args, work), processor, "{Question}")
+    samples = _samples(args, work)
+    prompt, _ = build_prompt_batch(samples, processor, "{Question}")
     g, n = args.generations, args.new_tokens
     rows = prompt.size * g
     params = SamplingParams(max_new_tokens=n, temperature=0.0)
@@ -182,6 +245,7 @@ def main() -> None:
 
     # rounds alternate the sides, so a machine busy for a while slows both; each side's seconds per round are the
     # median of --runs runs after a warm-up, and the ratios are taken within a round
+    vllm = VllmSide(args, model_dir, prompt, samples, work) if args.vllm else None
     rounds = []  # per round: [(name, seconds, completion ids [rows, n]), ...], paddle_r1 first
     for _ in range(args.rounds):
         seconds, rollout = _median_seconds(paddle_r1, args.runs)
@@ -191,16 +255,24 @@ def main() -> None:
             fixed = ", image positions fixed: transformers#45325" if hf["patched_image_positions"] else ""
             engines.append((f"transformers {hf['transformers']} `generate` (torch {hf['torch']}, KV cache, "
                             f"{hf['threads']} thread(s){fixed})", hf["median_s"], np.asarray(hf["completion_ids"])))
-        if args.paddleformers if args.paddleformers is not None else not args.hf:
+        if vllm:
+            answer, info = vllm.round(), vllm.info
+            engines.append((f"vLLM {info['vllm']} `LLM.generate` (CPU build, torch {info['torch']}, "
+                            f"{'compiled' if info['compiled'] else 'eager'}, process tree on core(s) {info['cores']}, "
+                            f"worker threads bound: {info['bind']})",
+                            answer["median_s"], np.asarray(answer["completion_ids"])))
+        if args.paddleformers if args.paddleformers is not None else not (args.hf or args.vllm):
             import paddleformers
 
             seconds, ids = _paddleformers_generate(model, prompt, g, n, args.runs)
             engines.append((f"paddleformers {paddleformers.__version__} `generate` (re-runs the prefix)", seconds, ids))
         rounds.append(engines)
+    if vllm:
+        vllm.close()
 
-    print(f"{_describe(model_dir)}: {prompt.size} prompts x {g} completions x {n} new tokens "
-          f"(greedy, {rows} rows); per round the median of {args.runs} runs after a warm-up, {args.rounds} "
-          f"round(s) alternating the engines; the table holds the median over rounds")
+    print(f"{_describe(model_dir, model)}: {prompt.size} prompts x {g} completions x {n} new tokens "
+          f"(greedy, {rows} rows), {args.threads} thread(s); per round the median of {args.runs} runs after a "
+          f"warm-up, {args.rounds} round(s) alternating the engines; the table holds the median over rounds")
     print("| engine | seconds | decode tokens/s | seconds per round |\n|---|---|---|---|")
     for index, (name, _, _) in enumerate(rounds[0]):
         per_round = [engines[index][1] for engines in rounds]

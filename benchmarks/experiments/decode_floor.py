@@ -9,13 +9,15 @@ The step is ``OneTokenDecoder.step`` (``paddle_r1/generation/decoder.py``) over 
 its tokenizer's 507; ``--model`` loads another),
 2 prompts with one 112x112 image each, their cache repeated to ``--rows`` rows, room for ``--new-tokens``. Printed:
 
-- the step's kernels, counted by Paddle's profiler over 10 steps (operator events, by name);
+- the step's kernels, counted and timed by Paddle's profiler over 10 steps (operator events, by name: count per
+  step and share of the operators' time; the profiler's own cost inflates the small kernels' share);
 - measured: the median and the minimum milliseconds of a step over ``--steps`` steps (one token for every row);
 - three floors: (a) streaming the decoder's weights once (their bytes / the memory bandwidth of a 256 MiB numpy
   copy, bytes read + written per second); (b) the kernel count x Paddle's eager cost per kernel (the median of a
   [16, 256] add, timed alone: the dispatch with almost no arithmetic); (c) the step's matrix products' FLOPs / the
   GFLOP/s of one [1024, 1024] x [1024, 1024] product (this core's sustained peak); and (d) the step's matrix
-  products alone, timed in the step's order with the step's own weights and shapes.
+  products alone, timed in the step's order with the step's own weights and shapes; and each kind of product
+  alone (all layers' qkv, all layers' q K, ...), its milliseconds per step.
 
 Medians and minimums over many repetitions: the machine may be shared, and the minimum is the least disturbed.
 """
@@ -58,18 +60,21 @@ def peak_flops(paddle) -> float:
     return 2 * 1024 ** 3 / min(timings(lambda: paddle.matmul(a, b), 20, warmup=3))
 
 
-def count_kernels(paddle, step, steps: int = 10) -> Counter:
-    """Operator events per step by name, from Paddle's profiler (CPU), over ``steps`` calls of ``step`` (the
-    caller's cache rewind, one ``set_value`` every ``--new-tokens`` steps, is not counted)."""
+def count_kernels(paddle, step, steps: int = 10) -> tuple[Counter, Counter]:
+    """Operator events per step by name, and their nanoseconds per step, from Paddle's profiler (CPU), over
+    ``steps`` calls of ``step`` (the caller's cache rewind, one ``set_value`` every ``--new-tokens`` steps, is not
+    counted)."""
     import paddle.profiler as profiler
     from paddle.base.core import TracerEventType
 
     counts: Counter = Counter()
+    nanoseconds: Counter = Counter()
 
     def walk(node):
         for child in node.children_node:
             if child.type == TracerEventType.Operator and not child.name.startswith("set_value"):
                 counts[child.name.replace(" dygraph", "")] += 1
+                nanoseconds[child.name.replace(" dygraph", "")] += child.end_ns - child.start_ns
             else:
                 walk(child)
 
@@ -80,12 +85,14 @@ def count_kernels(paddle, step, steps: int = 10) -> Counter:
     recorder.stop()
     for root in recorder.profiler_result.get_data().values():
         walk(root)
-    return Counter({name: count / steps for name, count in counts.items()})
+    return (Counter({name: count / steps for name, count in counts.items()}),
+            Counter({name: ns / steps for name, ns in nanoseconds.items()}))
 
 
 def step_products(paddle, decoder, rows: int):
     """The step's matrix products alone, in its order, with its weights and shapes: qkv, rotation, q K, p V, out,
-    gate/up, down per layer, then the LM head. Returns (a function running them once, their FLOPs)."""
+    gate/up, down per layer, then the LM head. Returns (a function running them once, their FLOPs, their count, and
+    per kind of product a function running that kind's products of all layers)."""
     from paddle_r1.models.text_attention import half_rotation
 
     groups, head_dim, kv_heads = decoder.heads // decoder.kv_heads, decoder.head_dim, decoder.kv_heads
@@ -98,6 +105,7 @@ def step_products(paddle, decoder, rows: int):
     rotation = half_rotation(head_dim, x.dtype)
     lm_head = decoder.model.lm_head.weight  # [vocab, hidden], multiplied transposed
     products = []  # (function, flops)
+    kinds = ["qkv", "rotation", "q K (cache)", "p V (cache)", "out", "gate/up", "down"]
     for index, layer in enumerate(decoder.layers):
         keys, values = decoder.cache.keys[index], decoder.cache.values[index]
         gate_up = layer.up_gate(x)
@@ -111,10 +119,14 @@ def step_products(paddle, decoder, rows: int):
                      (lambda layer=layer, act=act: layer.down(act), 2 * rows * act.shape[-1] * hidden)]
     products.append((lambda: paddle.matmul(x, lm_head, transpose_y=True), 2 * rows * hidden * lm_head.shape[0]))
 
-    def run():
-        for product, _ in products:
-            product()
-    return run, sum(flops for _, flops in products), len(products)
+    def runner(chosen):
+        def run():
+            for product, _ in chosen:
+                product()
+        return run
+    by_kind = {kind: runner(products[i:-1:len(kinds)]) for i, kind in enumerate(kinds)}
+    by_kind["LM head"] = runner(products[-1:])
+    return runner(products), sum(flops for _, flops in products), len(products), by_kind
 
 
 def main() -> None:
@@ -174,10 +186,11 @@ def main() -> None:
             return seconds
 
         steps(10)  # warm-up
-        kernels = count_kernels(paddle, lambda: steps(1))
+        kernels, kernel_ns = count_kernels(paddle, lambda: steps(1))
         step_s = steps(args.steps)
-        products, product_flops, product_count = step_products(paddle, decoder, rows)
+        products, product_flops, product_count, by_kind = step_products(paddle, decoder, rows)
         products_s = timings(products, args.steps, warmup=5)
+        kind_s = {kind: statistics.median(timings(run, args.steps, warmup=5)) for kind, run in by_kind.items()}
 
     text = text_decoder(model)
     weight_bytes = sum(p.numel().item() * p.element_size() for p in text.parameters()
@@ -189,8 +202,10 @@ def main() -> None:
 
     print(f"one-token step, {rows} rows, cache {decoder.cache.mask.shape[-1]} slots, {args.threads} thread(s); "
           f"decoder weights read per step (layers + norm + LM head, not the embedding): {weight_bytes / 2**20:.1f} MiB")
-    print(f"kernels per step: {kernel_count:.0f} (" + ", ".join(f"{name} {count:g}" for name, count in
-                                                        kernels.most_common()) + ")")
+    total_ns = sum(kernel_ns.values())
+    print(f"kernels per step: {kernel_count:.0f}; by name, count per step and share of the operators' "
+          f"{total_ns / 1e6:.2f} ms (profiled): " + ", ".join(f"{name} {kernels[name]:g} {ns / total_ns:.0%}"
+                                                            for name, ns in kernel_ns.most_common()))
     print(f"machine: memory bandwidth {bandwidth / 1e9:.1f} GB/s (numpy copy, read + write); one small kernel "
           f"{per_kernel * 1e6:.2f} us (a [16, 256] add); peak {flops / 1e9:.0f} GFLOP/s ([1024]^3 product)")
     print("| | ms per step | measured step / this |\n|---|---|---|")
@@ -202,6 +217,8 @@ def main() -> None:
                  statistics.median(products_s))]
     for name, seconds in rows_out:
         print(f"| {name} | {seconds * 1e3:.3f} | {measured / seconds:.2f} |")
+    print("the products by kind, ms per step (median): " + ", ".join(f"{kind} {seconds * 1e3:.3f}"
+                                                                     for kind, seconds in kind_s.items()))
     print(f"tokens/s of the step: {rows / measured:.0f} (median), {rows / best:.0f} (minimum)")
 
 
