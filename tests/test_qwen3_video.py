@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from paddle_r1.data.video import VideoSampling, read_clip
-from test_video import red_levels, write_clip
+from test_video import assert_frames_reach_the_loss_and_training_lowers_it, red_levels, write_clip
 
 CLIP = (4096, 8 * 64 * 64)  # the tiny Qwen3-VL's video budget (paddle_r1.testing.tiny)
 
@@ -112,10 +112,9 @@ def test_grpo_steps_with_lora_on_clips(qwen3_dir, tmp_path):
 def test_sft_steps_on_clips(qwen3_dir, tmp_path):
     """paddle-r1 sft on a Qwen3-VL clip: the clip's frames reach the forward (zeros instead change the loss) and a
     few steps lower the loss on it."""
-    import paddle
 
     from paddle_r1.config.jobs import SFTConfig
-    from paddle_r1.trainer.sft import SFTTrainer, build_sft_batch, sft_loss
+    from paddle_r1.trainer.sft import SFTTrainer, build_sft_batch
     from test_video import charades_samples
 
     samples = charades_samples(tmp_path, count=1)
@@ -125,14 +124,4 @@ def test_sft_steps_on_clips(qwen3_dir, tmp_path):
     batch, _ = build_sft_batch(samples, trainer.processor, config, trainer.coord_system, video=trainer.generator.video)
     assert "seconds>" in trainer.processor.tokenizer.decode(batch.prompt.input_ids[0].tolist())
 
-    def loss() -> float:
-        with paddle.no_grad():
-            return float(sft_loss(trainer.forward(batch, 64, 1.0), batch.completion_mask))
-
-    before = loss()
-    frames = batch.prompt.pixel_values_videos
-    batch.prompt.pixel_values_videos = paddle.zeros_like(frames)
-    assert abs(loss() - before) > 1e-4
-    batch.prompt.pixel_values_videos = frames
-    trainer.train()
-    assert loss() < before
+    assert_frames_reach_the_loss_and_training_lowers_it(trainer, batch)

@@ -259,11 +259,10 @@ def test_sft_on_clips_teaches_the_span_the_reward_reads(tiny_model_dir, tmp_path
     """SFT's target for a grounding sample is its span as "start to end" seconds, which temporal_iou scores 1; a
     few steps on one clip lower the loss on it (the clip's frames reach the forward: with them replaced by zeros the
     loss differs)."""
-    import paddle
 
     from paddle_r1.config.jobs import SFTConfig
     from paddle_r1.rewards.families.temporal import temporal_iou_reward
-    from paddle_r1.trainer.sft import SFTTrainer, build_sft_batch, sft_loss
+    from paddle_r1.trainer.sft import SFTTrainer, build_sft_batch
 
     samples = charades_samples(tmp_path, count=1)
     config = SFTConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"),
@@ -275,6 +274,16 @@ def test_sft_on_clips_teaches_the_span_the_reward_reads(tiny_model_dir, tmp_path
                                    video=trainer.generator.video)
     assert "0.50 to 2.00" in texts[0]
     assert temporal_iou_reward(texts, [samples[0]["solution"]], [samples[0]["duration"]]) == [1.0]
+
+    assert_frames_reach_the_loss_and_training_lowers_it(trainer, batch)
+
+
+def assert_frames_reach_the_loss_and_training_lowers_it(trainer, batch) -> None:
+    """The SFT loss on ``batch`` changes when its clips' frames are replaced by zeros, and falls after
+    ``trainer.train()`` (shared with tests/test_qwen3_video.py)."""
+    import paddle
+
+    from paddle_r1.trainer.sft import sft_loss
 
     def loss() -> float:
         with paddle.no_grad():

@@ -188,6 +188,19 @@ def _read_clip(read_clip: Callable, path: str, where: str):
         raise _bad(f"{where}: {str(e).replace(path, 'the video')}", "messages") from None
 
 
+
+def _media_url(part: dict, media: str, here: str, count: int, limit: int) -> str:
+    """The url of an ``image_url`` / ``video_url`` part (a string, or OpenAI's ``{"url": ...}``), refused when it is
+    not a string or the request already holds ``limit`` such parts (413)."""
+    url = part.get(f"{media}_url")
+    url = url.get("url") if isinstance(url, dict) else url
+    if not isinstance(url, str):
+        raise _bad(f"{here}.{media}_url.url must be a string", "messages")
+    if count >= limit:
+        raise RequestError(413, f"more than {limit} {media}s in one request", code=f"too_many_{media}s")
+    return url
+
+
 def read_content(content, where: str, images: list, limits: ServeLimits, readers: MediaReaders,
                  videos: Optional[list] = None):
     """A message's content for the chat template, as a list of parts (a string is one text part: PaddleOCR-VL's
@@ -204,21 +217,11 @@ def read_content(content, where: str, images: list, limits: ServeLimits, readers
         if kind == "text" and isinstance(part.get("text"), str):
             parts.append({"type": "text", "text": part["text"]})
         elif kind == "image_url":
-            url = part.get("image_url")
-            url = url.get("url") if isinstance(url, dict) else url
-            if not isinstance(url, str):
-                raise _bad(f"{here}.image_url.url must be a string", "messages")
-            if len(images) >= limits.max_images:
-                raise RequestError(413, f"more than {limits.max_images} images in one request", code="too_many_images")
+            url = _media_url(part, "image", here, len(images), limits.max_images)
             images.append(open_image(image_bytes(url, here, readers.image_root), here, limits))
             parts.append({"type": "image"})
         elif kind == "video_url" and videos is not None:
-            url = part.get("video_url")
-            url = url.get("url") if isinstance(url, dict) else url
-            if not isinstance(url, str):
-                raise _bad(f"{here}.video_url.url must be a string", "messages")
-            if len(videos) >= limits.max_videos:
-                raise RequestError(413, f"more than {limits.max_videos} videos in one request", code="too_many_videos")
+            url = _media_url(part, "video", here, len(videos), limits.max_videos)
             videos.append(read_video(url, here, readers, limits))
             parts.append({"type": "video"})
         else:
