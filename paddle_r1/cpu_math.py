@@ -62,17 +62,6 @@ def mkl_cpu_type(cpuinfo: str) -> str | None:
     return "5" if {"avx2", "fma"} <= flags else None
 
 
-def mkl_runs_avx512(cpuinfo: str) -> bool:
-    """Whether MKL multiplies with its AVX-512 kernels in this process: ``MKL_DEBUG_CPU_TYPE`` 7 (as
-    ``choose_mkl_kernels`` or the user set it), or, unset, an Intel processor with the flags those kernels need
-    (MKL picks them there by itself; on AMD it picks a generic path)."""
-    chosen = os.environ.get("MKL_DEBUG_CPU_TYPE")
-    if chosen is not None:
-        return chosen.strip() == "7"
-    vendor, flags = _vendor_and_flags(cpuinfo)
-    return vendor == "GenuineIntel" and AVX512_SKYLAKE <= flags
-
-
 @functools.lru_cache(maxsize=None)
 def read_cpuinfo(path: str = "/proc/cpuinfo") -> str:
     """The file's text, or "" where there is none (not Linux)."""

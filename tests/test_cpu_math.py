@@ -17,20 +17,6 @@ def test_amd_with_skylakes_avx512_gets_mkls_avx512_kernels():
     assert mkl_cpu_type(avx512.replace("AuthenticAMD", "GenuineIntel")) is None
 
 
-def test_mkl_runs_avx512_as_chosen_or_as_mkl_picks_by_itself(monkeypatch):
-    """What the one-token decode step's weight layout follows (generation/decoder.py)."""
-    from paddle_r1.cpu_math import mkl_runs_avx512
-
-    avx512 = AMD.replace(" avx2", " avx2 avx512f avx512cd avx512bw avx512dq avx512vl")
-    for chosen, expected in (("7", True), ("5", False)):
-        monkeypatch.setenv("MKL_DEBUG_CPU_TYPE", chosen)
-        assert mkl_runs_avx512(avx512) is expected
-    monkeypatch.delenv("MKL_DEBUG_CPU_TYPE")
-    assert mkl_runs_avx512(avx512) is False  # AMD left alone: MKL's generic path
-    assert mkl_runs_avx512(avx512.replace("AuthenticAMD", "GenuineIntel")) is True
-    assert mkl_runs_avx512(AMD.replace("AuthenticAMD", "GenuineIntel")) is False
-
-
 def test_intel_and_processors_without_avx2_are_left_to_mkl():
     assert mkl_cpu_type(AMD.replace("AuthenticAMD", "GenuineIntel")) is None
     assert mkl_cpu_type(AMD.replace(" avx2", "")) is None

@@ -135,14 +135,14 @@ def test_inverse_cdf_draw_matches_the_distribution():
     np.testing.assert_allclose(np.bincount(picks, minlength=4) / n, [0.5, 0.3, 0.15, 0.05], atol=0.03)
 
 
-@pytest.mark.parametrize("engine", ["layers", "one_token_as_stored", "one_token_transposed", "one_token_growing"])
+@pytest.mark.parametrize("engine", ["layers", "one_token_packed", "one_token_plain", "one_token_growing"])
 def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samples, engine, monkeypatch):
     """Both decode steps over their preallocated caches (prefilled once per prompt, rows repeated) give the logits
     of paddleformers' forward with its growing DynamicCache over the repeated prompt: the model's own layers
     (``LayerDecoder``) and the plain-tensor step over transposed keys (``OneTokenDecoder``, whose write slot and
-    rotary row live on the device: the same call, step after step, moves through the cache), with its wide weights
-    as stored (MKL's AVX-512 kernels) and copied transposed (its AVX2 kernels). In ``one_token_growing`` its cache
-    holds room for 2 tokens and grows by 2 at the third step: the fourth slot is still closed then."""
+    rotary row live on the device: the same call, step after step, moves through the cache), with its weights
+    packed for MKL's packed products (CPU) and as stored (a GPU's way: ``one_token_plain``). In ``one_token_growing``
+    its cache holds room for 2 tokens and grows by 2 at the third step: the fourth slot is still closed then."""
     from paddle_r1.generation import decoder as decoders
     from paddle_r1.generation import kv_cache
     from paddle_r1.generation.decoder import LayerDecoder, OneTokenDecoder, supports
@@ -161,12 +161,15 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         rows = mask.shape[0]
         if engine == "one_token_growing":
             monkeypatch.setattr(kv_cache, "GROWTH", 2)
-        transposed = engine == "one_token_transposed"
-        monkeypatch.setattr(decoders, "transpose_wide_weights", lambda: transposed)
+        packed = engine != "one_token_plain"
+        if not packed:
+            monkeypatch.setattr(decoders, "packs", lambda weight: False)
         decoder = (LayerDecoder if engine == "layers" else OneTokenDecoder)(
             model, RepeatedPrompt(cache, g), mask, next_position, steps + 1)
         if engine != "layers":
-            assert [decoder.layers[0].up_gate.transposed, decoder.layers[0].down.transposed] == [transposed, False]
+            projections = [decoder.layers[0].qkv, decoder.layers[0].out, decoder.layers[0].up_gate,
+                           decoder.layers[0].down]
+            assert [p.packed is not None for p in projections] == [packed] * 4
         grows = [decoder.cache.mask.shape[-1]]
 
         embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw).repeat(g)

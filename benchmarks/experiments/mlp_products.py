@@ -5,8 +5,9 @@
 The gate/up product ([rows, hidden] x [hidden, 8 x hidden]: gate and up side by side, as ``generation/decoder.py``
 multiplies them) and the down product ([rows, 4 x hidden] x [4 x hidden, hidden]) of ``--layers`` layers, each layer
 its own random weights, so that, as in a decode step, a weight is not in the cache when its product runs. Timed:
-Paddle 3.3.1's ``matmul`` on the weight as stored (what the decode step runs; MKL's kernels as ``tune_cpu_math``
-chooses them), also split into 4 column blocks; and, in vLLM's interpreter ``PY``, torch's ``linear`` and the kernel
+Paddle 3.3.1's ``matmul`` on the weight as stored (a GPU's way; MKL's kernels as ``tune_cpu_math``
+chooses them), also split into 4 column blocks, and packed once with MKL's packed API as the decode step does
+(``generation/packed_products.py``); and, in vLLM's interpreter ``PY``, torch's ``linear`` and the kernel
 vLLM's CPU build runs for an unquantized float32 linear layer (``vllm._custom_ops.onednn_mm``: oneDNN on a weight
 prepacked once, ``dispatch_cpu_unquantized_gemm``). Milliseconds per layer: the median of 30 passes over all layers
 after 3 warm-up passes. Both sides are confined to the first ``--threads`` cores.
@@ -58,16 +59,20 @@ def paddle_side(hidden: int, layers: int, rows: int, threads: int) -> dict:
     tune_cpu_math()
     import paddle
 
+    from paddle_r1.generation.packed_products import PackedWeight
+
     paddle.base.core.set_num_threads(threads)
     result = {}
     for name, k, n in (("gate/up", hidden, 8 * hidden), ("down", 4 * hidden, hidden)):
         x = paddle.randn([rows, k])
         weights = [paddle.randn([k, n]) for _ in range(layers)]  # [in, out], as the decode step multiplies them
+        packed = [PackedWeight(w, rows) for w in weights]
         blocks = [[w[:, i * n // 4:(i + 1) * n // 4].contiguous() for i in range(4)] for w in weights]
         result[name] = {
             "Paddle matmul": per_layer(lambda: [paddle.matmul(x, w) for w in weights], layers),
             "Paddle matmul, 4 column blocks": per_layer(
-                lambda: [paddle.matmul(x, b) for layer in blocks for b in layer], layers)}
+                lambda: [paddle.matmul(x, b) for layer in blocks for b in layer], layers),
+            "MKL packed (the decode step's)": per_layer(lambda: [p(x) for p in packed], layers)}
     return result
 
 

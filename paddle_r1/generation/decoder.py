@@ -8,13 +8,10 @@ each layer call is Python dispatch, hooks and a dozen small kernels. A profile o
 put three avoidable costs on top of that (``benchmarks/rollout.py``). The measurements behind each choice below are
 scripts in ``benchmarks/experiments/``; their figures are in ``benchmarks/README.md``, beside their commands.
 
-- Which layout of a weight multiplies a 16-row activation faster depends on MKL's kernels
-  (``decode_products.py``). With its AVX2 kernels (what ``cpu_math`` chooses on an AMD processor without AVX-512),
-  the wide gate/up weight [256, 2048] is faster stored [out, in] (``transpose_y``) and the down projection
-  (out < in) faster as stored; with its AVX-512 kernels every weight is faster as stored. So on CPU, where MKL runs
-  its AVX2 kernels, the weights with out >= in are copied transposed once per rollout (for qkv and o_proj it is a
-  wash there): one extra copy of those weights for the rollout's duration. Elsewhere (a GPU, or MKL's AVX-512
-  kernels) the weights are used as they are.
+- On CPU the products with the weights bound the step: each is a few rows by a whole weight, and MKL's plain
+  ``sgemm`` re-lays the weight out for its kernel on every call. The weights (float32) are packed once per rollout
+  with MKL's packed API instead (``packed_products.py``: one extra copy of them while the rollout runs); elsewhere
+  (a GPU, bfloat16) they are used as they are.
 - q @ K^T over the cache as a batched ``transpose_y`` product is slower than over keys stored transposed
   (``kv_cache.TransposedKVCache``; ``decode_products.py``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
@@ -41,12 +38,12 @@ import paddle
 from paddle.incubate.nn.functional import fused_rms_norm
 from paddleformers.peft.lora.lora_layers import LoRALinear
 
-from ..cpu_math import mkl_runs_avx512, read_cpuinfo
 from ..models.families import FAMILIES, family_of
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
 from ..models.rms_norm import computes_rms_norm
 from ..models.text_attention import FastTextAttention, half_rotation, softmax_float32
 from .kv_cache import StaticKVCache, TransposedKVCache
+from .packed_products import PackedWeight, packs
 
 
 def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
@@ -86,42 +83,32 @@ class LayerDecoder:
 
 @dataclass
 class Projection:
-    """A linear layer's weight as the decode step multiplies it: stored [out, in] when ``transposed``; with a
-    LoRA layer's adapters in use, x W + b + (x A) B * scaling, as paddleformers' ``LoRALinear`` computes it (its
-    dropout is the identity in eval mode)."""
+    """A linear layer's weight as the decode step multiplies it: packed for ``rows``-row products where
+    ``packed_products.packs`` it; with a LoRA layer's adapters in use, x W + b + (x A) B * scaling, as paddleformers'
+    ``LoRALinear`` computes it (its dropout is the identity in eval mode)."""
 
     weight: paddle.Tensor
     bias: Optional[paddle.Tensor]
-    transposed: bool
+    packed: Optional[PackedWeight]
     lora: Optional[tuple] = None  # (A [in, r], B [r, out], scaling)
 
     @classmethod
-    def of(cls, linear: paddle.nn.Linear, transpose_wide: bool) -> "Projection":
-        """``transpose_wide``: copy the weight transposed on CPU when its output is at least as wide as its input."""
-        in_features, out_features = linear.weight.shape
-        transpose = transpose_wide and linear.weight.place.is_cpu_place() and out_features >= in_features
-        weight = linear.weight.T.contiguous() if transpose else linear.weight
+    def of(cls, linear: paddle.nn.Linear, rows: int) -> "Projection":
         adapters = type(linear) is LoRALinear and not (linear.disable_lora or linear.merged)
-        return cls(weight, linear.bias, transpose,
+        return cls(linear.weight, linear.bias, PackedWeight(linear.weight, rows) if packs(linear.weight) else None,
                    (linear.lora_A, linear.lora_B, linear.scaling) if adapters else None)
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
-        if self.bias is None:  # matmul: linear's Python wrapper reads a flag per call
-            out = paddle.matmul(x, self.weight, transpose_y=self.transposed)
-        elif self.transposed:
-            out = paddle.matmul(x, self.weight, transpose_y=True) + self.bias
+        if self.packed is not None:
+            out = self.packed(x) if self.bias is None else self.packed(x) + self.bias
+        elif self.bias is None:  # matmul: linear's Python wrapper reads a flag per call
+            out = paddle.matmul(x, self.weight)
         else:  # one kernel for the product and the bias
             out = paddle.nn.functional.linear(x, self.weight, self.bias)
         if self.lora is not None:
             lora_a, lora_b, scaling = self.lora
             out = out + (x @ lora_a @ lora_b) * scaling
         return out
-
-
-def transpose_wide_weights() -> bool:
-    """Whether the one-token step copies its wide weights transposed on CPU: not where MKL runs its AVX-512 kernels
-    (see the module docstring)."""
-    return not mkl_runs_avx512(read_cpuinfo())
 
 
 @dataclass
@@ -176,21 +163,19 @@ class OneTokenDecoder:
         self.scaling = attention.scaling
         self.epsilon = text.norm.variance_epsilon
         self.act_fn = text.layers[0].mlp.act_fn
-        wide = transpose_wide_weights()
+        rows, prompt_len = prompt_mask.shape
         self.layers = [LayerWeights(
-            input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj, transpose_wide=False),
-            out=Projection.of(layer.self_attn.o_proj, wide), post_norm=layer.post_attention_layernorm.weight,
-            up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name), wide),
-            down=Projection.of(layer.mlp.down_proj, wide),
+            input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj, rows),
+            out=Projection.of(layer.self_attn.o_proj, rows), post_norm=layer.post_attention_layernorm.weight,
+            up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name), rows),
+            down=Projection.of(layer.mlp.down_proj, rows),
         ) for layer in text.layers]
-        prompt_len = prompt_mask.shape[1]
         capacity = prompt_len + max_new_tokens
         self.cache = TransposedKVCache(prompt, prompt_mask, capacity)
         # cos and sin [rows, 1, capacity, head_dim] of the text position each cache slot's token takes (the prompt's
         # slots unused), in one call; a step takes the row of its slot
         probe = paddle.zeros([1], dtype=model.lm_head.weight.dtype)
         self.cos, self.sin = text.rotary_emb(probe, text_positions(next_position - prompt_len, capacity))
-        rows = prompt_mask.shape[0]
         self.value_cos = paddle.ones([rows, 1, 1, self.head_dim], dtype=probe.dtype)
         self.value_sin = paddle.zeros([rows, 1, 1, self.head_dim], dtype=probe.dtype)
 

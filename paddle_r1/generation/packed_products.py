@@ -1,0 +1,80 @@
+"""MKL's packed matrix products for the decode step's weights on CPU.
+
+A decode step multiplies a few rows (one token per completion) by every weight of the decoder, and on CPU those
+products bound its time: each call of MKL's plain ``sgemm`` re-lays the whole weight out in the panels its kernel
+reads, for 16 rows of work. MKL's packed API (``cblas_sgemm_pack`` once, ``cblas_sgemm_compute`` per product) lays a
+weight out once and reuses it, as vLLM's CPU build does with oneDNN's prepacked weights. The MKL used is the one
+Paddle's CPU wheel ships and loads for its own products (``paddle/libs/libmklml_intel.so``), so its kernel choice
+(``cpu_math.choose_mkl_kernels``) and its thread count (``paddle.set_num_threads``) are Paddle's.
+``python benchmarks/experiments/mlp_products.py`` times the products both ways (figures in ``benchmarks/README.md``).
+
+A packed copy is made per rollout (the policy's weights change between rollouts) and freed with it: one extra copy
+of the decoder's weights while the rollout runs. Float32 weights on the CPU only; elsewhere (a GPU, another dtype, a
+build without that library) the products stay Paddle's.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import weakref
+from typing import Optional
+
+import paddle
+
+ROW_MAJOR, NO_TRANS, PACKED, B_MATRIX = 101, 111, 151, 162  # MKL's CBLAS enum values
+
+
+@functools.lru_cache(maxsize=None)
+def mkl_library() -> Optional[ctypes.CDLL]:
+    """The MKL Paddle loads for its CPU products, with the packed-GEMM entry points declared; None where Paddle ships
+    no such library or it lacks them."""
+    path = os.path.join(os.path.dirname(paddle.__file__), "libs", "libmklml_intel.so")
+    if not os.path.isfile(path):
+        return None
+    library = ctypes.CDLL(path)
+    if not all(hasattr(library, name) for name in ("cblas_sgemm_alloc", "cblas_sgemm_pack", "cblas_sgemm_compute",
+                                                   "cblas_sgemm_free")):
+        return None
+    ints = [ctypes.c_int] * 6
+    library.cblas_sgemm_alloc.restype = ctypes.c_void_p
+    library.cblas_sgemm_alloc.argtypes = [ctypes.c_int] * 4
+    library.cblas_sgemm_free.argtypes = [ctypes.c_void_p]
+    library.cblas_sgemm_pack.argtypes = ints + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    library.cblas_sgemm_compute.argtypes = ints + [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                                   ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    return library
+
+
+def packs(weight: paddle.Tensor) -> bool:
+    """Whether ``PackedWeight`` can multiply by ``weight``: float32 on the CPU, with MKL's packed API at hand."""
+    return (weight.place.is_cpu_place() and weight.dtype == paddle.float32 and weight.ndim == 2
+            and mkl_library() is not None)
+
+
+class PackedWeight:
+    """``x @ weight`` for ``x`` [rows, in] and a Paddle linear weight [in, out], the weight packed once for products
+    of ``rows`` rows (MKL packs for the row count it is told; another count takes Paddle's product)."""
+
+    def __init__(self, weight: paddle.Tensor, rows: int):
+        library = mkl_library()
+        self.weight, self.rows = weight, rows
+        self.inner, self.outer = weight.shape
+        contiguous = weight.contiguous()
+        buffer = library.cblas_sgemm_alloc(B_MATRIX, rows, self.outer, self.inner)
+        if not buffer:
+            raise MemoryError(f"MKL could not allocate a packed copy of a [{self.inner}, {self.outer}] weight")
+        library.cblas_sgemm_pack(ROW_MAJOR, B_MATRIX, NO_TRANS, rows, self.outer, self.inner, 1.0,
+                                 contiguous.data_ptr(), self.outer, buffer)
+        self.buffer = buffer
+        self._free = weakref.finalize(self, library.cblas_sgemm_free, buffer)
+
+    def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
+        if x.shape != [self.rows, self.inner] or x.dtype != paddle.float32 or not x.place.is_cpu_place():
+            return paddle.matmul(x, self.weight)
+        x = x if x.is_contiguous() else x.contiguous()
+        out = paddle.empty([self.rows, self.outer], dtype=paddle.float32)
+        mkl_library().cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, self.rows, self.outer, self.inner,
+                                          x.data_ptr(), self.inner, self.buffer, self.outer, 0.0, out.data_ptr(),
+                                          self.outer)
+        return out
