@@ -22,8 +22,9 @@ Sampling (qwen-vl-utils' ``smart_nframes`` and ``fetch_video``):
   with min ``min_pixels`` and max min(``max_pixels``, max(min(768 x 28 x 28, ``total_pixels`` / n * 2),
   1.05 x ``min_pixels``)) (n counting a padded frame): the clip's pixels (so its tokens) stay within ``total_pixels``
   however long it is, and a frame never exceeds 768 tokens' pixels (qwen-vl-utils' own cap). A list of frames is
-  first sized as qwen-vl-utils sizes each of its images (``smart_resize`` within [``min_pixels``, ``max_pixels``]),
-  then as a clip from that size.
+  first sized as qwen-vl-utils 0.0.14's ``fetch_video`` has ``fetch_image`` size each of its images: sides multiples
+  of twice the factor (56: it passes the factor where ``fetch_image`` takes the patch size), within the part's own
+  min / max pixels, else 4 to 16384 of those 56 x 56 tokens; then as a clip from that size.
 
 Qwen3-VL's video processor (transformers 5.3's and paddleformers' ``Qwen3VLVideoProcessor``) budgets the clip as a
 whole instead (``VideoSampling.clip_pixels``, set from the model's processor by ``for_processor``):
@@ -62,6 +63,7 @@ from .samples import DataError
 
 TEMPORAL_PATCH = 2  # qwen-vl-utils' FRAME_FACTOR: Qwen-VL towers join frames in pairs
 FRAME_MAX_TOKENS = 768  # qwen-vl-utils' VIDEO_MAX_TOKEN_NUM: a frame's pixels never exceed this x factor^2
+IMAGE_TOKENS = (4, 16384)  # qwen-vl-utils' IMAGE_MIN_TOKEN_NUM, IMAGE_MAX_TOKEN_NUM: its image bounds (x factor^2)
 ANIMATION_SUFFIXES = (".gif", ".webp")
 FRAME_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 DEFAULT_ANIMATION_FPS = 10.0  # the rate of an animation whose frames state no duration
@@ -105,8 +107,9 @@ def part_options(part: dict) -> dict:
     rate = options.pop("sample_fps", None)
     if isinstance(part.get("video"), list):
         rate = rate or options.get("fps")
+        image = [options.get("min_pixels"), options.get("max_pixels")]
         options = {k: v for k, v in options.items() if k.endswith("_pixels")}
-        return {**options, **({"frames_fps": rate} if rate else {})}
+        return {**options, **({"frames_fps": rate} if rate else {}), **({"image_pixels": image} if any(image) else {})}
     return options
 
 
@@ -122,6 +125,9 @@ class VideoSampling:
     total_pixels: int = int(128000 * 28 * 28 * 0.9)
     frames_fps: float = 2.0  # the rate of a folder (or a list) of frames
     nframes: Optional[int] = None  # a clip's own fixed frame count (a message part's ``nframes``); None: by ``fps``
+    # a list of frames' own [min_pixels, max_pixels] (None each: qwen-vl-utils' image defaults, 4 and 16384 tokens'
+    # pixels), within which qwen-vl-utils first sizes each of its frames as an image
+    image_pixels: Optional[list] = None
     # Qwen3-VL's video processor: (min, max) pixels of the clip's frames together, frame count not rounded to pairs;
     # None: qwen-vl-utils' per-frame budgets above (Qwen2-VL, Qwen2.5-VL)
     clip_pixels: Optional[tuple[int, int]] = None
@@ -386,9 +392,12 @@ def _read_frame_files(paths: list, keep: list[int], sampling: VideoSampling, fac
 
     first = load_image(paths[keep[0]])
     width, height = first.size
-    if as_images:
-        height, width = smart_resize(height, width, factor=factor, min_pixels=sampling.min_pixels,
-                                     max_pixels=sampling.max_pixels)
+    if as_images:  # fetch_video hands fetch_image the factor as its patch size: it rounds to twice the factor
+        low, high = sampling.image_pixels or (None, None)
+        image_factor = 2 * factor
+        height, width = smart_resize(height, width, factor=image_factor,
+                                     min_pixels=low or IMAGE_TOKENS[0] * image_factor ** 2,
+                                     max_pixels=high or IMAGE_TOKENS[1] * image_factor ** 2)
     target = sampling.frame_size(width, height, len(_whole_patches(keep)), factor)
     frames = [np.asarray((first if k == 0 else load_image(paths[i])).resize(target, Image.BICUBIC))
               for k, i in enumerate(keep)]
