@@ -226,3 +226,17 @@ def test_a_one_frame_clip_is_the_model_input_its_processor_makes(family, side, k
     assert ours.video_grid_thw.tolist() == theirs["video_grid_thw"].tolist()
     assert ours.video_grid_thw.tolist()[0][0] == 1  # one frame pair
     assert np.array_equal(ours.pixel_values_videos.numpy(), theirs["pixel_values_videos"].numpy())
+
+
+def test_a_verl_parquet_file_whose_parts_differ_in_keys(tmp_path):
+    """Parquet gives every entry of a column every key any entry has (null where it had none): a null key is not
+    given, so each clip keeps its own keys."""
+    import datasets
+
+    clip = write_clip(tmp_path / "a.mp4", count=16, fps=4)
+    rows = [{"prompt": [{"role": "user", "content": "<video>How long?"}], "videos": [videos],
+             "reward_model": {"ground_truth": "4"}} for videos in ({"video": clip, "fps": 1.0}, {"video": clip,
+                                                                                              "nframes": 4})]
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "train.parquet"))
+    samples, report = load_samples(str(tmp_path / "train.parquet"))
+    assert report.skipped == 0 and [s["video_sampling"] for s in samples] == [[{"fps": 1.0}], [{"nframes": 4}]]

@@ -97,7 +97,10 @@ class Media:
 
     def add(self, kind: str, entry, where: str) -> str:
         """Read ``entry``, an ``kind`` ("image" or "video") found at ``where`` (named in its errors); returns the
-        marker that stands for it in the text."""
+        marker that stands for it in the text. A key whose value is null is not given (a parquet column of parts
+        gives every part every key any of them has)."""
+        if isinstance(entry, dict):
+            entry = {key: value for key, value in entry.items() if value is not None}
         if kind == "image":
             value = entry.get("image", entry.get("image_url", entry)) if isinstance(entry, dict) else entry
             try:

@@ -1,5 +1,6 @@
-"""Reading clips: a video file (PyAV), a folder of frames, or a GIF/WebP animation, sampled as Qwen's
-``qwen-vl-utils`` (0.0.11, ``vision_process.py``) samples them, so a model sees the frames it was trained on.
+"""Reading clips: a video file (PyAV), a folder or a list of frames, or a GIF/WebP animation, sampled as Qwen's
+``qwen-vl-utils`` (``vision_process.py``; its 0.0.14 ``fetch_video`` is the golden of tests/test_video_messages.py)
+samples them, so a model sees the frames it was trained on.
 
 Why PyAV: its wheels bundle FFmpeg, so ``pip install paddle_r1`` reads MP4/WebM/MKV/AVI with no system library, and
 no demuxing is written here. It is imported on the first clip read, so importing paddle_r1 stays cheap.
@@ -88,7 +89,9 @@ def part_options(part: dict) -> dict:
     (``video_start``, ``resized_height``, ...: it would change the frames, so it is not passed over). A list of
     frames is kept whole: its rate is ``sample_fps``, else ``fps`` (``frames_fps``); the frame keys do not apply to
     it, as in qwen-vl-utils. A minimum above its maximum is refused once the job's keys fill the rest
-    (``VideoSampling.with_options``)."""
+    (``VideoSampling.with_options``). A key whose value is null is not given (a parquet column of parts gives every
+    part every key any of them has)."""
+    part = {name: value for name, value in part.items() if value is not None}
     for name in part:
         if name not in PART_KEYS:
             raise DataError(f"key {name!r} is not read here (it reads {', '.join(PART_KEYS[2:])})")
