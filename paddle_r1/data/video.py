@@ -199,8 +199,9 @@ class VideoSampling:
         return math.floor(wanted / TEMPORAL_PATCH) * TEMPORAL_PATCH
 
     def frame_size(self, width: int, height: int, count: int, factor: int) -> tuple[int, int]:
-        """(w, h) every kept frame is resized to, ``count`` the frames with a padded one (qwen-vl-utils'
-        ``fetch_video``; with ``clip_pixels``, Qwen3-VL's video ``smart_resize`` over the ``count`` frames)."""
+        """(w, h) every one of ``count`` kept frames is resized to (qwen-vl-utils' ``fetch_video``; with
+        ``clip_pixels``, Qwen3-VL's video ``smart_resize`` over the ``count`` frames, before its processor pads them
+        to pairs)."""
         if self.clip_pixels is not None:
             from paddleformers.transformers.qwen3_vl.video_processor import smart_resize as clip_resize
 
@@ -209,6 +210,7 @@ class VideoSampling:
             return w, h
         from paddleformers.transformers.qwen2_vl.image_processor_fast import smart_resize
 
+        count += -count % TEMPORAL_PATCH  # qwen-vl-utils budgets a list's frames after padding them to pairs
         cap = min(FRAME_MAX_TOKENS * factor * factor, self.total_pixels / count * TEMPORAL_PATCH)
         budget = min(self.max_pixels, max(cap, int(self.min_pixels * 1.05)))
         h, w = smart_resize(height, width, factor=factor, min_pixels=self.min_pixels, max_pixels=budget)
@@ -368,7 +370,7 @@ def _clip(frames: list, keep: list[int], total: int, clip_fps: float, size: tupl
 
 def _resized(images: list, keep: list[int], total: int, clip_fps: float, size: tuple[int, int],
              sampling: VideoSampling, factor: int) -> Clip:
-    target = sampling.frame_size(size[0], size[1], len(_whole_patches(keep)), factor)
+    target = sampling.frame_size(size[0], size[1], len(keep), factor)
     frames = [np.asarray(img.convert("RGB").resize(target, Image.BICUBIC)) for img in images]
     return _clip(frames, keep, total, clip_fps, size)
 
@@ -401,7 +403,7 @@ def _read_frame_files(paths: list, keep: list[int], sampling: VideoSampling, fac
         height, width = smart_resize(height, width, factor=image_factor,
                                      min_pixels=low or IMAGE_TOKENS[0] * image_factor ** 2,
                                      max_pixels=high or IMAGE_TOKENS[1] * image_factor ** 2)
-    target = sampling.frame_size(width, height, len(_whole_patches(keep)), factor)
+    target = sampling.frame_size(width, height, len(keep), factor)
     frames = [np.asarray((first if k == 0 else load_image(paths[i])).resize(target, Image.BICUBIC))
               for k, i in enumerate(keep)]
     return _clip(frames, keep, len(paths), sampling.frames_fps, first.size)
@@ -437,7 +439,7 @@ def _read_video_file(path: str, sampling: VideoSampling, factor: int) -> Clip:
         total = _frame_total(container, stream)
         keep = _keep(total, clip_fps, sampling, path)
         size = (stream.codec_context.width, stream.codec_context.height)
-        target = sampling.frame_size(size[0], size[1], len(_whole_patches(keep)), factor)
+        target = sampling.frame_size(size[0], size[1], len(keep), factor)
         wanted, frames = set(keep), []
         for index, frame in enumerate(container.decode(stream)):
             if index in wanted:
