@@ -240,3 +240,14 @@ def test_a_verl_parquet_file_whose_parts_differ_in_keys(tmp_path):
     datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "train.parquet"))
     samples, report = load_samples(str(tmp_path / "train.parquet"))
     assert report.skipped == 0 and [s["video_sampling"] for s in samples] == [[{"fps": 1.0}], [{"nframes": 4}]]
+
+
+def test_the_report_draws_a_list_of_frames_as_a_strip(tmp_path):
+    """paddle-r1 view: a clip given as 12 frame files is drawn as 8 of them, spread evenly, over its 6 s (at the
+    default 2 frames per second)."""
+    from paddle_r1.view.clips import frame_strip
+
+    strip = frame_strip(frame_files(tmp_path / "frames", 12), str(tmp_path / "report"))
+    levels = [int(round(np.asarray(Image.open(tmp_path / "report" / name))[..., 0].mean() / 20))
+              for name in strip.frames]
+    assert levels == [0, 2, 3, 5, 6, 8, 9, 11] and strip.duration == pytest.approx(6.0)
