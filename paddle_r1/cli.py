@@ -97,13 +97,14 @@ def _check_data(args, extra: list[str]) -> int:
     from .config.jobs import GRPOConfig
     from .config.reading.loading import load_config
     from .data.loader import load_from_config, short_clips
+    from .data.video import VideoSampling
 
     config = load_config(GRPOConfig, args.config, extra)
     samples, report = load_from_config(config)
     print(report.table())
     for where, reason in report.problems:
         print(f"skipped {where}: {reason}")
-    for where, note in short_clips(samples, config.video_min_frames):
+    for where, note in short_clips(samples, VideoSampling.from_config(config)):
         print(f"note {where}: {note}")
     read = sum(report.read.values())
     print(f"skipped {report.skipped} of {read} samples" if report.skipped else f"all {len(samples)} samples are usable")

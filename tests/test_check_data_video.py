@@ -1,5 +1,5 @@
 """``paddle-r1 check-data`` on video rows, with real files: a clip that is noise, one whose container holds no frames,
-one of a single frame, one shorter than video_min_frames (kept, with a note), a grounding row without its duration;
+one shorter than video_min_frames and one of a single frame (kept, with a note), a grounding row without its duration;
 each reported on its own line naming the data file's line and the clip."""
 import json
 
@@ -8,6 +8,7 @@ from test_cli import paddle_r1
 from test_video import write_clip
 
 from paddle_r1.data.loader import load_samples, short_clips
+from paddle_r1.data.video import VideoSampling
 
 
 def frameless(path, codec="mpeg4"):
@@ -35,21 +36,22 @@ def test_check_data_names_each_bad_clip_and_the_short_ones(tmp_path):
     result = paddle_r1("check-data", str(config))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
-    assert f"| {data} | 7 | 2 | 5 |" in lines
+    assert f"| {data} | 7 | 3 | 4 |" in lines
     expected = {
-        f"skipped {data}:3: cannot read video {clips['one_frame']}: 1 frame(s), at least 2 are needed",
         f"skipped {data}:4: cannot read video {clips['frameless']}: it holds no frames",
         f"skipped {data}:5: cannot read video {clips['headless']}: it ends before its first frame",
         f"skipped {data}:7: no 'duration': a grounding row needs its clip's length in seconds (Charades-STA's "
         "'duration'), by which temporal_iou normalises the spans",
         f"note {data}:2: clip {clips['short']} has 3 frames, fewer than video_min_frames (4): it is read with all of "
         "them",
+        f"note {data}:3: clip {clips['one_frame']} has 1 frames, fewer than video_min_frames (4): it is read with all "
+        "of them",
     }
     assert expected <= set(lines), "\n".join(lines)
     noise = [line for line in lines if line.startswith(f"skipped {data}:6: cannot read video {clips['noise']}: ")]
     assert len(noise) == 1 and "Traceback" not in result.stdout + result.stderr
-    assert lines[-1] == "skipped 5 of 7 samples"
+    assert lines[-1] == "skipped 4 of 7 samples"
 
     samples, _ = load_samples(str(data))
-    assert [where for where, _ in short_clips(samples, 4)] == [f"{data}:2"]
-    assert short_clips(samples, 3) == []  # the short clip meets this minimum: no note
+    assert [where for where, _ in short_clips(samples, VideoSampling(min_frames=4))] == [f"{data}:2", f"{data}:3"]
+    assert [where for where, _ in short_clips(samples, VideoSampling(min_frames=3))] == [f"{data}:3"]

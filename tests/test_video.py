@@ -103,13 +103,7 @@ def bad_clips(tmp_path) -> dict:
     unreadable.chmod(0)
     Image.new("RGB", (56, 56)).save(tmp_path / "still.png")
     return {**{name: str(tmp_path / name) for name in files}, "unreadable.mp4": str(unreadable),
-            "missing.mp4": str(tmp_path / "missing.mp4"), "one_frame.gif": _one_frame_gif(tmp_path)}
-
-
-def _one_frame_gif(tmp_path) -> str:
-    path = str(tmp_path / "one_frame.gif")
-    Image.fromarray(frame(1)).save(path)
-    return path
+            "missing.mp4": str(tmp_path / "missing.mp4")}
 
 
 def test_a_bad_clip_is_a_message_naming_it(tmp_path, capfd):

@@ -119,12 +119,13 @@ class DataKeys:
                                 bounds=at_least(2))
     video_min_pixels: int = key(128 * 28 * 28, "fewest pixels a frame is resized to (Qwen2/2.5-VL; Qwen3-VL budgets "
                                 "whole clips by its video_preprocessor_config.json's size)", bounds=at_least(1))
-    video_max_pixels: int = key(768 * 28 * 28, "most pixels a frame is resized to (Qwen2/2.5-VL; Qwen3-VL: see "
-                                "video_min_pixels)", bounds=at_least(1))
+    video_max_pixels: int = key(768 * 28 * 28, "most pixels a frame is resized to, never above 768 x 28 x 28 "
+                                "(qwen-vl-utils' cap) (Qwen2/2.5-VL; Qwen3-VL: see video_min_pixels)",
+                                bounds=at_least(1))
     video_total_pixels: int = key(int(128000 * 28 * 28 * 0.9), "most pixels of a clip's frames together (video "
                                   "tokens = pixels / 28^2 / 2); long clips get smaller frames; Qwen3-VL: caps its "
                                   "processor's size longest_edge (tokens = pixels / 32^2 / 2)", bounds=at_least(1))
-    video_frames_fps: float = key(2.0, "frames per second of a video given as a folder of frames",
+    video_frames_fps: float = key(2.0, "frames per second of a video given as a folder or a list of frames",
                                   bounds=above(0))
 
 

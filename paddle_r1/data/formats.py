@@ -13,14 +13,17 @@ import io
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..models.coords import as_box, as_floats, is_number
+from .samples import DataError
+from .video import VideoSampling, part_options
 
 ANSWER_TAGS = re.compile(r"^\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
 IMAGE_MARKER = "<image>"
 VIDEO_MARKER = "<video>"
+MEDIA_MARKERS = re.compile(r"(<image>|<video>)")
 # markers: each image where its <image> marker stands in the problem (paddle_r1's default; all images first when
 # the problem has none). before_text: VLM-R1's prompt, every image before the text and the markers removed.
 IMAGE_PLACEMENTS = ("markers", "before_text")
@@ -39,11 +42,15 @@ class SourceContext:
     image_columns: Optional[list] = None  # products format: which columns hold images
     image_cache_dir: Optional[str] = None  # where images embedded in a datasets folder are written
     image_placement: str = "markers"  # see IMAGE_PLACEMENTS
+    video: VideoSampling = VideoSampling()  # the job's clip sampling, which a clip's own keys override
 
     def image_path(self, name) -> str:
         if isinstance(name, str):
             if not name.strip():
                 raise SampleError("empty image path")
+            if name.startswith(("http://", "https://")):
+                raise SampleError(f"{name} is a URL: download it and give its path")
+            name = name[len("file://"):] if name.startswith("file://") else name  # Qwen's and verl's local form
             if os.path.isabs(name):
                 return name
             base = self.image_root if self.image_root is not None else os.path.dirname(self.path)
@@ -74,6 +81,53 @@ class SourceContext:
         if not values or any(v is None for v in values):
             raise SampleError("no image")
         return [self.image_path(v) for v in values]
+
+
+@dataclass
+class Media:
+    """The images and clips of one record in the order it gives them, each read by ``add`` from the one form every
+    format brings a medium in: a message part (``{"type": "image", "image": ...}``, ``{"type": "video", "video": path |
+    [frame paths], "fps", "nframes", ...}``: Qwen's and verl's), or a column entry (a path, a list of frame paths,
+    verl's ``{"video": ..., "fps": ...}``)."""
+
+    ctx: SourceContext
+    images: list = field(default_factory=list)
+    videos: list = field(default_factory=list)
+    options: list = field(default_factory=list)  # per clip: its own sampling keys (video.part_options)
+
+    def add(self, kind: str, entry, where: str) -> str:
+        """Read ``entry``, an ``kind`` ("image" or "video") found at ``where`` (named in its errors); returns the
+        marker that stands for it in the text. A key whose value is null is not given (a parquet column of parts
+        gives every part every key any of them has)."""
+        if isinstance(entry, dict):
+            entry = {key: value for key, value in entry.items() if value is not None}
+        if kind == "image":
+            value = entry.get("image", entry.get("image_url", entry)) if isinstance(entry, dict) else entry
+            try:
+                self.images.append(self.ctx.image_path(value))
+            except SampleError as e:
+                raise SampleError(f"{where}: {e}") from None
+            return IMAGE_MARKER
+        part = entry if isinstance(entry, dict) else {"video": entry}
+        source = part.get("video")
+        frames = isinstance(source, list)
+        if not (isinstance(source, str) and source.strip()) and not (
+                frames and source and all(isinstance(f, str) and f.strip() for f in source)):
+            raise SampleError(f"{where}: a video is a path or a list of frame paths, got {source!r}")
+        try:
+            options = part_options(part)
+            self.ctx.video.with_options(options)  # a minimum above its maximum, the job's keys filling the rest
+            self.videos.append([self.ctx.image_path(f) for f in source] if frames else self.ctx.image_path(source))
+        except (DataError, SampleError) as e:
+            raise SampleError(f"{where}: {e}") from None
+        self.options.append(options)
+        return VIDEO_MARKER
+
+    def fields(self) -> dict:
+        """The schema's ``images``, and ``videos`` (with ``video_sampling`` when a clip has keys of its own) when
+        there are clips."""
+        videos = {"videos": self.videos, **({"video_sampling": self.options} if any(self.options) else {})}
+        return {"images": self.images, **(videos if self.videos else {})}
 
 
 def place_images(sample: dict, placement: str) -> dict:
@@ -243,13 +297,21 @@ def adapt_vl_sft(record: dict, ctx: SourceContext) -> dict:
 
 
 def _media(record: dict, ctx: SourceContext) -> dict:
-    """A record's ``images`` and ``videos`` columns (each optional, at least one given) as the schema's lists
-    (``videos`` only when there are some)."""
-    media = {name: ctx.image_paths(record[name]) if record.get(name) not in (None, [], "") else []
-             for name in ("images", "videos")}
-    if not media["images"] and not media["videos"]:
+    """A record's ``images`` and ``videos`` columns (each optional, at least one given) as the schema's lists: a
+    ``videos`` entry is a path, a list of frame paths (EasyR1's) or verl's ``{"video": ..., "fps": ...}``
+    (``Media.add``)."""
+    media = Media(ctx)
+    for kind in ("image", "video"):
+        value = record.get(f"{kind}s")
+        if value in (None, [], ""):
+            continue
+        for i, entry in enumerate(value if isinstance(value, list) else [value]):
+            if entry is None:
+                raise SampleError(f"{kind}s[{i}]: no {kind}")
+            media.add(kind, entry, f"{kind}s[{i}]")
+    if not media.images and not media.videos:
         raise SampleError("no image and no video")
-    return media if media["videos"] else {"images": media["images"]}
+    return media.fields()
 
 
 def adapt_generic(record: dict, ctx: SourceContext) -> dict:
@@ -257,15 +319,83 @@ def adapt_generic(record: dict, ctx: SourceContext) -> dict:
     (problem,) = _required(record, "problem")
     if "solution" not in record:
         raise SampleError("missing 'solution'")
-    return {**_extras(record, {"images", "videos"}), **_media(record, ctx), "problem": problem}
+    return {**_extras(record, {"images", "videos", "video_sampling"}), **_media(record, ctx), "problem": problem}
 
 
 def adapt_easyr1(record: dict, ctx: SourceContext) -> dict:
     """EasyR1 (its default ``prompt_key``, ``answer_key``, ``image_key``, ``video_key``): {problem, answer, images?,
     videos?}, the problem's ``<image>`` and ``<video>`` placeholders standing where each goes."""
     problem, answer = _required(record, "problem", "answer")
-    return {**_extras(record, {"images", "videos", "answer"}), **_media(record, ctx), "problem": problem,
+    return {**_extras(record, {"images", "videos", "video_sampling", "answer"}), **_media(record, ctx),
+            "problem": problem,
             "solution": strip_answer_tags(answer)}
+
+
+def adapt_verl(record: dict, ctx: SourceContext) -> dict:
+    """verl's RLHFDataset rows: {prompt: [{role, content}], images?, videos?, reward_model: {ground_truth},
+    data_source?, extra_info?}. A message's content is text whose ``<image>`` / ``<video>`` placeholders take the
+    ``images`` / ``videos`` entries in order (verl's ``_build_messages``: an entry ``{"video": ..., "fps": ...}``
+    becomes the part ``{"type": "video", ...}``), or a list of parts (text, image and video parts, Qwen's chat form):
+    each image and clip stands where its part or placeholder does (``Media.add`` reads them all, a clip with its own
+    sampling keys). One user turn, after at most one system turn of text (the sample's ``system_prompt``); the
+    solution is ``reward_model.ground_truth``."""
+    messages = record.get("prompt")
+    if not isinstance(messages, list) or not messages:
+        raise SampleError(f"'prompt' must be a list of {{role, content}} messages, got {messages!r}")
+    truth = record.get("reward_model", {}).get("ground_truth") if isinstance(record.get("reward_model"), dict) \
+        else None
+    if truth is None:
+        raise SampleError("no 'reward_model': {'ground_truth': ...} (the solution)")
+    media, columns = Media(ctx), {kind: record.get(f"{kind}s") or [] for kind in ("image", "video")}
+    used, turns = {"image": 0, "video": 0}, {}
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role not in ("system", "user") or role in turns or (role == "system" and i):
+            raise SampleError(f"prompt[{i}]: a prompt is read as one user turn, after at most one system turn; got "
+                              f"role {role!r}")
+        before = len(media.images) + len(media.videos)
+        turns[role] = _message_text(message.get("content"), f"prompt[{i}].content", media, columns, used)
+        if role == "system" and len(media.images) + len(media.videos) > before:
+            raise SampleError(f"prompt[{i}]: the system turn is text only")
+    for kind, entries in columns.items():
+        if used[kind] != len(entries):
+            raise SampleError(f"{len(entries)} '{kind}s' entries for {used[kind]} <{kind}> placeholders")
+    if "user" not in turns:
+        raise SampleError("'prompt' has no user turn")
+    return {**_extras(record, {"prompt", "images", "videos", "reward_model"}), **media.fields(),
+            "problem": turns["user"], "solution": truth,
+            **({"system_prompt": turns["system"]} if "system" in turns else {})}
+
+
+def _message_text(content, where: str, media: Media, columns: dict, used: dict) -> str:
+    """A message's text with a marker where each of its images and clips stands, those read into ``media``: from
+    its parts, or from the ``columns`` entries its placeholders take in turn (``used`` counts them)."""
+    if isinstance(content, str):
+        text = ""
+        for piece in MEDIA_MARKERS.split(content):
+            kind = piece[1:-1] if MEDIA_MARKERS.fullmatch(piece) else None
+            if kind is None:
+                text += piece
+                continue
+            entries, k = columns[kind], used[kind]
+            if not isinstance(entries, list) or k >= len(entries):
+                raise SampleError(f"{where}: more <{kind}> placeholders than '{kind}s' entries")
+            text += media.add(kind, entries[k], f"{kind}s[{k}]")
+            used[kind] += 1
+        return text
+    if not isinstance(content, list):
+        raise SampleError(f"{where} must be text or a list of parts, got {content!r}")
+    text = ""
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            text += part["text"]
+        elif kind in ("image", "video") and kind in part or (kind == "image" and "image_url" in part):
+            text += media.add(kind, part, f"{where}[{j}]")
+        else:
+            raise SampleError(f"{where}[{j}]: expected {{'type': 'text', 'text': ...}}, {{'type': 'image', 'image': "
+                              f"...}} or {{'type': 'video', 'video': ...}}, got {part!r}")
+    return text
 
 
 TEMPORAL_GROUNDING_PROMPT = ('<video>When does the event "{sentence}" happen in the video? Give its start and end '
@@ -371,6 +501,7 @@ FORMATS: dict[str, Callable[[dict, SourceContext], dict]] = {
     "vl_sft": adapt_vl_sft,
     "generic": adapt_generic,
     "easyr1": adapt_easyr1,
+    "verl": adapt_verl,
     "temporal_grounding": adapt_temporal_grounding,
     "video_r1": adapt_video_r1,
 }
@@ -388,6 +519,8 @@ def detect_format(record: dict, rec_file: Optional[bool] = None) -> str:
         return "grounding"
     if {"image_path", "question", "ground_truth"} <= keys:
         return "r1v_eval"
+    if "prompt" in keys and isinstance(record["prompt"], list) and "reward_model" in keys:
+        return "verl"
     if {"problem", "data_type", "problem_type", "path"} <= keys:
         return "video_r1"
     if {"video", "timestamp", "sentence"} <= keys:

@@ -21,7 +21,7 @@ from .images import set_max_image_pixels
 from .mixture import Source, check_strategy, read_mixture, sample_indices
 from .records import BadRecord, Record, read_records
 from .samples import SOURCE_KEY, DataError, validate_sample
-from .video import check_clip, clip_frames
+from .video import VideoSampling, check_clip, clip_frames
 
 MAX_ASPECT_RATIO = 200  # Qwen2-VL's smart_resize refuses more extreme images
 SHOWN_PROBLEMS = 5
@@ -76,28 +76,42 @@ def check_images(paths: list[str]) -> list[tuple[int, int]]:
     return sizes
 
 
-def check_videos(paths: list[str]) -> list[tuple[int, int]]:
-    """Original (w, h) of each clip, from its header and first frame; SampleError naming the file otherwise."""
+def check_videos(sample: dict) -> list[tuple[int, int]]:
+    """Original (w, h) of each clip of ``sample``, from its header and first frame (a list of frames: its first
+    frame, every one checked as an image), and a clip's own ``nframes`` within its frames; SampleError naming the
+    file otherwise."""
     sizes = []
-    for path in paths:
+    for path, options in zip(sample.get("videos", []), clip_options(sample)):
+        if isinstance(path, list):
+            sizes.append(check_images(path)[0])
+            continue
         try:
             sizes.append(check_clip(path))
+            if "nframes" in options:
+                VideoSampling(nframes=options["nframes"]).frame_count(clip_frames(path), 1.0)
         except DataError as e:
-            raise SampleError(str(e)) from None
+            raise SampleError(str(e) if path in str(e) else f"video {path}: {e}") from None
     return sizes
 
 
-def short_clips(samples: list[dict], min_frames: int) -> list[tuple[str, str]]:
-    """(where, note) for each clip of ``samples`` with fewer frames than ``min_frames`` (config key
-    ``video_min_frames``): such a clip is read with all its frames, as qwen-vl-utils reads it, so the model sees fewer
-    than the config asks; ``paddle-r1 check-data`` lists them."""
+def clip_options(sample: dict) -> list[dict]:
+    """Each clip's own sampling keys (``video_sampling``; none: ``{}``)."""
+    return sample.get("video_sampling") or [{}] * len(sample.get("videos", []))
+
+
+def short_clips(samples: list[dict], sampling: VideoSampling) -> list[tuple[str, str]]:
+    """(where, note) for each clip of ``samples`` with fewer frames than its ``min_frames`` (config key
+    ``video_min_frames``, or the clip's own): such a clip is read with all its frames, as qwen-vl-utils reads it, so
+    the model sees fewer than asked; ``paddle-r1 check-data`` lists them. A list of frames is kept whole anyway."""
     notes = []
     for sample in samples:
-        for path in sample.get("videos", []):
+        for path, options in zip(sample.get("videos", []), clip_options(sample)):
+            least = sampling.with_options(options).min_frames
             total = clip_frames(path)
-            if total < min_frames:
-                notes.append((sample.get(SOURCE_KEY, "?"), f"clip {path} has {total} frames, fewer than "
-                              f"video_min_frames ({min_frames}): it is read with all of them"))
+            if not isinstance(path, list) and "nframes" not in options and total < least:
+                key = "its own 'min_frames'" if "min_frames" in options else "video_min_frames"
+                notes.append((sample.get(SOURCE_KEY, "?"), f"clip {path} has {total} frames, fewer than {key} "
+                              f"({least}): it is read with all of them"))
     return notes
 
 
@@ -113,7 +127,7 @@ def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool)
     except DataError as e:
         raise SampleError(str(e).lstrip(": ")) from None
     check_images(sample["images"])
-    check_videos(sample.get("videos", []))
+    check_videos(sample)
     if "episode" in sample:  # a scripted multi-turn episode (SFT): its tool images resolve as the sample's do
         sample["episode"] = read_episode(sample["episode"], ctx.image_path)
         check_images(episode_images(sample["episode"]))
@@ -121,9 +135,10 @@ def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool)
 
 
 def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
-                image_columns=None, image_cache_dir=None, image_placement: str = "markers") -> list[dict]:
+                image_columns=None, image_cache_dir=None, image_placement: str = "markers",
+                video: VideoSampling = VideoSampling()) -> list[dict]:
     ctx = SourceContext(path=source.path, image_root=source.image_root, image_columns=image_columns,
-                        image_cache_dir=image_cache_dir, image_placement=image_placement)
+                        image_cache_dir=image_cache_dir, image_placement=image_placement, video=video)
     records = list(read_records(source.path))
     rec_file = is_rec_file([r.value for r in records if isinstance(r, Record)])
     samples = []
@@ -162,7 +177,9 @@ def sources_from(data_path: str, image_root: Optional[str] = None, data_format: 
 
 def load_samples(data_path: str, *, image_root: Optional[str] = None, data_format: Optional[str] = None,
                  strict: bool = False, seed: int = 0, image_columns=None, image_cache_dir=None,
-                 sampling_strategy: str = "all", image_placement: str = "markers") -> tuple[list[dict], DataReport]:
+                 sampling_strategy: str = "all", image_placement: str = "markers",
+                 video: VideoSampling = VideoSampling()) -> tuple[list[dict], DataReport]:
+    """``video``: the job's clip sampling, over which a clip's own keys are checked."""
     if image_placement not in IMAGE_PLACEMENTS:
         raise DataError(f"config key 'image_placement': {image_placement!r} is not one of "
                         f"{', '.join(IMAGE_PLACEMENTS)}")
@@ -170,7 +187,8 @@ def load_samples(data_path: str, *, image_root: Optional[str] = None, data_forma
     samples = []
     for i, source in enumerate(sources_from(data_path, image_root, data_format, sampling_strategy)):
         samples.extend(load_source(source, report, strict=strict, seed=seed + i, image_columns=image_columns,
-                                   image_cache_dir=image_cache_dir, image_placement=image_placement))
+                                   image_cache_dir=image_cache_dir, image_placement=image_placement,
+                                   video=video))
     if not samples:
         detail = report.summary() or "no records"
         raise DataError(f"{data_path}: the dataset is empty ({detail})")
@@ -194,7 +212,8 @@ def load_from_config(config) -> tuple[list[dict], DataReport]:
         raise DataError(f"config key 'data_path' is required (or dataset_name: {' or '.join(BUILTIN_DATASETS)})")
     return load_samples(config.data_path, image_root=config.image_root, data_format=config.data_format,
                         strict=config.strict_data, seed=config.seed, image_columns=config.image_columns,
-                        image_cache_dir=config.image_cache_dir, image_placement=config.image_placement)
+                        image_cache_dir=config.image_cache_dir, image_placement=config.image_placement,
+                        video=VideoSampling.from_config(config))
 
 
 def model_resizer(config):

@@ -17,6 +17,7 @@ import paddle
 
 from ..config.jobs import GRPOConfig
 from ..data.loader import load_samples
+from ..data.video import VideoSampling
 from ..rewards.manager import RewardManager, config_folders, reward_columns
 from ..generation.generator import Generator
 from ..tools.toolbox import toolbox_for
@@ -32,7 +33,7 @@ class HeldoutEval:
         sampling = f"random:{config.eval_sample_num}" if config.eval_sample_num else "all"
         # the format is detected: the held-out file need not be in the training data's format
         self.samples, report = load_samples(config.eval_data_path, image_root=config.image_root, seed=config.seed,
-                                            sampling_strategy=sampling)
+                                            sampling_strategy=sampling, video=VideoSampling.from_config(config))
         if report.summary():
             print(f"held-out set: {report.summary()}")
         self.rewards = RewardManager([config.eval_reward],

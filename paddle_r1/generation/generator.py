@@ -9,7 +9,6 @@ completion per prompt) all generate through ``Generator.generate``.
 """
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -41,7 +40,8 @@ def build_messages(sample: dict, question_template: str, system_prompt: Optional
     it has one (Video-R1's rows: the answer form their problem type asks for). A problem with one ``<image>`` marker
     per image (VLM-R1 conversations) gets each image where its marker stands, and one with a ``<video>`` marker per
     video (EasyR1) each video where its marker stands; a kind whose markers do not match its count comes first, in
-    order."""
+    order. A sample's own ``system_prompt`` (a verl prompt's system turn) stands in for ``system_prompt``."""
+    system_prompt = sample.get("system_prompt", system_prompt)
     text = question_template.replace("{Question}", sample["problem"]) + (sample.get("answer_instruction") or "")
     counts = {"image": len(sample["images"]), "video": len(sample.get("videos", []))}
     placed = {kind for kind, count in counts.items() if count and text.count(f"<{kind}>") == count}
@@ -67,22 +67,27 @@ def load_sample_images(sample: dict) -> list:
     return [load_image(path) for path in sample["images"]]
 
 
-def clip_reader(processor, sampling: VideoSampling) -> Callable[[str], Clip]:
+def clip_reader(processor, sampling: VideoSampling) -> Callable[..., Clip]:
     """``read_clip`` for ``processor``: its patch x merge size, and its family's budget (Qwen3-VL's video processor's
-    pixels per clip)."""
+    pixels per clip); ``read(path, options)`` takes a clip's own keys (``video.part_options``) over ``sampling``."""
     image_processor = processor.image_processor
     factor = image_processor.patch_size * image_processor.merge_size
-    sampling = sampling.for_family(family_of_processor(processor).video_budget, processor.video_processor.size)
-    return functools.partial(read_clip, sampling=sampling, factor=factor)
+    budget, size = family_of_processor(processor).video_budget, processor.video_processor.size
+
+    def read(path, options: Optional[dict] = None) -> Clip:
+        return read_clip(path, sampling.with_options(options or {}).for_family(budget, size), factor)
+
+    return read
 
 
 def load_sample_videos(sample: dict, sampling: VideoSampling, processor) -> list[Clip]:
-    """The sample's clips, sampled and resized for ``processor`` (``clip_reader``): decoded once per prompt, whatever
-    the number of its completions."""
+    """The sample's clips, sampled and resized for ``processor`` (``clip_reader``), each with its own keys
+    (``video_sampling``) over ``sampling``: decoded once per prompt, whatever the number of its completions."""
     if not sample.get("videos"):
         return []
     read = clip_reader(processor, sampling)
-    return [read(path) for path in sample["videos"]]
+    options = sample.get("video_sampling") or [{}] * len(sample["videos"])
+    return [read(path, own) for path, own in zip(sample["videos"], options)]
 
 
 def build_prompt_batch(samples: list[dict], processor, question_template: str, system_prompt: Optional[str] = None,

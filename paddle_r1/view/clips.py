@@ -31,31 +31,41 @@ class Strip:
     duration: float  # seconds
 
 
-def frame_strip(path: str, folder: str) -> Optional[Strip]:
-    """The clip at ``path`` as a strip of frames written to ``folder`` (reused when already there); None when the
-    clip cannot be read."""
+def frame_strip(path, folder: str) -> Optional[Strip]:
+    """The clip at ``path`` (or a list of frame files, keyed by its first and its length) as a strip of frames
+    written to ``folder`` (reused when already there); None when the clip cannot be read."""
+    first = path[0] if isinstance(path, list) and path else path
     try:
-        stat = os.stat(path)
-    except OSError:
+        stat = os.stat(first)
+    except (OSError, TypeError):
         return None
-    key = hashlib.sha1(f"{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    count = f"|{len(path)}" if isinstance(path, list) else ""
+    key = hashlib.sha1(f"{os.path.abspath(first)}{count}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     index_file = os.path.join(folder, f"{key}.strip.json")
     if os.path.isfile(index_file):
         with open(index_file, encoding="utf-8") as f:
             return Strip(**json.load(f))
     try:
-        clip = read_clip(path, STRIP_SAMPLING)
+        clip = read_clip(_spread(path) if isinstance(path, list) else path, STRIP_SAMPLING)
     except DataError:
         return None
+    duration = len(path) / STRIP_SAMPLING.frames_fps if isinstance(path, list) else clip.duration
     os.makedirs(folder, exist_ok=True)
     names = []
     for i, frame in enumerate(clip.frames):
         names.append(f"{key}-{i}.jpg")
         Image.fromarray(frame).save(os.path.join(folder, names[-1]), quality=85)
-    strip = Strip(frames=names, duration=clip.duration)
+    strip = Strip(frames=names, duration=duration)
     with open(index_file, "w", encoding="utf-8") as f:
         json.dump(strip.__dict__, f)
     return strip
+
+
+def _spread(frames: list) -> list:
+    """Up to ``STRIP_FRAMES`` of a list of frame files, spread evenly (a list is read whole; its rate is taken to be
+    the default ``video_frames_fps``: the report does not know the job's)."""
+    count = min(STRIP_FRAMES, len(frames))
+    return [frames[round(k * (len(frames) - 1) / max(count - 1, 1))] for k in range(count)]
 
 
 def solution_span(solution) -> Optional[tuple[float, float]]:

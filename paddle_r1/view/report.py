@@ -26,7 +26,10 @@ def parse_steps(spec: Optional[str], logged: list[int], last: int = 3) -> list[i
     return [s for s in logged if s in wanted]
 
 
-def _image_path(path: str, folder: str) -> str:
+def _image_path(path, folder: str):
+    """``path`` (or each of a list of frame paths) relative to ``folder`` unless absolute."""
+    if isinstance(path, list):
+        return [_image_path(p, folder) for p in path]
     return path if os.path.isabs(path) else os.path.join(folder, path)
 
 
