@@ -169,7 +169,7 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         if engine != "layers":
             projections = [decoder.layers[0].qkv, decoder.layers[0].out, decoder.layers[0].up_gate,
                            decoder.layers[0].down]
-            assert [p.packed is not None for p in projections] == [packed] * 4
+            assert [p.packed is not None for p in projections] + [decoder.head is not None] == [packed] * 5
         grows = [decoder.cache.mask.shape[-1]]
 
         embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw).repeat(g)

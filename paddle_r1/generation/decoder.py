@@ -36,6 +36,7 @@ from typing import Optional
 
 import paddle
 from paddle.incubate.nn.functional import fused_rms_norm
+from paddleformers.nn.lm_head import LMHead
 from paddleformers.peft.lora.lora_layers import LoRALinear
 
 from ..models.families import FAMILIES, family_of
@@ -149,6 +150,16 @@ def supports(model) -> bool:
                for layer in text.layers)
 
 
+def packed_head(head, rows: int) -> Optional[PackedWeight]:
+    """The LM head's weight [vocab, hidden] packed for ``rows``-row products, where it is paddleformers' plain head
+    (no bias, no tensor or sequence parallelism: its forward is then x @ W^T) and ``packs`` it; else None."""
+    config = getattr(head, "config", None)
+    plain = (type(head) is LMHead and head.bias is None and config is not None
+             and config.get("tensor_model_parallel_size", 1) == 1 and not config.get("sequence_parallel", False)
+             and not config.get("use_fused_head_and_loss_fn", False))
+    return PackedWeight(head.weight, rows, transposed=True) if plain and packs(head.weight) else None
+
+
 class OneTokenDecoder:
     """The text decoder's weights arranged for one-token steps (see the module docstring), over a
     ``TransposedKVCache``. Made per rollout: the policy's weights change between rollouts."""
@@ -172,6 +183,7 @@ class OneTokenDecoder:
         ) for layer in text.layers]
         capacity = prompt_len + max_new_tokens
         self.cache = TransposedKVCache(prompt, prompt_mask, capacity)
+        self.head = packed_head(model.lm_head, rows)
         # cos and sin [rows, 1, capacity, head_dim] of the text position each cache slot's token takes (the prompt's
         # slots unused), in one call; a step takes the row of its slot
         probe = paddle.zeros([1], dtype=model.lm_head.weight.dtype)
@@ -217,5 +229,5 @@ class OneTokenDecoder:
             next_norm = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.text.norm.weight
             hidden, residual = fused_rms_norm(down, next_norm, None, self.epsilon, 1, residual=residual)[:2]
         cache.advance()
-        return self.model.lm_head(hidden)
+        return self.model.lm_head(hidden) if self.head is None else self.head(hidden)
 

@@ -22,7 +22,7 @@ from typing import Optional
 
 import paddle
 
-ROW_MAJOR, NO_TRANS, PACKED, B_MATRIX = 101, 111, 151, 162  # MKL's CBLAS enum values
+ROW_MAJOR, NO_TRANS, TRANS, PACKED, B_MATRIX = 101, 111, 112, 151, 162  # MKL's CBLAS enum values
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,25 +53,26 @@ def packs(weight: paddle.Tensor) -> bool:
 
 
 class PackedWeight:
-    """``x @ weight`` for ``x`` [rows, in] and a Paddle linear weight [in, out], the weight packed once for products
-    of ``rows`` rows (MKL packs for the row count it is told; another count takes Paddle's product)."""
+    """``x @ weight`` for ``x`` [rows, in] and a Paddle linear weight [in, out] (``x @ weight.T`` for a weight
+    [out, in] stored ``transposed``, as an LM head's), the weight packed once for products of ``rows`` rows (MKL packs
+    for the row count it is told; another count takes Paddle's product)."""
 
-    def __init__(self, weight: paddle.Tensor, rows: int):
+    def __init__(self, weight: paddle.Tensor, rows: int, transposed: bool = False):
         library = mkl_library()
-        self.weight, self.rows = weight, rows
-        self.inner, self.outer = weight.shape
+        self.weight, self.rows, self.transposed = weight, rows, transposed
+        self.inner, self.outer = reversed(weight.shape) if transposed else weight.shape
         contiguous = weight.contiguous()
         buffer = library.cblas_sgemm_alloc(B_MATRIX, rows, self.outer, self.inner)
         if not buffer:
-            raise MemoryError(f"MKL could not allocate a packed copy of a [{self.inner}, {self.outer}] weight")
-        library.cblas_sgemm_pack(ROW_MAJOR, B_MATRIX, NO_TRANS, rows, self.outer, self.inner, 1.0,
-                                 contiguous.data_ptr(), self.outer, buffer)
+            raise MemoryError(f"MKL could not allocate a packed copy of a {weight.shape} weight")
+        library.cblas_sgemm_pack(ROW_MAJOR, B_MATRIX, TRANS if transposed else NO_TRANS, rows, self.outer, self.inner,
+                                 1.0, contiguous.data_ptr(), self.inner if transposed else self.outer, buffer)
         self.buffer = buffer
         self._free = weakref.finalize(self, library.cblas_sgemm_free, buffer)
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
         if x.shape != [self.rows, self.inner] or x.dtype != paddle.float32 or not x.place.is_cpu_place():
-            return paddle.matmul(x, self.weight)
+            return paddle.matmul(x, self.weight, transpose_y=self.transposed)
         x = x if x.is_contiguous() else x.contiguous()
         out = paddle.empty([self.rows, self.outer], dtype=paddle.float32)
         mkl_library().cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, self.rows, self.outer, self.inner,
