@@ -240,17 +240,14 @@ def test_grpo_steps_on_charades_rows(tiny_model_dir, tmp_path):
     assert any(not np.array_equal(before[k], v.numpy()) for k, v in trainer.policy.state_dict().items())
 
 
-@pytest.mark.parametrize("job, keys", [("sft", {}), ("train", {"max_turns": 2, "tools": ["crop"]})])
-def test_jobs_that_do_not_carry_videos_refuse_them_before_loading(tiny_model_dir, tmp_path, job, keys):
-    from paddle_r1.config.jobs import GRPOConfig, SFTConfig
+def test_jobs_that_do_not_carry_videos_refuse_them_before_loading(tiny_model_dir, tmp_path):
+    from paddle_r1.config.jobs import SFTConfig
     from paddle_r1.trainer.job import prepare_job
 
-    config_class = SFTConfig if job == "sft" else GRPOConfig
-    config = config_class(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"), **keys)
+    config = SFTConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"))
     samples = charades_samples(tmp_path, count=1)
-    if job == "sft":  # SFT takes clips, not in scripted episodes
-        prepare_job(config, samples)
-        samples[0]["episode"] = [{"role": "assistant", "content": "<answer>0.5 to 2.0</answer>"}]
+    prepare_job(config, samples)  # SFT takes clips, not in scripted episodes
+    samples[0]["episode"] = [{"role": "assistant", "content": "<answer>0.5 to 2.0</answer>"}]
     with pytest.raises(ConfigError, match="videos"):
         prepare_job(config, samples)
 

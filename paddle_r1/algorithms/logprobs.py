@@ -11,6 +11,7 @@ entropy at each completion position (the ``entropy`` metric) is read from the sa
 """
 from __future__ import annotations
 
+import dataclasses
 
 import paddle
 from paddle.autograd import PyLayer
@@ -166,7 +167,7 @@ def _full_rows_hidden(model, rollout: Rollout, inputs) -> paddle.Tensor:
 
 def _episode_rows_hidden(model, rollout: Rollout) -> paddle.Tensor:
     """Each row of a multi-turn rollout whole: its prompt, then its episode (the model's turns and the tools'
-    messages, right-padded), with the prompt's images then the tools' (``Rollout.episode_pixel_values``), M-RoPE
+    messages, right-padded), with the prompt's images and clips then the tools' (``Rollout.episode_media``), M-RoPE
     positions from the model's rope index over the whole row.
 
     The model's own tokens are text whatever they are, as the rollout fed them: a sampled image or vision-start
@@ -179,10 +180,11 @@ def _episode_rows_hidden(model, rollout: Rollout) -> paddle.Tensor:
                         axis=1).astype("bool")
     not_model_ids = paddle.where(own, paddle.zeros_like(input_ids), input_ids)
     mask = paddle.concat([prompt_mask, rollout.episode_mask.astype(prompt_mask.dtype)], axis=1)
-    embeds = embed_inputs(model, not_model_ids, rollout.episode_pixel_values, rollout.episode_image_grid_thw)
+    media = dataclasses.replace(rollout.episode_media, input_ids=not_model_ids, attention_mask=mask)
+    embeds = media.embeddings(model)
     own_embeds = text_decoder(model).embed_tokens(input_ids).astype(embeds.embeds.dtype)
     embeds.embeds = paddle.where(own.unsqueeze(-1), own_embeds, embeds.embeds)
-    positions, _ = rope_positions(model, not_model_ids, mask, rollout.episode_image_grid_thw)
+    positions, _ = media.positions(model)
     return _hidden_after_prompt(model, rollout, embeds, positions, mask)
 
 

@@ -39,9 +39,11 @@ def tool_role(processor) -> str:
     return "tool" if _PROBE in processor.apply_chat_template(conversation, tokenize=False) else "user"
 
 
-def tool_result_message(text: str, n_images: int, role: str) -> dict:
-    """The chat message a tool's result is (``role``: ``tool_role``'s): its ``n_images`` images, then its text."""
-    return {"role": role, "content": [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": text}]}
+def tool_result_message(text: str, n_images: int, role: str, n_videos: int = 0) -> dict:
+    """The chat message a tool's result is (``role``: ``tool_role``'s): its ``n_images`` images, its ``n_videos``
+    clips, then its text."""
+    return {"role": role, "content": [{"type": "image"} for _ in range(n_images)]
+            + [{"type": "video"} for _ in range(n_videos)] + [{"type": "text", "text": text}]}
 
 
 def episode_messages(prompt_messages: list[dict], episode: list[dict], role: str) -> list[dict]:

@@ -34,18 +34,14 @@ def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
 
 
 def check_video_job(config, samples: list[dict]) -> None:
-    """Videos reach the GRPO rollout and log-probs and SFT's one-turn targets of Qwen2-VL, Qwen2.5-VL and Qwen3-VL; a
-    job whose model or features do not carry them yet is refused here, before any model loads, rather than failing
-    inside a step."""
+    """Videos reach the GRPO rollout (single-turn and tool episodes) and log-probs and SFT's one-turn targets of
+    Qwen2-VL, Qwen2.5-VL and Qwen3-VL; a job whose model or features do not carry them yet is refused here, before
+    any model loads, rather than failing inside a step."""
     check_video(model_family(config.model_name_or_path))
     if isinstance(config, SFTConfig):
         if any(sample.get("videos") and sample.get("episode") for sample in samples):
             raise ConfigError("the dataset has samples with both videos and a scripted multi-turn 'episode': "
                               "paddle-r1 sft does not carry videos through episodes yet")
-        return
-    if config.max_turns > 1:
-        raise ConfigError("the dataset has videos: config key 'max_turns' (multi-turn tool episodes) does not carry "
-                          "videos yet", keys=("max_turns",))
 
 
 def check_before_loading(config) -> None:

@@ -1,0 +1,137 @@
+"""Tool episodes over clips: the ``frames`` tool (a span of one of the sample's clips re-read at a higher rate), its
+errors as text for the model, and multi-turn rollouts whose prompts and tool results hold clips on the tiny
+Qwen2.5-VL (absolute time) and Qwen3-VL (times written as text): the carried cache and the log-prob pass equal one
+forward over each whole episode."""
+import math
+
+import numpy as np
+import pytest
+
+from paddle_r1.data.clip_spans import SpanReader
+from paddle_r1.data.video import VideoSampling, read_clip
+from paddle_r1.tools.builtins import ToolContext, frames
+from paddle_r1.tools.calls import ToolCall, parse_tool_calls
+from paddle_r1.tools.toolbox import Toolbox
+from test_tool_rollouts import CALL, assert_episodes_equal_one_pass, episodes_and_turn_two, run_episodes
+from test_video import SMALL, red_levels, write_clip
+
+VIDEO = VideoSampling(**SMALL)  # every frame 56 x 56 (Qwen3-VL: its own clip budget)
+
+
+def _context(path, sampling=VIDEO, factor=28):
+    clip = read_clip(path, sampling, factor)
+    return ToolContext([], [], [], "abs_resized", [path], [clip], SpanReader(sampling, factor))
+
+
+@pytest.fixture
+def clip_path(tmp_path):
+    return write_clip(tmp_path / "a.mp4", count=12, fps=4)  # 3 s; frame i at i / 4 s, red level 20 i
+
+
+def test_frames_rereads_a_span_at_a_higher_rate(clip_path):
+    """The prompt's clip: 6 of the 12 frames at 2 fps (0, 2, 4, 7, 9, 11). The span 1 to 2 s holds frames 4..8:
+    as many frames as the prompt's clip (6), no more than the span's 5, in pairs: 4 (4, 5, 7, 8), the clip's real
+    indices and rate (Qwen3-VL writes their times), their spacing as their fps (Qwen2.5-VL's seconds per pair)."""
+    context = _context(clip_path)
+    assert red_levels(context.clips[0]) == [0, 2, 4, 7, 9, 11]
+    text, (sub,) = frames({"start": 1.0, "end": 2.0}, context)
+    assert text == "the frames from 1.00 to 2.00 s"
+    assert red_levels(sub) == [4, 5, 7, 8] and sub.indices == [4, 5, 7, 8] and sub.frames.shape == (4, 56, 56, 3)
+    assert sub.metadata()["fps"] == 4.0 and sub.fps == pytest.approx(3.2) and sub.second_per_grid == 0.625
+    _, (two,) = frames({"start": 0.9, "end": 2.1, "count": 3}, context)  # 3 rounds down to a pair
+    assert red_levels(two) == [4, 8]
+    _, (clipped,) = frames({"start": -5, "end": 0.6}, context)  # reaching before the clip: clipped to it
+    assert red_levels(clipped) == [0, 2]
+    assert frames({"start": 1, "end": 2}, context)[1][0] is sub  # another completion's same call: read once
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"start": 2.0, "end": 1.0}, "'end' (1 s) must come after 'start' (2 s)"),
+    ({"start": 1.0, "end": 1.0}, "must come after"),
+    ({"start": 3.5, "end": 9}, "the span 3.5 to 9 s is outside the clip, which lasts 3.00 s"),
+    ({"start": -2, "end": 0}, "outside the clip"),
+    ({"start": math.nan, "end": 2}, "'start' must be a number of seconds, got nan"),
+    ({"start": 0, "end": math.inf}, "'end' must be a number of seconds, got inf"),
+    ({"start": "1", "end": 2}, "'start' must be a number of seconds, got '1'"),
+    ({"end": 2}, "'start' must be a number of seconds, got None"),
+    ({"start": True, "end": 2}, "'start' must be a number"),
+    ({"start": 1.0, "end": 1.2}, "holds 1 frame(s) of the clip (4 frames per second); a span needs 2, at least 0.50"),
+    ({"start": 0, "end": 2, "video": 1}, "'video' must be an index from 0 to 0, got 1"),
+    ({"start": 0, "end": 2, "count": 1}, "'count' must be a whole number of frames, at least 2, got 1"),
+    ({"start": 0, "end": 2, "count": 2.5}, "'count' must be a whole number"),
+])
+def test_a_bad_span_is_an_error_for_the_model(clip_path, arguments, message):
+    result = Toolbox(["frames"]).run(ToolCall("frames", arguments), _context(clip_path))
+    assert result.text.startswith("Error: frames failed: ") and message in result.text, result.text
+    assert result.videos == [] and result.images == []
+
+
+def test_frames_needs_a_clip_and_reads_folders_and_animations(tmp_path):
+    from PIL import Image
+
+    from test_video import frame
+
+    no_clip = Toolbox(["frames"]).run(ToolCall("frames", {"start": 0, "end": 1}),
+                                      ToolContext([], [], [], "abs_resized"))
+    assert no_clip.text == "Error: frames failed: the sample has no video"
+    pictures = [Image.fromarray(frame(i)) for i in range(8)]
+    gif = str(tmp_path / "a.gif")
+    pictures[0].save(gif, save_all=True, append_images=pictures[1:], duration=250, loop=0)  # 4 fps
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i, picture in enumerate(pictures):
+        picture.save(folder / f"{i:03d}.png")
+    for path, sampling in ((gif, VIDEO), (str(folder), VideoSampling(frames_fps=4, **SMALL))):
+        _, (sub,) = frames({"start": 0.5, "end": 1.5, "count": 4}, _context(path, sampling))
+        assert red_levels(sub) == [2, 3, 5, 6], path  # frames 2..6: round(linspace(2, 6, 4))
+
+
+def test_frames_calls_as_the_model_writes_them(clip_path):
+    """A call parsed from model text runs; JSON has no NaN, so a NaN the model writes is refused before the tool."""
+    toolbox, context = Toolbox(["frames"]), _context(clip_path)
+    (call,) = parse_tool_calls(CALL.format("frames", '{"video": 0, "start": 0.5, "end": 2.5, "count": 4}'))
+    result = toolbox.run(call, context)
+    assert result.error is None and result.text == "the frames from 0.50 to 2.50 s"
+    assert result.videos[0].indices == [2, 5, 7, 10]  # round(linspace(2, 10, 4))
+    (nan,) = parse_tool_calls(CALL.format("frames", '{"start": NaN, "end": 2}'))
+    assert "not JSON" in toolbox.run(nan, context).text
+
+
+def _clip_samples(tmp_path):
+    """Two prompts: a 3 s clip; an image and a 2 s clip (another length: the prompts' padding differs)."""
+    image = tmp_path / "still.png"
+    from PIL import Image
+
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 80, 3), dtype=np.uint8)).save(image)
+    return [{"images": [], "videos": [write_clip(tmp_path / "a.mp4", count=12, fps=4)], "problem": "<video>When?"},
+            {"images": [str(image)], "videos": [write_clip(tmp_path / "b.mp4", count=8, fps=4)],
+             "problem": "<image><video>What?"}]
+
+
+CLIP_TURNS = [CALL.format("frames", '{"start": 0.5, "end": 2.0}'), "no call here",
+              CALL.format("crop", '{"bbox_2d": [0, 0, 40, 30]}') + CALL.format("frames", '{"start": 0, "end": 1}'),
+              CALL.format("frames", '{"start": 2, "end": 1}')]
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_clip_episodes_equal_one_pass_over_the_episode(family_models, tmp_path, monkeypatch, family):
+    """Turn 2 sampled on top of the cache turn 1 left, after tool messages holding clips (and an image), and the
+    log-prob pass over the episode rows (the prompt's clip and the tools'), equal the model's own forward over each
+    row's whole sequence with all its images and clips: the sub-clips' time positions (Qwen2.5-VL) and their times
+    written as text (Qwen3-VL) are the same in the segment as in the whole row."""
+    tiny = family_models(family)
+    model, processor = tiny
+    result, prompt, turn_two = episodes_and_turn_two(monkeypatch, lambda: run_episodes(
+        tiny, _clip_samples(tmp_path), first_turns=CLIP_TURNS, tools=("crop", "frames"), video=VIDEO,
+        max_new_tokens=128))
+    rollout = result.rollout
+    assert rollout.episode_videos_per_row == [2, 1, 2, 1] and rollout.episode_images_per_row == [0, 0, 2, 1]
+    assert result.turns[3][1]["text"].startswith("Error: frames failed: 'end' (1 s) must come after")
+    sub = result.turns[0][1]["videos"][0]
+    # frames 2..8 of the clip (4 fps), as many as the prompt's clip has: round(linspace(2, 8, 6))
+    assert sub["seconds"] == [0.5, 0.75, 1.0, 1.5, 1.75, 2.0] and sub["frames"].shape[0] == 6
+    text = processor.tokenizer.decode(rollout.completion_ids[0].tolist())
+    if family == "qwen3_vl":  # each pair stamped with its real time in the clip (its frames' mean), not from 0
+        assert [part.split(">")[0] for part in text.split("<")[1:] if "seconds" in part] == [
+            "0.6 seconds", "1.2 seconds", "1.9 seconds"]
+    assert_episodes_equal_one_pass(model, prompt, rollout, turn_two, [0, 2, 3])
