@@ -135,3 +135,136 @@ def test_clip_episodes_equal_one_pass_over_the_episode(family_models, tmp_path, 
         assert [part.split(">")[0] for part in text.split("<")[1:] if "seconds" in part] == [
             "0.6 seconds", "1.2 seconds", "1.9 seconds"]
     assert_episodes_equal_one_pass(model, prompt, rollout, turn_two, [0, 2, 3])
+
+
+# ---- SFT on scripted episodes whose tool turns hold clips -------------------------------------------------------
+
+SPAN = {"start": 0.5, "end": 2.0}
+
+
+def _scripted(tmp_path, answer="<answer>1.00 to 2.00</answer>"):
+    """A grounding row whose scripted episode looks closer at 0.5 to 2 s through ``frames``, then answers."""
+    return {"images": [], "videos": [write_clip(tmp_path / "a.mp4", count=12, fps=4)],
+            "problem": "<video>When does it turn red?",
+            "solution": [1.0, 2.0], "duration": 3.0,
+            "episode": [{"role": "assistant", "text": CALL.format("frames", '{"start": 0.5, "end": 2.0}')},
+                        {"role": "tool", "name": "frames", "arguments": SPAN, "text": "the frames from 0.50 to 2.00 s",
+                         "videos": [SPAN]},
+                        {"role": "assistant", "text": answer}]}
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_sft_and_the_rollout_give_a_scripted_clip_episode_the_same_tokens_and_logprobs(family_models, tmp_path,
+                                                                                       family):
+    """The rollout continuing from the scripted first turn (the frames call) runs the tool itself: its text is the
+    scripted one, its episode's tokens up to the answer (prompt, call, the tool message with its clip's tokens and,
+    for Qwen3-VL, its times) and its clips (patches, grid, seconds per pair) are the SFT conversation's, and the
+    call's log-probs are the same in both: what SFT teaches is what GRPO shows the model."""
+    import paddle
+
+    from paddle_r1.algorithms.logprobs import completion_logprobs, conversation_logprobs
+    from paddle_r1.config.jobs import SFTConfig
+    from paddle_r1.trainer.sft import build_episode_batch
+
+    model, processor = family_models(family)
+    sample = _scripted(tmp_path)
+    result, prompt = run_episodes((model, processor), [sample], first_turns=[sample["episode"][0]["text"]] * 2,
+                                  tools=("frames",), video=VIDEO)
+    assert [t["text"] for t in result.turns[0][:2]] == [t["text"] for t in sample["episode"][:2]]
+    rollout = result.rollout
+    own = rollout.completion_mask.numpy()[0]
+    answer_starts = int(np.flatnonzero((own == 1) & (np.cumsum(own == 0) > 0))[0])
+    episode = prompt.input_ids.numpy()[0].tolist() + rollout.completion_ids.numpy()[0, :answer_starts].tolist()
+    config = SFTConfig(model_name_or_path="unused", question_template="{Question}")
+    batch = build_episode_batch([sample], processor, config, "abs_resized", video=VIDEO)
+    assert batch.input_ids.numpy()[0, :len(episode)].tolist() == episode
+    row_media = rollout.episode_media.media_rows([0], *rollout.episode_media_counts)
+    for name in ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts"):
+        np.testing.assert_array_equal(getattr(batch, name).numpy(), row_media[name].numpy(), err_msg=name)
+    assert batch.video_grid_thw.shape[0] == 2  # the prompt's clip and the tool's
+    with paddle.no_grad():
+        taught = conversation_logprobs(model, batch, 4096).numpy()[0]
+        sampled = completion_logprobs(model, rollout, 4096).numpy()[0]
+    prompt_len = prompt.input_ids.shape[1]
+    call = np.flatnonzero(own[:answer_starts] == 1)  # the call's tokens and its end of turn
+    np.testing.assert_allclose(taught[prompt_len - 1 + call], sampled[call], atol=2e-4)
+    # the answer, after the tool's clip: as the model's own forward over the whole conversation gives it
+    media = {name: getattr(batch, name) for name in ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts")}
+    if family != "qwen2_5_vl":
+        del media["second_per_grid_ts"]
+    if hasattr(model.model, "rope_deltas"):
+        model.model.rope_deltas = None
+    with paddle.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **media).logits[0]
+    reference = paddle.nn.functional.log_softmax(logits[:-1], axis=-1).numpy()
+    answer = np.flatnonzero(batch.loss_mask.numpy()[0] == 1)
+    answer = answer[answer >= len(episode) - 1]
+    assert answer.size > 5
+    np.testing.assert_allclose(taught[answer], reference[answer, batch.input_ids.numpy()[0, answer + 1]], atol=2e-4)
+
+
+def test_sft_on_clip_episodes_trains_on_what_the_tool_clip_shows(tiny_model_dir, tmp_path):
+    """An SFT run on scripted clip episodes read from a file: the tool clip's frames reach the loss (its patches
+    zeroed, the loss changes), and a few steps lower it."""
+    import json
+
+    import paddle
+
+    from paddle_r1.config.jobs import SFTConfig
+    from paddle_r1.trainer.sft import SFTTrainer, build_episode_batch, sft_loss
+
+    (tmp_path / "rows.jsonl").write_text(json.dumps(_scripted(tmp_path)) + "\n")
+    config = SFTConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"),
+                       data_path=str(tmp_path / "rows.jsonl"), question_template="{Question}",
+                       per_device_train_batch_size=1, max_steps=5, learning_rate=1e-2, save_steps=100,
+                       use_visualdl=False, disable_tqdm=True, seed=0, video_min_pixels=56 * 56,
+                       video_max_pixels=56 * 56)
+    trainer = SFTTrainer(config)
+    batch = build_episode_batch(trainer.samples, trainer.processor, config, trainer.coord_system,
+                                video=trainer.generator.video)
+
+    def loss() -> float:
+        with paddle.no_grad():
+            return float(sft_loss(trainer.forward(batch, 64, 1.0), batch.loss_mask))
+
+    before = loss()
+    frames_seen = batch.pixel_values_videos
+    prompt_patches = int(batch.video_grid_thw[0].prod())
+    batch.pixel_values_videos = paddle.concat([frames_seen[:prompt_patches],
+                                               paddle.zeros_like(frames_seen[prompt_patches:])])
+    assert abs(loss() - before) > 1e-4
+    batch.pixel_values_videos = frames_seen
+    trainer.train()
+    assert loss() < before
+
+
+@pytest.mark.parametrize("spans, message", [
+    ([{"start": 0, "end": 1, "video": 1}], "episode[1]: videos[0]: 'video' must be the index of one of the sample's 1"),
+    ([{"start": "0", "end": 1}], "episode[1]: videos[0]: 'start' must be a number of seconds, got '0'"),
+    ([{"start": 0, "end": 1, "count": 2.5}], "'count' must be a whole number of frames, got 2.5"),
+    (["clip.mp4"], "episode[1]: videos[0]: expected a span"),
+    ({"start": 0}, "episode[1]: 'videos' must be a list of spans"),
+])
+def test_a_scripted_episodes_bad_clip_span_is_refused_when_the_data_loads(tmp_path, spans, message):
+    import json
+
+    from paddle_r1.data.loader import load_samples
+    from paddle_r1.data.samples import DataError
+
+    row = _scripted(tmp_path)
+    row["episode"][1]["videos"] = spans
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(DataError, match="rows.jsonl") as info:
+        load_samples(str(tmp_path / "rows.jsonl"), strict=True)
+    assert message in str(info.value)
+
+
+def test_a_scripted_span_the_tool_refuses_names_it(tiny, tmp_path):
+    from paddle_r1.config.jobs import SFTConfig
+    from paddle_r1.trainer.sft import build_episode_batch
+
+    sample = _scripted(tmp_path)
+    sample["episode"][1]["videos"] = [{"start": 5, "end": 6}]
+    with pytest.raises(ValueError, match=r"tool clip \{'start': 5, 'end': 6\} of .*a.mp4: the span 5 to 6 s is "
+                                         r"outside the clip, which lasts 3.00 s"):
+        build_episode_batch([sample], tiny[1], SFTConfig(model_name_or_path="unused"), "abs_resized", video=VIDEO)

@@ -19,8 +19,7 @@ from paddle.distributed.fleet.utils import recompute
 
 from ..generation.conversation import ConversationBatch
 from ..generation.rollout import Rollout
-from ..models.forward import (RepeatedPrompt, embed_inputs, recomputes_layers, repeat_rows, rope_positions,
-                              text_decoder, text_positions)
+from ..models.forward import (RepeatedPrompt, recomputes_layers, repeat_rows, text_decoder, text_positions)
 
 
 class _TargetLogSoftmax(PyLayer):
@@ -205,10 +204,11 @@ def _decoder_states(model, embeds, positions: paddle.Tensor, mask: paddle.Tensor
 
 def conversation_logprobs(model, batch, chunk_size: int, temperature: float = 1.0) -> paddle.Tensor:
     """[B, L - 1] log-probs of each token after the first of whole conversations (``conversation.ConversationBatch``:
-    images anywhere in a row, left padded), the state at position i predicting token i + 1; the caller masks which
-    count. Each row runs whole: a conversation's images may follow the tokens trained on."""
-    embeds = embed_inputs(model, batch.input_ids, batch.pixel_values, batch.image_grid_thw)
-    positions, _ = rope_positions(model, batch.input_ids, batch.attention_mask, batch.image_grid_thw)
+    images and clips anywhere in a row, left padded), the state at position i predicting token i + 1; the caller masks
+    which count. Each row runs whole: a conversation's images may follow the tokens trained on."""
+    conversations = batch.prompt_batch
+    embeds = conversations.embeddings(model)
+    positions, _ = conversations.positions(model)
     hidden = _decoder_states(model, embeds, positions, batch.attention_mask)
     return chunked_token_logprobs(model.lm_head, hidden[:, :-1], batch.input_ids[:, 1:], chunk_size, temperature)
 
