@@ -268,3 +268,74 @@ def test_a_scripted_span_the_tool_refuses_names_it(tiny, tmp_path):
     with pytest.raises(ValueError, match=r"tool clip \{'start': 5, 'end': 6\} of .*a.mp4: the span 5 to 6 s is "
                                          r"outside the clip, which lasts 3.00 s"):
         build_episode_batch([sample], tiny[1], SFTConfig(model_name_or_path="unused"), "abs_resized", video=VIDEO)
+
+
+# ---- GRPO runs on clips with the frames tool (an SFT warm start on a scripted first turn) -----------------------
+
+FRAMES_TURN = CALL.format("frames", '{"start": 0.5, "end": 2.0}')
+
+
+@pytest.fixture(scope="module")
+def frames_calling_model(tiny_model_dir, tmp_path_factory):
+    """The tiny Qwen2.5-VL after SFT on clips whose target calls frames, then answers: most of its episodes call the
+    tool."""
+    from test_video import charades_samples
+
+    from paddle_r1.config.jobs import SFTConfig
+    from paddle_r1.trainer.sft import SFTTrainer
+
+    folder = tmp_path_factory.mktemp("frames_sft")
+    config = SFTConfig(model_name_or_path=tiny_model_dir, output_dir=str(folder / "out"), max_steps=80,
+                       learning_rate=1e-2, per_device_train_batch_size=2, seed=1, question_template="{Question}",
+                       answer_template=FRAMES_TURN + "{Answer}", use_visualdl=False, disable_tqdm=True,
+                       video_min_pixels=56 * 56, video_max_pixels=56 * 56)
+    samples = charades_samples(folder, count=2)
+    return SFTTrainer(config, samples=samples).train()["checkpoint"], samples
+
+
+def _grpo(model_dir, out, samples, **kw):
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    config = dict(model_name_or_path=model_dir, output_dir=str(out), question_template="{Question}",
+                  reward_funcs=["reward_helpers:short_reward", "tool_format"], tools=["frames"], max_turns=2,
+                  num_generations=2, per_device_train_batch_size=4, max_completion_length=100, temperature=0.3,
+                  learning_rate=1e-3, max_steps=2, save_steps=100, use_visualdl=False, disable_tqdm=True, seed=7,
+                  beta=0.0, video_min_pixels=56 * 56, video_max_pixels=56 * 56)
+    trainer = GRPOTrainer(GRPOConfig(**{**config, **kw}), samples=samples)
+    history = trainer.train()["history"]
+    return history, {k: v.numpy().copy() for k, v in trainer.policy.state_dict().items()}
+
+
+def test_a_grpo_run_on_clips_calls_frames_logs_its_clips_and_resumes_exactly(frames_calling_model, tmp_path):
+    """A GRPO run whose episodes call frames: the calls run, the weights move, completions.jsonl names each tool
+    clip's strip of frames and their times; stopped mid-way through num_iterations (its buffer holding episodes with
+    clips) and resumed, it ends where the uninterrupted run does."""
+    import json
+    import os
+    import shutil
+
+    from PIL import Image
+
+    from paddle_r1.models.loading import load_model
+
+    model_dir, samples = frames_calling_model
+    extra = dict(max_steps=2, num_iterations=2)
+    history, weights = _grpo(model_dir, tmp_path / "straight", samples, **extra)
+    assert history[0]["tools/calls"] > 0 and history[0]["tools/errors"] == 0 and history[0]["turns"] > 1
+    before = load_model(model_dir).state_dict()
+    assert any(not np.array_equal(value.numpy(), weights[k]) for k, value in before.items())
+    rows = [json.loads(line) for line in open(tmp_path / "straight" / "completions.jsonl")]
+    clips = [clip for row in rows for turn in row["turns"] for clip in turn.get("videos", [])]
+    assert clips and all(clip["seconds"] == [0.5, 0.75, 1.0, 1.5, 1.75, 2.0] for clip in clips)
+    assert Image.open(tmp_path / "straight" / clips[0]["strip"]).size == (6 * 56, 56)
+
+    split = tmp_path / "split"
+    _grpo(model_dir, split, samples, save_steps=1, **extra)  # step 1: mid-way through the generation's iterations
+    shutil.rmtree(split / "checkpoint-2")
+    assert os.path.isdir(split / "checkpoint-1")
+    rest, resumed = _grpo(model_dir, split, samples, resume_from_checkpoint="latest", **extra)
+    assert len(rest) == 1
+    np.testing.assert_allclose(rest[0]["loss"], history[1]["loss"], rtol=1e-6, atol=1e-7)
+    for key, value in weights.items():
+        np.testing.assert_allclose(resumed[key], value, rtol=1e-6, atol=1e-7, err_msg=key)
