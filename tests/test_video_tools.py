@@ -57,6 +57,7 @@ def test_frames_rereads_a_span_at_a_higher_rate(clip_path):
     ({"start": True, "end": 2}, "'start' must be a number"),
     ({"start": 1.0, "end": 1.2}, "holds 1 frame(s) of the clip (4 frames per second); a span needs 2, at least 0.50"),
     ({"start": 0, "end": 2, "video": 1}, "'video' must be an index from 0 to 0, got 1"),
+    ({"start": 0, "end": 2, "video": math.nan}, "'video' must be an index from 0 to 0, got nan"),
     ({"start": 0, "end": 2, "count": 1}, "'count' must be a whole number of frames, at least 2, got 1"),
     ({"start": 0, "end": 2, "count": 2.5}, "'count' must be a whole number"),
 ])

@@ -4,11 +4,10 @@ and goes on, until it answers without a call or has had ``max_turns`` turns.
 Turn 1 is the single-turn rollout (the prompt prefilled once per prompt, its cache repeated for its G rows, one token
 per step). A row whose turn ended (EOS) with tool calls and has turns left continues: its calls run
 (``tools.toolbox``), their results are rendered as the chat template's tool messages (``tool_segment_text``, the
-messages ``data.episodes`` makes, as SFT on scripted episodes renders them) and
-processed as any prompt (images and clips through the processor), and only that new segment is prefilled, on top of
-the
-row's KV cache as the turn left it (``EpisodeCache``): the episode so far is never run through the model again.
-Rows that answered leave the batch; the others advance together:
+messages ``data.episodes`` makes, as SFT on scripted episodes renders them) and processed as any prompt (images and
+clips through the processor), and only that new segment is prefilled, on top of the row's KV cache as the turn left
+it (``EpisodeCache``): the episode so far is never run through the model again. Rows that answered leave the batch;
+the others advance together:
 
 - the segments of the continuing rows are left-padded to the longest; the pads, and the slots a row's turn left
   after its EOS, are masked out of the cache's attention mask;

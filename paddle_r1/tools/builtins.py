@@ -76,7 +76,7 @@ def _picked(arguments: dict, key: str, count: int) -> int:
     if not count:
         raise ToolError(f"the sample has no {key}")
     index = arguments.get(key, 0)
-    if not is_number(index) or index != int(index) or not 0 <= index < count:
+    if not is_number(index) or not math.isfinite(index) or index != int(index) or not 0 <= index < count:
         raise ToolError(f"'{key}' must be an index from 0 to {count - 1}, got {index!r}")
     return int(index)
 
