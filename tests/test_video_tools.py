@@ -318,6 +318,7 @@ def test_a_grpo_run_on_clips_calls_frames_logs_its_clips_and_resumes_exactly(fra
 
     from PIL import Image
 
+    from paddle_r1.cli import main
     from paddle_r1.models.loading import load_model
 
     model_dir, samples = frames_calling_model
@@ -330,6 +331,10 @@ def test_a_grpo_run_on_clips_calls_frames_logs_its_clips_and_resumes_exactly(fra
     clips = [clip for row in rows for turn in row["turns"] for clip in turn.get("videos", [])]
     assert clips and all(clip["seconds"] == [0.5, 0.75, 1.0, 1.5, 1.75, 2.0] for clip in clips)
     assert Image.open(tmp_path / "straight" / clips[0]["strip"]).size == (6 * 56, 56)
+    assert main(["view", str(tmp_path / "straight")]) == 0  # the report shows each tool clip's strip with its turn
+    html = open(tmp_path / "straight" / "report" / "index.html").read()
+    tool_turns = html.split('<div class="turn tool">')[1:]
+    assert tool_turns and all('<img class="tool-image"' in turn.split("</div>")[0] for turn in tool_turns)
 
     split = tmp_path / "split"
     _grpo(model_dir, split, samples, save_steps=1, **extra)  # step 1: mid-way through the generation's iterations
