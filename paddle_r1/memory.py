@@ -15,9 +15,11 @@ allocator) plus the larger of two phases' working memory:
   without flash attention), K/V expanded to the query heads for one layer (sdpa without flash attention), and the
   vision tower's forward. With tools (``max_turns`` > 1) a completion is an episode: ``max_turns`` turns of
   ``max_completion_length`` tokens and between them ``max_turns - 1`` tool results of one image each (what
-  ``crop`` and ``zoom`` return) at ``max_pixels``; the log-prob passes run each episode row whole, so the vision
-  tower sees every row's images. With a clip per prompt (``VideoClip``: ``estimate-memory --video_seconds``), its
-  tokens join the prompt and its frames the vision tower's input: frames and their size as ``data/video.py`` picks
+  ``crop`` and ``zoom`` return) at ``max_pixels``, or with ``frames`` among the tools and clips, of one clip as the
+  prompt's when that is larger (``frames`` returns as many frames as the prompt's clip by default); the log-prob
+  passes run each episode row whole, so the vision tower sees every row's images and clips. With a clip per prompt
+  (``VideoClip``: ``estimate-memory --video_seconds``), its tokens join the prompt and its frames the vision tower's
+  input: frames and their size as ``data/video.py`` picks
   them for the family (the ``video_*`` keys; Qwen3-VL's pixels per clip from its ``video_preprocessor_config.json``),
   ``VideoSampling.clip_tokens``, the very count the processor gives (``tests/test_qwen3_video.py``);
 - training forward + backward: the decoder activations kept for backward (all layers, or with
@@ -483,23 +485,29 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True,
     prompts = config.prompts_per_device
     sequences = prompts * config.generations_per_device
     prompt_len = PROMPT_TEXT_TOKENS + IMAGES_PER_PROMPT * image_tokens + (video.prompt_tokens if video else 0)
-    tool_results = config.max_turns - 1  # one image each
-    completion = config.max_turns * config.max_completion_length + tool_results * (TOOL_TEXT_TOKENS + image_tokens)
+    tool_results = config.max_turns - 1
+    # a tool result: one image at max_pixels (crop, zoom) or, where the frames tool may answer and that is larger, one
+    # clip as the prompt's (its default: as many frames as the prompt's clip, sized alike)
+    clip_results = bool(video) and "frames" in config.tools and video.tokens + video.text_tokens > image_tokens
+    result_tokens = video.tokens + video.text_tokens if clip_results else image_tokens
+    completion = config.max_turns * config.max_completion_length + tool_results * (TOOL_TEXT_TOKENS + result_tokens)
     length = prompt_len + completion
     activations, train_scores = decoder_training_bytes(shape, sequences, length, w, path,
                                                        config.gradient_checkpointing)
     logprob_chunk = min(config.logprob_chunk_size, sequences * completion) * shape.vocab * (w + 12)
 
     vision_trains = not (config.freeze_vision or config.lora)
-    images = prompts * IMAGES_PER_PROMPT if not tool_results else sequences * (IMAGES_PER_PROMPT + tool_results)
+    tool_images = 0 if clip_results else tool_results
+    images = prompts * IMAGES_PER_PROMPT if not tool_results else sequences * (IMAGES_PER_PROMPT + tool_images)
     clip_rows = (sequences if tool_results else prompts) if video else 0  # episodes' log-probs run rows whole
-    vision_patches = images * patches + clip_rows * (video.patches if video else 0)
+    clips_per_row = video.per_prompt + (tool_results if clip_results else 0) if video else 0
+    vision_patches = images * patches + clip_rows * clips_per_row * (video.pairs * video.frame_patches if video else 0)
     vision_layer = vision_patches * _activation_elements(shape.vision_width, shape.vision_width,
                                                          shape.vision_intermediate) * w
     image_scores = shape.vision_heads * patches**2 if eager else 0
     # a clip's frame pairs attend within themselves: [heads, patches, patches] per pair
     pair_scores = shape.vision_heads * video.frame_patches**2 if eager and video else 0
-    all_scores = images * image_scores + clip_rows * video.per_prompt * video.pairs * pair_scores if video else \
+    all_scores = images * image_scores + clip_rows * clips_per_row * video.pairs * pair_scores if video else \
         images * image_scores
     if vision_trains and not config.gradient_checkpointing:
         vision = shape.vision_depth * vision_layer + shape.vision_full_attention_blocks * all_scores \
@@ -534,7 +542,8 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True,
         ("working memory: max(rollout, train)", max(rollout, training) / GIB,
          f"{sequences} sequences x {length} tokens ({image_tokens} image tokens from max_pixels"
          + (f"; {video.per_prompt} x {video.tokens} video tokens, {video.pairs} frame pairs" if video else "")
-         + (f"; episodes of {config.max_turns} turns, {tool_results} tool images)" if tool_results else ")")),
+         + (f"; episodes of {config.max_turns} turns, {tool_results} tool {'clips' if clip_results else 'images'})"
+            if tool_results else ")")),
         ("  rollout KV cache (peak)", kv["peak"] / GIB,
          "prefill + max(repeated prompt + first buffers, buffers + growth copy); 2 x layers x kv width per token"),
         ("    prefill cache", kv["prefill cache"] / GIB, f"{prompts} prompts x {prompt_len} tokens, kept to the end"),

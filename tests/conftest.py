@@ -43,3 +43,20 @@ def rec_samples(rec_jsonl):
     from paddle_r1.data.loader import load_samples
 
     return load_samples(rec_jsonl)[0]
+
+
+@pytest.fixture(scope="module")
+def family_models(tiny, tmp_path_factory):
+    """(model, processor) of each family's tiny checkpoint, made on first use."""
+    from paddle_r1.models.loading import load_model, load_processor
+    from paddle_r1.testing.tiny import make_tiny_model
+
+    loaded = {"qwen2_5_vl": tiny}
+
+    def get(family):
+        if family not in loaded:
+            path = make_tiny_model(str(tmp_path_factory.mktemp(family) / family), family=family)
+            loaded[family] = load_model(path), load_processor(path)
+        return loaded[family]
+
+    return get

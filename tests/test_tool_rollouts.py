@@ -13,10 +13,11 @@ from PIL import Image
 from paddle_r1.config.jobs import GRPOConfig, SFTConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.generation import episodes as episodes_module
-from paddle_r1.generation.generator import build_prompt_batch, eos_token_ids, load_sample_images
+from paddle_r1.data.video import VideoSampling
+from paddle_r1.generation.generator import build_prompt_batch, eos_token_ids, load_sample_images, tool_contexts
 from paddle_r1.generation.rollout import SamplingParams
 from paddle_r1.models.coords import COORD_SYSTEMS, box_from_original
-from paddle_r1.models.forward import image_spans
+from paddle_r1.models.families import family_of
 from paddle_r1.rewards.lookup import get_reward
 from paddle_r1.rewards.registry import BadSolution
 from paddle_r1.tools.builtins import ToolContext, crop
@@ -29,12 +30,11 @@ from paddle_r1.algorithms.loss import LossSettings, grpo_loss
 CALL = '<tool_call>{{"name": "{}", "arguments": {}}}</tool_call>'
 
 
-def _contexts(tiny, samples, coord_system="abs_resized"):
+def _contexts(tiny, samples, coord_system="abs_resized", video=VideoSampling()):
     _, processor = tiny
     images = [load_sample_images(s) for s in samples]
-    prompt, facts = build_prompt_batch(samples, processor, "{Question}", images=images)
-    return prompt, [ToolContext(opened, sizes, inputs, coord_system)
-                    for opened, sizes, inputs in zip(images, facts.image_sizes, facts.input_sizes)]
+    prompt, facts = build_prompt_batch(samples, processor, "{Question}", images=images, video=video)
+    return prompt, tool_contexts(samples, images, facts, processor, coord_system, video)
 
 
 def test_tool_calls_are_read_in_qwen_format_and_unreadable_ones_carry_their_error():
@@ -148,17 +148,19 @@ FIRST_TURNS = [CALL.format("crop", '{"bbox_2d": [0, 0, 50, 40]}'), "no call here
                CALL.format("zoom", '{"bbox_2d": [10, 10, 30, 30], "factor": 3}'), "<tool_call>{bad</tool_call>"]
 
 
-def _episodes(tiny, rec_samples, engine="auto", max_turns=2, recorder=None):
+def run_episodes(tiny, samples, engine="auto", max_turns=2, first_turns=FIRST_TURNS, tools=("crop", "zoom"),
+              video=VideoSampling(), max_new_tokens=96):
     model, processor = tiny
-    prompt, contexts = _contexts(tiny, rec_samples[:2])
+    prompt, contexts = _contexts(tiny, samples[:2], video=video)
     return episodes_module.sample_episodes(
-        model, processor, prompt, contexts, 2, SamplingParams(max_new_tokens=96, temperature=0.0, engine=engine),
-        eos_token_ids(processor.tokenizer), processor.tokenizer.pad_token_id, Toolbox(["crop", "zoom"]), max_turns,
-        first_turns=FIRST_TURNS), prompt
+        model, processor, prompt, contexts, 2,
+        SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, engine=engine),
+        eos_token_ids(processor.tokenizer), processor.tokenizer.pad_token_id, Toolbox(list(tools)), max_turns,
+        first_turns=first_turns), prompt
 
 
 def test_episodes_keep_every_turn_and_go_on_after_a_bad_call(tiny, rec_samples):
-    result, _ = _episodes(tiny, rec_samples, max_turns=3)
+    result, _ = run_episodes(tiny, rec_samples, max_turns=3)
     roles = [[t["role"] for t in turns] for turns in result.turns]
     assert roles[1] == ["assistant"]  # answered at once: out of the batch
     assert all(r[:3] == ["assistant", "tool", "assistant"] for i, r in enumerate(roles) if i != 1)
@@ -173,57 +175,28 @@ def test_episodes_keep_every_turn_and_go_on_after_a_bad_call(tiny, rec_samples):
     assert rollout.episode_images_per_row == [2, 1, 2, 1]  # the prompt's image, and crop's / zoom's
 
 
-def _row_images(rollout, row):
-    start, end = image_spans(rollout.episode_image_grid_thw, rollout.episode_images_per_row)[row]
-    first = sum(rollout.episode_images_per_row[:row])
-    return (rollout.episode_pixel_values[start:end],
-            rollout.episode_image_grid_thw[first:first + rollout.episode_images_per_row[row]])
-
-
 @paddle.no_grad()
 def _one_pass_logits(model, prompt, rollout, row):
     """The model's own forward (positions from its rope index) over the row's whole token sequence: its prompt
-    (padding dropped), every episode token, with all its images."""
+    (padding dropped), every episode token, with all its images and clips."""
     prompt_ids = prompt.input_ids[row // rollout.num_generations]
     prompt_ids = prompt_ids[prompt.attention_mask[row // rollout.num_generations] == 1]
     length = int(rollout.episode_mask[row].sum())
     ids = paddle.concat([prompt_ids, rollout.completion_ids[row, :length]]).unsqueeze(0)
-    pixels, grid = _row_images(rollout, row)
+    media = rollout.episode_media.media_rows([row], *rollout.episode_media_counts)
+    if family_of(model).video_time != "seconds":
+        del media["second_per_grid_ts"]
     if hasattr(model.model, "rope_deltas"):
         model.model.rope_deltas = None
-    logits = model(input_ids=ids, attention_mask=paddle.ones_like(ids), pixel_values=pixels,
-                   image_grid_thw=grid).logits[0]
+    logits = model(input_ids=ids, attention_mask=paddle.ones_like(ids),
+                   **{name: value for name, value in media.items() if value is not None}).logits[0]
     return logits, prompt_ids.shape[0]
 
 
-@pytest.fixture(scope="module")
-def family_models(tiny, tmp_path_factory):
-    """(model, processor) of each family's tiny checkpoint, made on first use."""
-    from paddle_r1.models.loading import load_model, load_processor
-    from paddle_r1.testing.tiny import make_tiny_model
-
-    loaded = {"qwen2_5_vl": tiny}
-
-    def get(family):
-        if family not in loaded:
-            path = make_tiny_model(str(tmp_path_factory.mktemp(family) / family), family=family)
-            loaded[family] = load_model(path), load_processor(path)
-        return loaded[family]
-
-    return get
-
-
-@pytest.mark.parametrize("family, engine", [("qwen2_5_vl", "layers"), ("qwen2_5_vl", "one_token"),
-                                            ("qwen2_vl", "auto"), ("qwen3_vl", "auto"), ("paddleocr_vl", "auto")])
-def test_episode_logprobs_and_the_carried_cache_equal_one_pass_over_the_episode(family_models, rec_samples,
-                                                                               monkeypatch, family, engine):
-    """Turn 2 is sampled on top of the cache turn 1 left (the tool message prefilled on it, left-padded rows, each
-    row's positions its own): the logits it samples from, and the log-prob pass over the episode rows, equal the
-    model's own forward over each row's whole sequence with all its images. (PaddleOCR-VL's template has no tool
-    role: its tool results come as user turns.)"""
-    tiny = family_models(family)
-    model, _ = tiny
-    turn_two = []  # the logits turn 2 samples from: the segment's prefill, then each decode step's
+def episodes_and_turn_two(monkeypatch, run):
+    """``run()``'s (episodes, prompt) and the logits turn 2 sampled from: the tool segment's prefill, then each
+    decode step's."""
+    turn_two = []
     prefill_segment, make_decoder = episodes_module.prefill_segment, episodes_module.make_decoder
 
     def recorded_prefill(*args):
@@ -245,13 +218,19 @@ def test_episode_logprobs_and_the_carried_cache_equal_one_pass_over_the_episode(
 
     monkeypatch.setattr(episodes_module, "prefill_segment", recorded_prefill)
     monkeypatch.setattr(episodes_module, "make_decoder", recorded_decoder)
-    result, prompt = _episodes(tiny, rec_samples, engine)
+    result, prompt = run()
     monkeypatch.undo()
-    rollout = result.rollout
+    assert len(turn_two) >= 4
+    return result, prompt, turn_two
+
+
+def assert_episodes_equal_one_pass(model, prompt, rollout, turn_two, rows):
+    """The log-prob pass over the episode rows, and the logits turn 2 sampled from (``episodes_and_turn_two``; the
+    rows that called a tool: ``rows``), equal the model's own forward over each row's whole sequence."""
     with paddle.no_grad():
         logp = completion_logprobs(model, rollout, 4096).numpy()
     own = rollout.completion_mask.numpy()
-    for j, row in enumerate([0, 2, 3]):  # the rows that called a tool
+    for j, row in enumerate(rows):
         logits, prompt_len = _one_pass_logits(model, prompt, rollout, row)
         reference = paddle.nn.functional.log_softmax(logits[prompt_len - 1:-1], axis=-1).numpy()
         tokens = rollout.completion_ids[row, :reference.shape[0]].numpy()
@@ -264,7 +243,20 @@ def test_episode_logprobs_and_the_carried_cache_equal_one_pass_over_the_episode(
         for k in range(turn_length):
             np.testing.assert_allclose(turn_two[k][j].numpy(),
                                        logits[prompt_len - 1 + second_turn + k].numpy(), atol=2e-4)
-    assert len(turn_two) >= 4
+
+
+@pytest.mark.parametrize("family, engine", [("qwen2_5_vl", "layers"), ("qwen2_5_vl", "one_token"),
+                                            ("qwen2_vl", "auto"), ("qwen3_vl", "auto"), ("paddleocr_vl", "auto")])
+def test_episode_logprobs_and_the_carried_cache_equal_one_pass_over_the_episode(family_models, rec_samples,
+                                                                               monkeypatch, family, engine):
+    """Turn 2 is sampled on top of the cache turn 1 left (the tool message prefilled on it, left-padded rows, each
+    row's positions its own): the logits it samples from, and the log-prob pass over the episode rows, equal the
+    model's own forward over each row's whole sequence with all its images. (PaddleOCR-VL's template has no tool
+    role: its tool results come as user turns.)"""
+    tiny = family_models(family)
+    result, prompt, turn_two = episodes_and_turn_two(monkeypatch, lambda: run_episodes(tiny, rec_samples, engine))
+    assert_episodes_equal_one_pass(tiny[0], prompt, result.rollout, turn_two, [0, 2, 3])
+
 
 def test_dynamic_sampling_picks_and_joins_whole_episodes(tiny, rec_samples):
     """Groups picked out of a multi-turn rollout and joined in another order (dynamic sampling) keep each episode's
@@ -272,7 +264,7 @@ def test_dynamic_sampling_picks_and_joins_whole_episodes(tiny, rec_samples):
     from paddle_r1.algorithms.dynamic_sampling import concat_rollouts, select_groups
 
     model, processor = tiny
-    rollout = _episodes(tiny, rec_samples)[0].rollout
+    rollout = run_episodes(tiny, rec_samples)[0].rollout
     joined = concat_rollouts([select_groups(rollout, [1], [1, 1]), select_groups(rollout, [0], [1, 1])],
                              processor.tokenizer.pad_token_id)
     assert joined.episode_images_per_row == [2, 1, 2, 1] and joined.completion_ids.shape == rollout.completion_ids.shape
@@ -289,7 +281,7 @@ def test_tool_tokens_get_no_gradient_from_the_loss(tiny, tiny_model_dir, rec_sam
     respect to the episode's log-probs is exactly 0 at the tools' tokens and not at the model's; with every episode
     token in the mask instead (the mask dropped), the tools' tokens would get gradient."""
     model, _ = tiny
-    result, _ = _episodes(tiny, rec_samples)
+    result, _ = run_episodes(tiny, rec_samples)
     rollout = result.rollout
     settings = LossSettings.of(GRPOConfig(model_name_or_path=tiny_model_dir, reward_funcs=["iou"], beta=0.0))
     advantages = paddle.to_tensor([1.0, -1.0, 0.5, -0.5])

@@ -234,21 +234,6 @@ def test_grpo_steps_on_charades_rows(tiny_model_dir, tmp_path):
     assert any(not np.array_equal(before[k], v.numpy()) for k, v in trainer.policy.state_dict().items())
 
 
-@pytest.mark.parametrize("job, keys", [("sft", {}), ("train", {"max_turns": 2, "tools": ["crop"]})])
-def test_jobs_that_do_not_carry_videos_refuse_them_before_loading(tiny_model_dir, tmp_path, job, keys):
-    from paddle_r1.config.jobs import GRPOConfig, SFTConfig
-    from paddle_r1.trainer.job import prepare_job
-
-    config_class = SFTConfig if job == "sft" else GRPOConfig
-    config = config_class(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"), **keys)
-    samples = charades_samples(tmp_path, count=1)
-    if job == "sft":  # SFT takes clips, not in scripted episodes
-        prepare_job(config, samples)
-        samples[0]["episode"] = [{"role": "assistant", "content": "<answer>0.5 to 2.0</answer>"}]
-    with pytest.raises(ConfigError, match="videos"):
-        prepare_job(config, samples)
-
-
 def test_sft_on_clips_teaches_the_span_the_reward_reads(tiny_model_dir, tmp_path):
     """SFT's target for a grounding sample is its span as "start to end" seconds, which temporal_iou scores 1; a
     few steps on one clip lower the loss on it (the clip's frames reach the forward: with them replaced by zeros the

@@ -56,3 +56,26 @@ def test_clips_enter_the_table(tmp_path):
     assert length["video"] - length["images"] == 60 + 60 * 9
     with pytest.raises(SystemExit):
         main(["estimate-memory", "--model_name_or_path", folder, "--video_seconds", "6", "--video_size", "big"])
+
+
+def test_frames_tool_results_count_as_clips(tmp_path):
+    """With the frames tool and clips, each tool result counts as a clip as large as the prompt's (the tool's default
+    count) when that is larger than an image at max_pixels: 2 tool results of the tiny Qwen3-VL's 60-token minute
+    (and its 60 times as text) instead of 2 images of 16 tokens; crop's results stay images."""
+    import re
+
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.memory import VideoClip, estimate
+    from paddle_r1.testing.tiny import make_tiny_model
+
+    folder = make_tiny_model(str(tmp_path / "qwen3_vl"), family="qwen3_vl")
+    clip = VideoClip(60, 640, 360)
+
+    def table(tools) -> str:
+        config = GRPOConfig(model_name_or_path=folder, reward_funcs=["format"], tools=tools, max_turns=3,
+                            max_pixels=128 * 128)
+        return estimate(config, 1, 80, video=clip).table()
+
+    length = {tool: int(re.search(r"sequences x (\d+) tokens", table([tool])).group(1)) for tool in ("crop", "frames")}
+    assert length["frames"] - length["crop"] == 2 * (60 + 60 * 9 - 16)
+    assert "2 tool clips" in table(["frames"]) and "2 tool images" in table(["crop"])

@@ -14,8 +14,7 @@ from typing import Optional, Sequence
 import numpy as np
 import paddle
 
-from ..generation.rollout import PromptBatch, Rollout
-from ..models.forward import image_spans
+from ..generation.rollout import PromptBatch, Rollout, episode_fields, join_media
 
 
 def kept_groups(table, filter_key: str = "overall", reward_names: Sequence[str] = (),
@@ -52,19 +51,8 @@ def select_groups(rollout: Rollout, groups: list[int], images_per_prompt: list[i
     prompt = rollout.prompt
     rows = paddle.to_tensor(groups, dtype="int64")
     completion_rows = paddle.to_tensor([i * g + k for i in groups for k in range(g)], dtype="int64")
-    pixel_values = grid = None
-    if prompt.image_grid_thw is not None and any(images_per_prompt[i] for i in groups):
-        pixel_values, grid = _images_of(prompt.pixel_values, prompt.image_grid_thw, images_per_prompt, groups)
-    clips = {}
-    videos_per_prompt = videos_per_prompt or [0] * prompt.size
-    if prompt.video_grid_thw is not None and any(videos_per_prompt[i] for i in groups):
-        clips["pixel_values_videos"], clips["video_grid_thw"] = _images_of(
-            prompt.pixel_values_videos, prompt.video_grid_thw, videos_per_prompt, groups)
-        first = np.cumsum([0] + list(videos_per_prompt))
-        clips["second_per_grid_ts"] = paddle.concat([prompt.second_per_grid_ts[first[i]:first[i + 1]]
-                                                     for i in groups])
     selected = PromptBatch(input_ids=prompt.input_ids[rows], attention_mask=prompt.attention_mask[rows],
-                           pixel_values=pixel_values, image_grid_thw=grid, **clips)
+                           **prompt.media_rows(groups, images_per_prompt, videos_per_prompt or [0] * prompt.size))
     return Rollout(prompt=selected, num_generations=g, completion_ids=rollout.completion_ids[completion_rows],
                    completion_mask=rollout.completion_mask[completion_rows],
                    truncated=rollout.truncated[completion_rows], sampling_logp=rollout.sampling_logp[completion_rows],
@@ -75,24 +63,10 @@ def _episode_rows(rollout: Rollout, rows: list[int]) -> dict:
     """A multi-turn rollout's episode fields of ``rows`` (nothing for a single-turn one)."""
     if not rollout.multi_turn:
         return {}
-    counts = rollout.episode_images_per_row
-    fields = dict(episode_mask=rollout.episode_mask[paddle.to_tensor(rows, dtype="int64")],
-                  episode_images_per_row=[counts[r] for r in rows], episode_pixel_values=None,
-                  episode_image_grid_thw=None)
-    if any(counts[r] for r in rows):
-        fields["episode_pixel_values"], fields["episode_image_grid_thw"] = _images_of(
-            rollout.episode_pixel_values, rollout.episode_image_grid_thw, counts, rows)
-    return fields
-
-
-def _images_of(pixel_values: paddle.Tensor, grid: paddle.Tensor, images_per_item: list[int], items: list[int]
-               ) -> tuple[paddle.Tensor, paddle.Tensor]:
-    """The ``pixel_values`` rows and ``image_grid_thw`` rows of the images of ``items`` (prompts or episode rows, in
-    that order), given how many images each item has (``images_per_item``, in the order they are stored)."""
-    spans = image_spans(grid, images_per_item)
-    first_image = np.cumsum([0] + list(images_per_item))
-    return (paddle.concat([pixel_values[spans[i][0]:spans[i][1]] for i in items]),
-            paddle.concat([grid[first_image[i]:first_image[i + 1]] for i in items]))
+    images, videos = rollout.episode_media_counts
+    return dict(episode_mask=rollout.episode_mask[paddle.to_tensor(rows, dtype="int64")],
+                episode_images_per_row=[images[r] for r in rows], episode_videos_per_row=[videos[r] for r in rows],
+                **episode_fields(rollout.episode_media.media_rows(rows, images, videos)))
 
 
 def _pad(x: paddle.Tensor, width: int, value, left: bool) -> paddle.Tensor:
@@ -109,19 +83,10 @@ def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
         return rollouts[0]
     prompt_width = max(r.prompt.input_ids.shape[1] for r in rollouts)
     completion_width = max(r.completion_ids.shape[1] for r in rollouts)
-    with_images = [r.prompt for r in rollouts if r.prompt.image_grid_thw is not None]
-    with_clips = [r.prompt for r in rollouts if r.prompt.video_grid_thw is not None]
-
-    def joined(prompts: list[PromptBatch], field: str) -> Optional[paddle.Tensor]:
-        return paddle.concat([getattr(p, field) for p in prompts]) if prompts else None
-
     prompt = PromptBatch(
         input_ids=paddle.concat([_pad(r.prompt.input_ids, prompt_width, pad_token_id, True) for r in rollouts]),
         attention_mask=paddle.concat([_pad(r.prompt.attention_mask, prompt_width, 0, True) for r in rollouts]),
-        pixel_values=joined(with_images, "pixel_values"), image_grid_thw=joined(with_images, "image_grid_thw"),
-        pixel_values_videos=joined(with_clips, "pixel_values_videos"),
-        video_grid_thw=joined(with_clips, "video_grid_thw"),
-        second_per_grid_ts=joined(with_clips, "second_per_grid_ts"))
+        **join_media([r.prompt for r in rollouts]))
     return Rollout(
         prompt=prompt, num_generations=rollouts[0].num_generations,
         completion_ids=paddle.concat([_pad(r.completion_ids, completion_width, pad_token_id, False) for r in rollouts]),
@@ -135,9 +100,9 @@ def _joined_episodes(rollouts: list[Rollout], width: int) -> dict:
     """The episode fields of multi-turn ``rollouts`` joined in order (nothing for single-turn ones)."""
     if not rollouts[0].multi_turn:
         return {}
-    with_images = [r for r in rollouts if r.episode_image_grid_thw is not None]
+    counts = [r.episode_media_counts for r in rollouts]
     return dict(
         episode_mask=paddle.concat([_pad(r.episode_mask, width, 0, False) for r in rollouts]),
-        episode_pixel_values=paddle.concat([r.episode_pixel_values for r in with_images]) if with_images else None,
-        episode_image_grid_thw=paddle.concat([r.episode_image_grid_thw for r in with_images]) if with_images else None,
-        episode_images_per_row=[n for r in rollouts for n in r.episode_images_per_row])
+        episode_images_per_row=[n for images, _ in counts for n in images],
+        episode_videos_per_row=[n for _, videos in counts for n in videos],
+        **episode_fields(join_media([r.episode_media for r in rollouts])))

@@ -11,6 +11,7 @@ entropy at each completion position (the ``entropy`` metric) is read from the sa
 """
 from __future__ import annotations
 
+import dataclasses
 
 import paddle
 from paddle.autograd import PyLayer
@@ -18,8 +19,7 @@ from paddle.distributed.fleet.utils import recompute
 
 from ..generation.conversation import ConversationBatch
 from ..generation.rollout import Rollout
-from ..models.forward import (RepeatedPrompt, embed_inputs, recomputes_layers, repeat_rows, rope_positions,
-                              text_decoder, text_positions)
+from ..models.forward import (RepeatedPrompt, recomputes_layers, repeat_rows, text_decoder, text_positions)
 
 
 class _TargetLogSoftmax(PyLayer):
@@ -166,7 +166,7 @@ def _full_rows_hidden(model, rollout: Rollout, inputs) -> paddle.Tensor:
 
 def _episode_rows_hidden(model, rollout: Rollout) -> paddle.Tensor:
     """Each row of a multi-turn rollout whole: its prompt, then its episode (the model's turns and the tools'
-    messages, right-padded), with the prompt's images then the tools' (``Rollout.episode_pixel_values``), M-RoPE
+    messages, right-padded), with the prompt's images and clips then the tools' (``Rollout.episode_media``), M-RoPE
     positions from the model's rope index over the whole row.
 
     The model's own tokens are text whatever they are, as the rollout fed them: a sampled image or vision-start
@@ -179,10 +179,11 @@ def _episode_rows_hidden(model, rollout: Rollout) -> paddle.Tensor:
                         axis=1).astype("bool")
     not_model_ids = paddle.where(own, paddle.zeros_like(input_ids), input_ids)
     mask = paddle.concat([prompt_mask, rollout.episode_mask.astype(prompt_mask.dtype)], axis=1)
-    embeds = embed_inputs(model, not_model_ids, rollout.episode_pixel_values, rollout.episode_image_grid_thw)
+    media = dataclasses.replace(rollout.episode_media, input_ids=not_model_ids, attention_mask=mask)
+    embeds = media.embeddings(model)
     own_embeds = text_decoder(model).embed_tokens(input_ids).astype(embeds.embeds.dtype)
     embeds.embeds = paddle.where(own.unsqueeze(-1), own_embeds, embeds.embeds)
-    positions, _ = rope_positions(model, not_model_ids, mask, rollout.episode_image_grid_thw)
+    positions, _ = media.positions(model)
     return _hidden_after_prompt(model, rollout, embeds, positions, mask)
 
 
@@ -203,10 +204,11 @@ def _decoder_states(model, embeds, positions: paddle.Tensor, mask: paddle.Tensor
 
 def conversation_logprobs(model, batch, chunk_size: int, temperature: float = 1.0) -> paddle.Tensor:
     """[B, L - 1] log-probs of each token after the first of whole conversations (``conversation.ConversationBatch``:
-    images anywhere in a row, left padded), the state at position i predicting token i + 1; the caller masks which
-    count. Each row runs whole: a conversation's images may follow the tokens trained on."""
-    embeds = embed_inputs(model, batch.input_ids, batch.pixel_values, batch.image_grid_thw)
-    positions, _ = rope_positions(model, batch.input_ids, batch.attention_mask, batch.image_grid_thw)
+    images and clips anywhere in a row, left padded), the state at position i predicting token i + 1; the caller masks
+    which count. Each row runs whole: a conversation's images may follow the tokens trained on."""
+    conversations = batch.prompt_batch
+    embeds = conversations.embeddings(model)
+    positions, _ = conversations.positions(model)
     hidden = _decoder_states(model, embeds, positions, batch.attention_mask)
     return chunked_token_logprobs(model.lm_head, hidden[:, :-1], batch.input_ids[:, 1:], chunk_size, temperature)
 

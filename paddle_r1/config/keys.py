@@ -237,8 +237,9 @@ class RolloutKeys:
                               "adapters included): plain tensor operations over the decoder's weights; layers: the "
                               "model's own layers (any decoder); auto: one_token where it runs, else layers",
                               choices=ROLLOUT_ENGINES)
-    tools: list[str] = key(help="tools the model may call in a multi-turn rollout: crop, zoom (built in) or "
-                           "module.path:function for your own", factory=list)
+    tools: list[str] = key(help="tools the model may call in a multi-turn rollout: crop, zoom, frames (a span of "
+                           "the sample's clip at a higher frame rate; built in) or module.path:function for your own",
+                           factory=list)
     max_turns: int = key(1, "most assistant turns per episode (max_completion_length tokens each); 1: single-turn, "
                          "no tool runs; above 1 needs tools", bounds=at_least(1))
 

@@ -1,9 +1,13 @@
 """Multi-turn episodes: the model's turns and the results of the tools it called, as one chat conversation.
 
 An episode is a list of turns, each ``{"role": "assistant", "text": ...}`` (what the model wrote, tool calls
-included) or ``{"role": "tool", "name": ..., "arguments": {...}, "text": ..., "images": [path, ...]}`` (what a
-tool returned). A tool's result reaches the model as a message of the chat template's own tool role holding its
-images, then its text (``tool_result_message``; each model family's template writes it in its own format,
+included) or ``{"role": "tool", "name": ..., "arguments": {...}, "text": ..., "images": [path, ...], "videos":
+[span, ...]}`` (what a tool returned). A clip a tool returned is a span of one of the sample's clips, ``{"video":
+index (default 0), "start": seconds, "end": seconds, "count": frames (optional)}``: the arguments of the built-in
+``frames`` tool, which reads it as the rollout's call does (``tools/builtins.py``), so SFT shows the model the frames,
+and the times, GRPO's rollout will. A tool's result reaches the model as a message of the chat template's own tool
+role holding its images, its clips, then its text (``tool_result_message``; each model family's template writes it
+in its own format,
 Qwen2.5-VL's as a ``tool`` turn), or as a user message where the template has no tool role (PaddleOCR-VL's:
 ``tool_role``). The GRPO rollout (a tool's live result, ``generation.episodes``) and SFT (a scripted episode's stored
 one) both build it here, so the model sees a result the same way in both.
@@ -14,6 +18,7 @@ resolved as the sample's own); SFT then teaches the whole conversation, its loss
 from __future__ import annotations
 
 import json
+import math
 from typing import Callable
 
 from .formats import SampleError
@@ -39,9 +44,11 @@ def tool_role(processor) -> str:
     return "tool" if _PROBE in processor.apply_chat_template(conversation, tokenize=False) else "user"
 
 
-def tool_result_message(text: str, n_images: int, role: str) -> dict:
-    """The chat message a tool's result is (``role``: ``tool_role``'s): its ``n_images`` images, then its text."""
-    return {"role": role, "content": [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": text}]}
+def tool_result_message(text: str, n_images: int, role: str, n_videos: int = 0) -> dict:
+    """The chat message a tool's result is (``role``: ``tool_role``'s): its ``n_images`` images, its ``n_videos``
+    clips, then its text."""
+    return {"role": role, "content": [{"type": "image"} for _ in range(n_images)]
+            + [{"type": "video"} for _ in range(n_videos)] + [{"type": "text", "text": text}]}
 
 
 def episode_messages(prompt_messages: list[dict], episode: list[dict], role: str) -> list[dict]:
@@ -52,7 +59,8 @@ def episode_messages(prompt_messages: list[dict], episode: list[dict], role: str
         if turn["role"] == "assistant":
             messages.append(assistant_message(turn["text"]))
         else:
-            messages.append(tool_result_message(turn["text"], len(turn.get("images") or []), role))
+            messages.append(tool_result_message(turn["text"], len(turn.get("images") or []), role,
+                                                len(turn.get("videos") or [])))
     return messages
 
 
@@ -61,10 +69,15 @@ def episode_images(episode: list[dict]) -> list[str]:
     return [path for turn in episode if turn["role"] == "tool" for path in turn.get("images") or []]
 
 
-def read_episode(value, image_path: Callable[[str], str]) -> list[dict]:
+def episode_spans(episode: list[dict]) -> list[dict]:
+    """The tool turns' clips (spans of the sample's clips), in the order the conversation shows them."""
+    return [span for turn in episode if turn["role"] == "tool" for span in turn.get("videos") or []]
+
+
+def read_episode(value, image_path: Callable[[str], str], clips: int = 0) -> list[dict]:
     """A sample's ``episode`` checked (SampleError naming the turn and field) with each tool image's path made
-    by ``image_path`` (relative paths resolve as the sample's images do). Assistant and tool turns alternate,
-    starting and ending with an assistant turn."""
+    by ``image_path`` (relative paths resolve as the sample's images do) and each tool clip a span of one of the
+    sample's ``clips`` clips. Assistant and tool turns alternate, starting and ending with an assistant turn."""
     if not isinstance(value, list) or not value:
         raise SampleError(f"'episode' must be a non-empty list of turns, got {value!r:.80}")
     turns = []
@@ -87,7 +100,34 @@ def read_episode(value, image_path: Callable[[str], str]) -> list[dict]:
         images = turn.get("images", [])
         if not isinstance(images, list) or not all(isinstance(p, str) and p.strip() for p in images):
             raise SampleError(f"{where}: 'images' must be a list of paths, got {images!r:.80}")
-        turns.append({**turn, "arguments": turn.get("arguments", {}), "images": [image_path(p) for p in images]})
+        spans = turn.get("videos", [])
+        if not isinstance(spans, list):
+            raise SampleError(f"{where}: 'videos' must be a list of spans of the sample's clips, got {spans!r:.80}")
+        for k, span in enumerate(spans):
+            _check_span(span, clips, f"{where}: videos[{k}]")
+        turns.append({**turn, "arguments": turn.get("arguments", {}), "images": [image_path(p) for p in images],
+                      "videos": spans})
     if turns[-1]["role"] != "assistant":
         raise SampleError(f"episode[{len(turns) - 1}]: an episode ends with the assistant's answer, not a tool turn")
     return turns
+
+
+def _check_span(span, clips: int, where: str) -> None:
+    """A tool clip's span: its clip one of the sample's, its times numbers (the ``frames`` tool checks them
+    against the clip's length when it reads it), its count whole."""
+    if not isinstance(span, dict):
+        raise SampleError(f"{where}: expected a span {{'video', 'start', 'end', 'count'}} of the sample's clips, "
+                          f"got {span!r:.80}")
+    index = span.get("video", 0)
+    if not (_whole(index) and 0 <= index < clips):
+        raise SampleError(f"{where}: 'video' must be the index of one of the sample's {clips} clip(s), got {index!r}")
+    for key in ("start", "end"):
+        value = span.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SampleError(f"{where}: {key!r} must be a number of seconds, got {value!r}")
+    if "count" in span and not _whole(span["count"]):
+        raise SampleError(f"{where}: 'count' must be a whole number of frames, got {span['count']!r}")
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

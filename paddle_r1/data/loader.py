@@ -129,7 +129,7 @@ def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool)
     check_images(sample["images"])
     check_videos(sample)
     if "episode" in sample:  # a scripted multi-turn episode (SFT): its tool images resolve as the sample's do
-        sample["episode"] = read_episode(sample["episode"], ctx.image_path)
+        sample["episode"] = read_episode(sample["episode"], ctx.image_path, len(sample.get("videos", [])))
         check_images(episode_images(sample["episode"]))
     return sample
 

@@ -254,7 +254,7 @@ def read_clip(path, sampling: VideoSampling, factor: int = 28) -> Clip:
         return _read_frame_list(path, sampling, factor)
     if os.path.isdir(path):
         return _read_frames_folder(path, sampling, factor)
-    _check_file(path)
+    check_video_file(path)
     if path.lower().endswith(ANIMATION_SUFFIXES):
         return _read_animation(path, sampling, factor)
     return _read_video_file(path, sampling, factor)
@@ -266,8 +266,8 @@ def check_clip(path: str) -> tuple[int, int]:
     first): its end then does not decode, and it is refused here, not in the middle of a run."""
     if os.path.isdir(path) or path.lower().endswith(ANIMATION_SUFFIXES):
         return read_clip(path, VideoSampling(min_pixels=56 * 56, max_pixels=56 * 56, max_frames=2)).size
-    _check_file(path)
-    with _video_stream(path) as (container, stream):
+    check_video_file(path)
+    with open_video_stream(path) as (container, stream):
         _enough_frames(_frame_total(container, stream), path)
         if next(container.decode(stream), None) is None:
             raise DataError(f"cannot read video {path}: no frame decodes")
@@ -290,14 +290,14 @@ def clip_frames(path) -> int:
         return len(path)
     if os.path.isdir(path):
         return sum(f.lower().endswith(FRAME_SUFFIXES) for f in os.listdir(path))
-    _check_file(path)
+    check_video_file(path)
     if path.lower().endswith(ANIMATION_SUFFIXES):
         try:
             with Image.open(path) as img:
                 return getattr(img, "n_frames", 1)
         except (OSError, ValueError) as e:
             raise DataError(f"cannot read video {path}: {e}") from None
-    with _video_stream(path) as (container, stream):
+    with open_video_stream(path) as (container, stream):
         return _frame_total(container, stream)
 
 
@@ -317,7 +317,7 @@ def _enough_frames(total: int, path) -> None:
         raise DataError(f"cannot read video {path}: it holds no frames")
 
 
-def _check_file(path: str) -> None:
+def check_video_file(path: str) -> None:
     if not os.path.isfile(path):
         raise DataError(f"video not found: {path}")
     if os.path.getsize(path) == 0:
@@ -325,7 +325,7 @@ def _check_file(path: str) -> None:
 
 
 @contextlib.contextmanager
-def _video_stream(path: str):
+def open_video_stream(path: str):
     """(container, its first video stream) open; FFmpeg's errors inside become a ``DataError`` naming ``path``."""
     import av
 
@@ -431,7 +431,7 @@ def _read_animation(path: str, sampling: VideoSampling, factor: int) -> Clip:
 
 
 def _read_video_file(path: str, sampling: VideoSampling, factor: int) -> Clip:
-    with _video_stream(path) as (container, stream):
+    with open_video_stream(path) as (container, stream):
         stream.thread_type = "AUTO"
         clip_fps = float(stream.average_rate or stream.guessed_rate or 0)
         if clip_fps <= 0:

@@ -4,21 +4,22 @@ and goes on, until it answers without a call or has had ``max_turns`` turns.
 Turn 1 is the single-turn rollout (the prompt prefilled once per prompt, its cache repeated for its G rows, one token
 per step). A row whose turn ended (EOS) with tool calls and has turns left continues: its calls run
 (``tools.toolbox``), their results are rendered as the chat template's tool messages (``tool_segment_text``, the
-messages ``data.episodes`` makes, as SFT on scripted episodes renders them) and
-processed as any prompt (images through the processor), and only that new segment is prefilled, on top of the
-row's KV cache as the turn left it (``EpisodeCache``): the episode so far is never run through the model again. Rows
-that answered leave the batch; the others advance together:
+messages ``data.episodes`` makes, as SFT on scripted episodes renders them) and processed as any prompt (images and
+clips through the processor), and only that new segment is prefilled, on top of the row's KV cache as the turn left
+it (``EpisodeCache``): the episode so far is never run through the model again. Rows that answered leave the batch;
+the others advance together:
 
 - the segments of the continuing rows are left-padded to the longest; the pads, and the slots a row's turn left
   after its EOS, are masked out of the cache's attention mask;
-- each row's M-RoPE positions continue from its own next position (the segment's image tokens get their 3-D
-  positions as the model's rope index computes them, offset there);
+- each row's M-RoPE positions continue from its own next position (the segment's image and clip tokens get their
+  3-D positions as the model's rope index computes them, offset there: a clip's time positions start at its block,
+  as a prompt's do);
 - the decode step is made again over the carried cache (one copy of it per turn into the new step's buffers).
 
 The episode comes back as one ``Rollout`` row per episode: every token after the prompt (the model's turns, the
 tools' messages) in ``completion_ids``, the model's own tokens in ``completion_mask`` (the loss's tokens), all of
-them in ``episode_mask``, and each row's images (its prompt's, then its tools') for the log-prob pass, which runs
-each row whole (``trainer.logprobs``). ``max_new_tokens`` bounds each turn.
+them in ``episode_mask``, and each row's images and clips (its prompt's, then its tools') for the log-prob pass,
+which runs each row whole (``trainer.logprobs``). ``max_new_tokens`` bounds each turn.
 """
 from __future__ import annotations
 
@@ -29,20 +30,22 @@ import numpy as np
 import paddle
 
 from ..data.episodes import assistant_message, tool_result_message, tool_role
-from ..models.forward import RepeatedPrompt, embed_inputs, image_spans, repeat_rows, rope_positions
+from ..models.forward import RepeatedPrompt, repeat_rows
 from ..tools.builtins import ToolContext
 from ..tools.calls import parse_tool_calls
 from ..tools.toolbox import Toolbox
 from .decoder import make_decoder
-from .rollout import (PromptBatch, Rollout, SamplingParams, completion_mask_from_ids, pad_rows, prefill,
-                      sample_tokens)
+from .rollout import (PromptBatch, Rollout, SamplingParams, completion_mask_from_ids, episode_fields, join_media,
+                      pad_rows, prefill, sample_tokens)
 
 
 @dataclass
 class Episodes:
     rollout: Rollout
     texts: list  # [B*G] the final assistant turn's text (special tokens removed): what the rewards score
-    turns: list  # [B*G] [{"role": "assistant", "text"}, {"role": "tool", "name", "arguments", "text", "images"}, ...]
+    # [B*G] [{"role": "assistant", "text"}, {"role": "tool", "name", "arguments", "text", "images", "videos"}, ...];
+    # a tool's clip as {"frames": [T, H, W, 3] uint8, "seconds": each frame's time in its clip}
+    turns: list
     tool_calls: list  # [B*G] [{"name", "arguments", "error"}] of every call run (error None when it answered)
 
 
@@ -82,13 +85,14 @@ def tool_segment_text(processor, tool_messages: list[dict], end_of_turn: str) ->
 
 @dataclass
 class _Row:
-    """One episode as it grows: its tokens after the prompt, which are the model's, its images (pixel rows and
-    grid rows: the prompt's first), its turns and calls."""
+    """One episode as it grows: its tokens after the prompt, which are the model's, its images and clips (the
+    prompt's, then each tool segment's: ``rollout.MEDIA`` dicts), its turns and calls."""
 
     ids: list
     own: list
-    pixels: list
-    grids: list
+    media: list
+    images: int
+    videos: int
     turns: list
     calls: list
     truncated: bool = False
@@ -96,30 +100,27 @@ class _Row:
 
 
 class _Segment:
-    """The continuing rows' tool messages, tokenized row by row (with their images) and left-padded into one
-    batch."""
+    """The continuing rows' tool messages, tokenized row by row (with their images and clips) and left-padded into
+    one batch."""
 
-    def __init__(self, processor, texts: list[str], images: list[list], pad_token_id: int):
-        self.rows = []
-        for text, row_images in zip(texts, images):
-            encoded = processor(text=[text], images=row_images or None, return_tensors="pd")
-            self.rows.append((encoded["input_ids"][0], encoded.get("pixel_values"), encoded.get("image_grid_thw")))
-        tokens = [ids.tolist() for ids, _, _ in self.rows]
-        with_images = [(p, g) for _, p, g in self.rows if g is not None]
-        self.batch = PromptBatch(
-            input_ids=pad_rows(tokens, pad_token_id, left=True),
-            attention_mask=pad_rows([[1] * len(row) for row in tokens], 0, left=True),
-            pixel_values=paddle.concat([p for p, _ in with_images]) if with_images else None,
-            image_grid_thw=paddle.concat([g for _, g in with_images]) if with_images else None)
+    def __init__(self, processor, texts: list[str], images: list[list], clips: list[list], pad_token_id: int):
+        from .generator import encode_prompts  # the generator runs episodes: imported here, not at the top
+
+        self.rows = [encode_prompts([text], [row_images], processor, [row_clips])[0]
+                     for text, row_images, row_clips in zip(texts, images, clips)]
+        tokens = [row.input_ids[0].tolist() for row in self.rows]
+        self.batch = PromptBatch(input_ids=pad_rows(tokens, pad_token_id, left=True),
+                                 attention_mask=pad_rows([[1] * len(row) for row in tokens], 0, left=True),
+                                 **join_media(self.rows))
 
 
 def prefill_segment(model, cache: EpisodeCache, cache_mask: paddle.Tensor, segment: PromptBatch,
                     next_position: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
-    """``segment`` (left padded, with its images) through the model on top of ``cache`` (its valid slots
+    """``segment`` (left padded, with its images and clips) through the model on top of ``cache`` (its valid slots
     ``cache_mask`` [rows, length]), each row's positions continuing from ``next_position``: the next-token logits
     [rows, vocab], the mask over the cache's slots now, and each row's next position."""
-    embeds = embed_inputs(model, segment.input_ids, segment.pixel_values, segment.image_grid_thw)
-    positions, segment_next = rope_positions(model, segment.input_ids, segment.attention_mask, segment.image_grid_thw)
+    embeds = segment.embeddings(model)
+    positions, segment_next = segment.positions(model)
     positions = positions + next_position.astype(positions.dtype).unsqueeze(-1)
     mask = paddle.concat([cache_mask, segment.attention_mask.astype(cache_mask.dtype)], axis=1)
     out = model(**embeds.model_inputs(), attention_mask=mask, position_ids=positions, past_key_values=cache,
@@ -160,14 +161,9 @@ class _Episodes:
         self.rows = [self._new_row(r // num_generations) for r in range(prompt.size * num_generations)]
 
     def _new_row(self, prompt_index: int) -> _Row:
-        counts = [len(c.images) for c in self.contexts]
-        pixels, grids = [], []
-        if counts[prompt_index]:
-            start, end = image_spans(self.prompt.image_grid_thw, counts)[prompt_index]
-            first = sum(counts[:prompt_index])
-            pixels.append(self.prompt.pixel_values[start:end])
-            grids.append(self.prompt.image_grid_thw[first:first + counts[prompt_index]])
-        return _Row([], [], pixels, grids, [], [])
+        images, videos = [len(c.images) for c in self.contexts], [len(c.clips) for c in self.contexts]
+        media = self.prompt.media_rows([prompt_index], images, videos)
+        return _Row([], [], [media], images[prompt_index], videos[prompt_index], [], [])
 
     def run(self, uniforms, first_turns) -> Episodes:
         capacity = self.params.max_new_tokens + 1  # + 1: a continuing turn's last token goes into the cache
@@ -236,33 +232,35 @@ class _Episodes:
 
     def _run_tools(self, active: list[int], calls: list[list]) -> PromptBatch:
         """The continuing rows' calls run, recorded, and their results as the next segment (a ``PromptBatch``);
-        the segment's tokens and images join each row's episode."""
-        texts, images = [], []
+        the segment's tokens, images and clips join each row's episode."""
+        texts, images, clips = [], [], []
         for r, row_calls in zip(active, calls):
-            row, messages, row_images = self.rows[r], [], []
+            row, messages, row_images, row_clips = self.rows[r], [], [], []
             for call in row_calls:
                 result = self.toolbox.run(call, self.contexts[r // self.g])
                 row.calls.append({"name": call.name, "arguments": call.arguments, "error": result.error})
                 row.turns.append({"role": "tool", "name": call.name, "arguments": call.arguments,
-                                  "text": result.text, "images": result.images})
-                messages.append(tool_result_message(result.text, len(result.images), self.tool_role))
+                                  "text": result.text, "images": result.images,
+                                  "videos": [_clip_record(clip) for clip in result.videos]})
+                messages.append(tool_result_message(result.text, len(result.images), self.tool_role,
+                                                    len(result.videos)))
                 row_images += result.images
+                row_clips += result.videos
             texts.append(tool_segment_text(self.processor, messages, self.end_of_turn))
             images.append(row_images)
-        segment = _Segment(self.processor, texts, images, self.pad_token_id)
-        for r, (ids, pixels, grid) in zip(active, segment.rows):
-            row = self.rows[r]
+            clips.append(row_clips)
+        segment = _Segment(self.processor, texts, images, clips, self.pad_token_id)
+        for r, encoded, row_images, row_clips in zip(active, segment.rows, images, clips):
+            row, ids = self.rows[r], encoded.input_ids[0]
             row.ids += ids.tolist()
             row.own += [0] * ids.shape[0]
             row.logps += [0.0] * ids.shape[0]
-            if grid is not None:
-                row.pixels.append(pixels)
-                row.grids.append(grid)
+            row.media.append(encoded)
+            row.images += len(row_images)
+            row.videos += len(row_clips)
         return segment.batch
 
     def _episodes(self) -> Episodes:
-        pixels = [p for row in self.rows for p in row.pixels]
-        grids = [g for row in self.rows for g in row.grids]
         rollout = Rollout(
             prompt=self.prompt, num_generations=self.g,
             completion_ids=pad_rows([row.ids for row in self.rows], self.pad_token_id),
@@ -270,8 +268,14 @@ class _Episodes:
             truncated=paddle.to_tensor([row.truncated for row in self.rows]),
             sampling_logp=pad_rows([row.logps for row in self.rows], 0.0, dtype="float32"),
             episode_mask=pad_rows([[1] * len(row.ids) for row in self.rows], 0, dtype="int32"),
-            episode_pixel_values=paddle.concat(pixels) if pixels else None,
-            episode_image_grid_thw=paddle.concat(grids) if grids else None,
-            episode_images_per_row=[sum(int(g.shape[0]) for g in row.grids) for row in self.rows])
+            episode_images_per_row=[row.images for row in self.rows],
+            episode_videos_per_row=[row.videos for row in self.rows],
+            **episode_fields(join_media([media for row in self.rows for media in row.media])))
         return Episodes(rollout=rollout, texts=[row.turns[-1]["text"] for row in self.rows],
                         turns=[row.turns for row in self.rows], tool_calls=[row.calls for row in self.rows])
+
+
+def _clip_record(clip) -> dict:
+    """A tool's clip as an episode's turn keeps it: its frames and each frame's time in its clip (seconds)."""
+    metadata = clip.metadata()
+    return {"frames": clip.frames, "seconds": [i / metadata["fps"] for i in metadata["frames_indices"]]}

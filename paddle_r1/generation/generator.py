@@ -10,12 +10,13 @@ completion per prompt) all generate through ``Generator.generate``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 import paddle
 
+from ..data.clip_spans import SpanReader
 from ..data.images import load_image
 from ..data.video import Clip, VideoSampling, read_clip, shuffled_frames
 from ..models.families import family_of_processor
@@ -30,6 +31,7 @@ class PromptFacts:
     image_sizes: list  # per sample: [(w, h), ...] of the original images
     input_sizes: list  # per sample: [(w, h), ...] after the processor's resize
     texts: list  # the chat-formatted prompt strings
+    clips: list = field(default_factory=list)  # per sample: its clips as the prompt shows them (``video.Clip``)
 
 
 MEDIA_MARKER = re.compile(r"(<image>|<video>)")
@@ -67,15 +69,20 @@ def load_sample_images(sample: dict) -> list:
     return [load_image(path) for path in sample["images"]]
 
 
-def clip_reader(processor, sampling: VideoSampling) -> Callable[..., Clip]:
-    """``read_clip`` for ``processor``: its patch x merge size, and its family's budget (Qwen3-VL's video processor's
-    pixels per clip); ``read(path, options)`` takes a clip's own keys (``video.part_options``) over ``sampling``."""
+def family_sampling(processor, sampling: VideoSampling) -> tuple[VideoSampling, int]:
+    """``sampling`` for ``processor``'s family (its budget: Qwen3-VL's video processor's pixels per clip) and the
+    processor's patch x merge size."""
     image_processor = processor.image_processor
     factor = image_processor.patch_size * image_processor.merge_size
-    budget, size = family_of_processor(processor).video_budget, processor.video_processor.size
+    return sampling.for_family(family_of_processor(processor).video_budget, processor.video_processor.size), factor
+
+
+def clip_reader(processor, sampling: VideoSampling) -> Callable[..., Clip]:
+    """``read_clip`` for ``processor`` (``family_sampling``); ``read(path, options)`` takes a clip's own keys
+    (``video.part_options``) over ``sampling``."""
 
     def read(path, options: Optional[dict] = None) -> Clip:
-        return read_clip(path, sampling.with_options(options or {}).for_family(budget, size), factor)
+        return read_clip(path, *family_sampling(processor, sampling.with_options(options or {})))
 
     return read
 
@@ -101,7 +108,9 @@ def build_prompt_batch(samples: list[dict], processor, question_template: str, s
         videos = [[shuffled_frames(clip, rng) for clip in clips] for clips, rng in zip(videos, frame_orders)]
     texts = [processor.apply_chat_template(build_messages(s, question_template, system_prompt), tokenize=False,
                                            add_generation_prompt=True) for s in samples]
-    return encode_prompts(texts, images, processor, videos)
+    batch, facts = encode_prompts(texts, images, processor, videos)
+    facts.clips = videos
+    return batch, facts
 
 
 def encode_prompts(texts: list[str], images: list, processor, videos: Optional[list] = None
@@ -134,6 +143,18 @@ def encode_prompts(texts: list[str], images: list, processor, videos: Optional[l
                         second_per_grid_ts=paddle.to_tensor([clip.second_per_grid for clip in clips], "float32")
                         if clips else None)
     return batch, PromptFacts(image_sizes=image_sizes, input_sizes=input_sizes, texts=texts)
+
+
+def tool_contexts(samples: list[dict], images: list, facts: PromptFacts, processor, coord_system: str,
+                  video: VideoSampling) -> list[ToolContext]:
+    """What each sample's tool calls may look at: its opened ``images``, its clips as ``facts`` has them (the
+    prompt's), and a reader of their frames for ``processor`` under the job's ``video`` budgets (none when there is
+    no clip: a family without video has no video processor)."""
+    clips = facts.clips or [[] for _ in samples]
+    spans = SpanReader(*family_sampling(processor, video)) if any(clips) else None
+    return [ToolContext(opened, sizes, input_sizes, coord_system, sample.get("videos") or [], sample_clips, spans)
+            for opened, sizes, input_sizes, sample, sample_clips in zip(images, facts.image_sizes, facts.input_sizes,
+                                                                        samples, clips)]
 
 
 def eos_token_ids(tokenizer) -> list[int]:
@@ -171,8 +192,7 @@ class Generator:
         prompt, facts = build_prompt_batch(samples, self.processor, question_template, system_prompt, images=images,
                                            video=self.video, frame_orders=frame_orders)
         if max_turns > 1:
-            contexts = [ToolContext(opened, sizes, input_sizes, self.coord_system)
-                        for opened, sizes, input_sizes in zip(images, facts.image_sizes, facts.input_sizes)]
+            contexts = tool_contexts(samples, images, facts, self.processor, self.coord_system, self.video)
             episodes = sample_episodes(self.model, self.processor, prompt, contexts, num_generations, sampling,
                                        self.eos_token_ids, self.tokenizer.pad_token_id, toolbox, max_turns,
                                        uniforms=uniforms)

@@ -13,8 +13,11 @@ from typing import Optional, Sequence
 import numpy as np
 import paddle
 
-from ..models.forward import RepeatedPrompt, embed_inputs, repeat_rows, rope_positions
+from ..models.forward import RepeatedPrompt, embed_inputs, image_spans, repeat_rows, rope_positions
 from .decoder import make_decoder
+
+# a PromptBatch's images and clips: the fields ``media_rows`` picks and ``join_media`` joins
+MEDIA = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
 
 
 @dataclass
@@ -43,6 +46,42 @@ class PromptBatch:
         return rope_positions(model, self.input_ids, self.attention_mask, self.image_grid_thw, self.video_grid_thw,
                               self.second_per_grid_ts)
 
+    def media_rows(self, items: list[int], images_per_item: list[int], videos_per_item: list[int]) -> dict:
+        """The images and clips of ``items`` (prompts, or a multi-turn rollout's episode rows:
+        ``Rollout.episode_media``) in that order, as PromptBatch fields (``MEDIA``; None when they have none), given
+        how many images and clips each item has, in the order they are stored."""
+        fields = dict.fromkeys(MEDIA)
+        if self.image_grid_thw is not None and any(images_per_item[i] for i in items):
+            fields["pixel_values"], fields["image_grid_thw"] = _patch_rows(self.pixel_values, self.image_grid_thw,
+                                                                           images_per_item, items)
+        if self.video_grid_thw is not None and any(videos_per_item[i] for i in items):
+            fields["pixel_values_videos"], fields["video_grid_thw"] = _patch_rows(
+                self.pixel_values_videos, self.video_grid_thw, videos_per_item, items)
+            first = np.cumsum([0] + list(videos_per_item))
+            fields["second_per_grid_ts"] = paddle.concat([self.second_per_grid_ts[first[i]:first[i + 1]]
+                                                          for i in items if videos_per_item[i]])
+        return fields
+
+
+def _patch_rows(pixel_values: paddle.Tensor, grid: paddle.Tensor, per_item: list[int], items: list[int]
+                ) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """The ``pixel_values`` rows and grid rows of the images (or clips) of ``items``, given how many each item has."""
+    spans = image_spans(grid, per_item)
+    first = np.cumsum([0] + list(per_item))
+    return (paddle.concat([pixel_values[spans[i][0]:spans[i][1]] for i in items if per_item[i]]),
+            paddle.concat([grid[first[i]:first[i + 1]] for i in items if per_item[i]]))
+
+
+def join_media(batches: list) -> dict:
+    """The images and clips of ``batches`` (``PromptBatch``es, or the ``MEDIA`` dicts of some) one after another, as
+    PromptBatch fields (None where none has any)."""
+    batches = [b if isinstance(b, dict) else {name: getattr(b, name) for name in MEDIA} for b in batches]
+    joined = {}
+    for kind, names in (("image_grid_thw", MEDIA[:2]), ("video_grid_thw", MEDIA[2:])):
+        having = [b for b in batches if b[kind] is not None]
+        joined.update({name: paddle.concat([b[name] for b in having]) if having else None for name in names})
+    return joined
+
 
 @dataclass
 class SamplingParams:
@@ -70,10 +109,29 @@ class Rollout:
     episode_pixel_values: Optional[paddle.Tensor] = None  # row by row: its prompt's images, then its tools'
     episode_image_grid_thw: Optional[paddle.Tensor] = None
     episode_images_per_row: Optional[list] = None  # [B*G] images of each row (prompt's and tools')
+    episode_pixel_values_videos: Optional[paddle.Tensor] = None  # row by row: its prompt's clips, then its tools'
+    episode_video_grid_thw: Optional[paddle.Tensor] = None
+    episode_second_per_grid_ts: Optional[paddle.Tensor] = None
+    episode_videos_per_row: Optional[list] = None  # [B*G] clips of each row (None: a buffer saved before them)
 
     @property
     def multi_turn(self) -> bool:
         return self.episode_mask is not None
+
+    @property
+    def episode_media(self) -> PromptBatch:
+        """A multi-turn rollout's images and clips, row by row, as a PromptBatch without tokens."""
+        return PromptBatch(None, None, **{name: getattr(self, f"episode_{name}") for name in MEDIA})
+
+    @property
+    def episode_media_counts(self) -> tuple[list, list]:
+        """Images and clips of each episode row."""
+        return self.episode_images_per_row, self.episode_videos_per_row or [0] * len(self.episode_images_per_row)
+
+
+def episode_fields(media: dict) -> dict:
+    """``MEDIA`` fields as a Rollout's ``episode_`` ones."""
+    return {f"episode_{name}": value for name, value in media.items()}
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad: int, left: bool = False, dtype: str = "int64") -> paddle.Tensor:

@@ -8,6 +8,7 @@ from typing import Callable, Optional
 
 from PIL import Image
 
+from ..data.video import Clip
 from ..errors import ConfigError
 from ..user_code import load_user_function
 from .builtins import BUILTIN_TOOLS, ToolContext
@@ -18,6 +19,7 @@ from .calls import ToolCall
 class ToolResult:
     text: str
     images: list = field(default_factory=list)  # PIL images, appended to the episode for the model to see
+    videos: list = field(default_factory=list)  # clips (``video.Clip``: frames sampled and sized), likewise
     error: Optional[str] = None  # set when the call failed (``text`` then says so to the model)
 
 
@@ -53,15 +55,16 @@ class Toolbox:
 
 
 def _as_result(value) -> ToolResult:
-    """A tool's return value (text, an image, or (text, [images])) as a ``ToolResult``."""
+    """A tool's return value (text, an image, or (text, [images and clips])) as a ``ToolResult``."""
     if isinstance(value, str):
         return ToolResult(value)
     if isinstance(value, Image.Image):
         return ToolResult("", [value])
     if (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
-            and all(isinstance(image, Image.Image) for image in value[1])):
-        return ToolResult(value[0], [image.convert("RGB") for image in value[1]])
-    raise TypeError(f"returned {type(value).__name__}; a tool returns text, an image or (text, [images])")
+            and all(isinstance(item, (Image.Image, Clip)) for item in value[1])):
+        return ToolResult(value[0], [item.convert("RGB") for item in value[1] if isinstance(item, Image.Image)],
+                          [item for item in value[1] if isinstance(item, Clip)])
+    raise TypeError(f"returned {type(value).__name__}; a tool returns text, an image or (text, [images and clips])")
 
 
 def toolbox_for(tools: list[str], max_turns: int, folders: tuple = ()) -> Optional[Toolbox]:

@@ -20,6 +20,7 @@ from typing import Optional
 
 import numpy as np
 import paddle
+from PIL import Image
 
 from ..config.jobs import GRPOConfig
 from ..errors import ConfigError
@@ -670,7 +671,8 @@ class GRPOTrainer(Trainer):
     def _logged_turns(self, turns: list, row_name: str) -> list[dict]:
         """An episode's turns as completions.jsonl keeps them: each tool image written as a PNG under
         ``output_dir/tool_images/step-NNNNNN/`` (named after the row, turn and image) and named by its path
-        relative to output_dir."""
+        relative to output_dir; each tool clip as a PNG strip of its frames there, ``{"strip": path, "seconds":
+        each frame's time in its clip}``."""
         folder = os.path.join("tool_images", f"step-{self.step:06d}")
         os.makedirs(os.path.join(self.config.output_dir, folder), exist_ok=True)
         logged = []
@@ -681,6 +683,14 @@ class GRPOTrainer(Trainer):
                 for path, image in zip(paths, turn["images"]):
                     image.save(os.path.join(self.config.output_dir, path))
                 turn["images"] = paths
+            if turn.get("videos"):
+                clips = []
+                for k, clip in enumerate(turn["videos"]):
+                    path = os.path.join(folder, f"{row_name}-t{t}-v{k}.png")
+                    Image.fromarray(np.concatenate(list(clip["frames"]), axis=1)).save(
+                        os.path.join(self.config.output_dir, path))
+                    clips.append({"strip": path, "seconds": [round(float(s), 3) for s in clip["seconds"]]})
+                turn["videos"] = clips
             logged.append(turn)
         return logged
 

@@ -9,7 +9,6 @@ from typing import Optional
 
 import paddle
 
-from ..config.jobs import SFTConfig
 from ..errors import ConfigError
 from ..cpu_math import tune_cpu_math
 from ..data.loader import load_from_config
@@ -28,24 +27,9 @@ def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
             print(report.summary())
     if not samples:
         raise ConfigError("the dataset is empty")
-    if any(sample.get("videos") for sample in samples):
-        check_video_job(config, samples)
+    if any(sample.get("videos") for sample in samples):  # every job carries clips; a family may read none
+        check_video(model_family(config.model_name_or_path))
     return samples
-
-
-def check_video_job(config, samples: list[dict]) -> None:
-    """Videos reach the GRPO rollout and log-probs and SFT's one-turn targets of Qwen2-VL, Qwen2.5-VL and Qwen3-VL; a
-    job whose model or features do not carry them yet is refused here, before any model loads, rather than failing
-    inside a step."""
-    check_video(model_family(config.model_name_or_path))
-    if isinstance(config, SFTConfig):
-        if any(sample.get("videos") and sample.get("episode") for sample in samples):
-            raise ConfigError("the dataset has samples with both videos and a scripted multi-turn 'episode': "
-                              "paddle-r1 sft does not carry videos through episodes yet")
-        return
-    if config.max_turns > 1:
-        raise ConfigError("the dataset has videos: config key 'max_turns' (multi-turn tool episodes) does not carry "
-                          "videos yet", keys=("max_turns",))
 
 
 def check_before_loading(config) -> None:

@@ -7,7 +7,8 @@ loss is the mean negative log-likelihood of the target tokens only: the prompt i
 is masked. The targets take the place of sampled completions in a ``Rollout``, so the log-probs come from
 the same chunked forward pass GRPO uses (``completion_logprobs``).
 
-A sample with a scripted multi-turn ``episode`` (tool calls, the tools' results with their images, the answer) is
+A sample with a scripted multi-turn ``episode`` (tool calls, the tools' results with their images and clips, the
+answer) is
 taught as one whole conversation instead (``generation/conversation.py``): the loss covers every assistant turn's
 tokens and nothing of the prompt or the tool results; a batch holding one such sample goes that way whole (the
 others as one-turn conversations of their target).
@@ -88,9 +89,10 @@ def build_sft_batch(samples: list[dict], processor, config: SFTConfig, coord_sys
 
 
 def build_episode_batch(samples: list[dict], processor, config: SFTConfig, coord_system: str,
-                        images: Optional[list] = None) -> ConversationBatch:
+                        images: Optional[list] = None, video: VideoSampling = VideoSampling()) -> ConversationBatch:
     """Each sample as one conversation (``generation/conversation.py``): its scripted episode, or its target as the one
-    assistant turn; the targets are every assistant turn's tokens."""
+    assistant turn; the targets are every assistant turn's tokens. Clips (the prompts' and the episodes' tool clips)
+    are read with ``video``."""
     images = images if images is not None else [load_sample_images(s) for s in samples]
     answers = [None] * len(samples)
     plain = [i for i, sample in enumerate(samples) if not sample.get("episode")]
@@ -101,7 +103,7 @@ def build_episode_batch(samples: list[dict], processor, config: SFTConfig, coord
                                                coord_system)):
             answers[i] = text
     return build_conversation_batch(samples, answers, processor, config.question_template, config.system_prompt,
-                                    images=images)
+                                    images=images, video=video)
 
 
 def sft_loss(logp: paddle.Tensor, completion_mask: paddle.Tensor) -> paddle.Tensor:
@@ -121,7 +123,8 @@ class SFTTrainer(Trainer):
         draw, = self.next_samples()  # SFT draws one micro-batch at a time
         samples, images = draw.samples, draw.images
         if any(sample.get("episode") for sample in samples):
-            batch = build_episode_batch(samples, self.processor, self.config, self.coord_system, images=images)
+            batch = build_episode_batch(samples, self.processor, self.config, self.coord_system, images=images,
+                                        video=self.generator.video)
             mask = batch.loss_mask
         else:
             batch, _ = build_sft_batch(samples, self.processor, self.config, self.coord_system, images=images,

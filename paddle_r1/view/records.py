@@ -93,7 +93,8 @@ def _number(value) -> Optional[float]:
 
 def readable_turns(turns) -> list[dict]:
     """A row's ``turns`` as the report draws them: each a dict with a role; a tool turn's name, arguments, text and
-    images (paths) defaulted when missing or of the wrong type, so a malformed row shows what it holds."""
+    images (paths; a tool clip's strip of frames among them) defaulted when missing or of the wrong type, so a
+    malformed row shows what it holds."""
     if not isinstance(turns, list):
         return []
     readable = []
@@ -105,8 +106,10 @@ def readable_turns(turns) -> list[dict]:
             readable.append({"role": str(turn.get("role") or "assistant"), "text": text})
             continue
         images = turn.get("images") if isinstance(turn.get("images"), list) else []
+        clips = turn.get("videos") if isinstance(turn.get("videos"), list) else []
+        strips = [clip.get("strip") for clip in clips if isinstance(clip, dict)]  # a tool clip's frames, side by side
         readable.append({"role": "tool", "name": str(turn.get("name") or "?"), "arguments": turn.get("arguments"),
-                         "text": text, "images": [p for p in images if isinstance(p, str)]})
+                         "text": text, "images": [p for p in images + strips if isinstance(p, str)]})
     return readable
 
 
