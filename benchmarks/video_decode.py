@@ -21,12 +21,15 @@ from paddle_r1.data.video import VideoSampling, read_clip
 FPS = 30
 
 
-def write_clip(path: str, codec: str, width: int, height: int, seconds: float) -> None:
+def write_clip(path: str, codec: str, width: int, height: int, seconds: float, gop: int = 0) -> None:
+    """``gop``: a key frame at least every ``gop`` frames (0: the encoder's default)."""
     rng = np.random.default_rng(0)
     noise = (rng.random((height, width, 3)) * 60).astype(np.uint8)
     with av.open(path, "w") as container:
         stream = container.add_stream(codec, rate=FPS)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        if gop:
+            stream.codec_context.gop_size = gop
         for i in range(int(seconds * FPS)):
             picture = noise.copy()
             picture[:, (4 * i) % width:(4 * i) % width + 40] = (220, 40, 40)

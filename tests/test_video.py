@@ -3,6 +3,7 @@ drawn with Pillow, read back through paddle_r1's reader; the formats users bring
 mixed image + video batch through the rollout and log-probs of a tiny Qwen2.5-VL; families without video refused."""
 import json
 import os
+from fractions import Fraction
 
 import av
 import numpy as np
@@ -25,14 +26,26 @@ def frame(i: int, size=(56, 56)) -> np.ndarray:
     return picture
 
 
-def write_clip(path, count=8, fps=4, size=(56, 56), codec="mpeg4", index_first=False):
-    """A clip of ``count`` frames (``frame``); ``index_first``: the MP4 index before the frames (faststart), so
-    that a file cut short still opens and states its full length."""
+def write_clip(path, count=8, fps=4, size=(56, 56), codec="mpeg4", index_first=False, picture=frame, gop=None,
+               b_frames=0, pts_ms=None):
+    """A clip of ``count`` frames (``picture``: frame i's pixels, ``frame`` by default); ``index_first``: the MP4
+    index before the frames (faststart), so that a file cut short still opens and states its full length; ``gop``: a
+    key frame at least every ``gop`` frames; ``b_frames``: up to that many B-frames in a row (frames stored out of
+    display order); ``pts_ms``: frame i's time stamp in milliseconds (a first one other than 0, a variable rate)."""
     with av.open(str(path), "w", options={"movflags": "faststart"} if index_first else {}) as container:
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        if gop:
+            stream.codec_context.gop_size = gop
+        if b_frames:
+            stream.codec_context.max_b_frames = b_frames
+        if pts_ms is not None:
+            stream.codec_context.time_base = Fraction(1, 1000)
         for i in range(count):
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame(i, size), format="rgb24")))
+            image = av.VideoFrame.from_ndarray(picture(i, size), format="rgb24")
+            if pts_ms is not None:
+                image.pts, image.time_base = pts_ms[i], Fraction(1, 1000)
+            container.mux(stream.encode(image))
         container.mux(stream.encode())
     return str(path)
 

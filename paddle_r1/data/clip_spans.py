@@ -2,11 +2,12 @@
 (``tools/builtins.py``).
 
 The prompt's clip (``video.read_clip``) keeps a few frames spread over the whole clip; a sub-clip is frames of the
-clip's own, by their index in it (the tool picks them over a span of seconds), decoded again from the file, folder of
-frames or animation and sized by the job's pixel budgets for that many frames (``VideoSampling.frame_size``, the
-family's way). It is a ``Clip`` like the prompt's: its ``indices`` and ``source_fps`` are the clip's own, so the time
-Qwen3-VL writes before each frame pair is the pair's real time in the clip, and its ``fps`` (frames kept per second
-of the span) gives Qwen2.5-VL's ``second_per_grid_ts`` the real spacing of its frames.
+clip's own, by their index in it (the tool picks them over a span of seconds), decoded again from the file (found by
+a seek: ``video_seek.py``), folder of frames or animation and sized by the job's pixel budgets for that many frames
+(``VideoSampling.frame_size``, the family's way). It is a ``Clip`` like the prompt's: its ``indices`` and
+``source_fps`` are the clip's own, so the time Qwen3-VL writes before each frame pair is the pair's real time in the
+clip, and its ``fps`` (frames kept per second of the span) gives Qwen2.5-VL's ``second_per_grid_ts`` the real spacing
+of its frames.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import numpy as np
 from PIL import Image
 
 from .samples import DataError
-from .video import (ANIMATION_SUFFIXES, FRAME_SUFFIXES, TEMPORAL_PATCH, Clip, VideoSampling, check_video_file,
-                    open_video_stream)
+from .video import ANIMATION_SUFFIXES, FRAME_SUFFIXES, TEMPORAL_PATCH, Clip, VideoSampling, check_video_file
+from .video_seek import read_frames
 
 
 @dataclass
@@ -45,8 +46,11 @@ def _sub_clip(path: str, clip: Clip, indices: list[int], sampling: VideoSampling
         raise ValueError(f"a sub-clip takes whole frame pairs, got {len(indices)} frames")
     rate = clip.source_fps or clip.fps
     target = sampling.frame_size(clip.size[0], clip.size[1], len(indices), factor)
-    frames = [np.asarray(image.convert("RGB").resize(target, Image.BICUBIC))
-              for image in _decoded(path, indices)]
+
+    def resized(image: Image.Image) -> np.ndarray:
+        return np.asarray(image.convert("RGB").resize(target, Image.BICUBIC))
+
+    frames = _read(path, indices, round(clip.duration * rate), resized)
     if len(frames) < len(indices):
         raise DataError(f"cannot read video {path}: frame {indices[len(frames)]} does not decode")
     held = indices[-1] - indices[0] + 1  # the span's frames in the clip
@@ -54,31 +58,25 @@ def _sub_clip(path: str, clip: Clip, indices: list[int], sampling: VideoSampling
                 indices=list(indices), source_fps=rate)
 
 
-def _decoded(path: str, indices: list[int]):
-    """The frames ``indices`` of the clip at ``path`` as images, in order (fewer when it ends before them)."""
+def _read(path: str, indices: list[int], total: int, convert) -> list:
+    """The frames ``indices`` of the clip at ``path`` (``total`` frames), each through ``convert``, in order (fewer
+    when it ends before them). A video file's are found by a seek (``video_seek.py``)."""
     if os.path.isdir(path):
         files = sorted(f for f in os.listdir(path) if f.lower().endswith(FRAME_SUFFIXES))
         from .images import load_image
 
-        yield from (load_image(os.path.join(path, files[i])) for i in indices if i < len(files))
-        return
+        return [convert(load_image(os.path.join(path, files[i]))) for i in indices if i < len(files)]
     check_video_file(path)
     if path.lower().endswith(ANIMATION_SUFFIXES):
+        kept = []
         try:
             with Image.open(path) as img:
                 for i in indices:
                     img.seek(i)
-                    yield img.convert("RGB")
+                    kept.append(convert(img))
         except EOFError:
-            return
+            pass
         except (OSError, ValueError) as e:
             raise DataError(f"cannot read video {path}: {e}") from None
-        return
-    wanted = set(indices)
-    with open_video_stream(path) as (container, stream):
-        stream.thread_type = "AUTO"
-        for index, frame in enumerate(container.decode(stream)):
-            if index in wanted:
-                yield frame.to_image()
-            if index >= indices[-1]:
-                break
+        return kept
+    return read_frames(path, indices, total, convert).frames
