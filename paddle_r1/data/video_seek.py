@@ -3,25 +3,27 @@ them and decoding forward (the ``frames`` tool's sub-clips: ``clip_spans.py``), 
 clip costs one group of pictures, not the hour.
 
 A frame's index is its place in the stream as ``video.read_clip`` counts it: the n-th frame decoded from the start.
-Seeking knows only timestamps, so frame i is found at pts ``origin + i * ticks`` (``origin`` the first frame's pts,
-``ticks`` = 1 / (average rate x time base)), which holds only for a stream whose every frame sits on that grid. The
-reader checks that before it seeks, and scans from the start as ``read_clip`` does whenever it cannot tell:
+A seek knows only time stamps, so frame i is looked for at pts ``origin + i * ticks`` (``origin`` the first frame's
+pts, ``ticks`` = 1 / (average rate x time base)), which is frame i only when every frame sits on that grid. The reader
+checks what it can before and after the seek, and scans from the start as ``read_clip`` does when a check fails:
 
-- the stream states a constant rate: its average rate equals its base (real) rate; a variable-rate stream is scanned;
-- the grid spans exactly the clip's frames: the first frame decoded is frame 0, the second is on the grid's next
-  slot, and the last packet (after a seek to
-  the end, demuxed, not decoded) is at ``origin + (total - 1) * ticks``, ``total`` the clip's frame count. A stream
-  whose timestamps skip somewhere (a dropped frame, a pause) ends later than that and is scanned; one that starts at a
-  pts other than 0 (an edit list, a cut) is placed from its own first frame;
-- after the seek: every frame decoded has a pts on the grid, the frame landed on is at or before the first one wanted
-  (a container whose seek goes by decoding time, as MP4's does, can land on the key frame just after it when frames
-  are reordered (B-frames): the seek is tried again earlier, a few times), and each next frame is the next index (an
-  AVI whose B-frames carry no pts gives them out of order). Any miss, or the stream ending before the last frame
-  wanted, discards what was read and scans.
+- the stream states a constant rate: its average rate equals its base (real) rate (a variable rate is scanned);
+- the grid spans exactly the clip's frames: the first two frames decoded sit on its first two slots, and the last
+  packet (found by a seek to the end, demuxed, not decoded) on slot ``total - 1``, ``total`` the clip's frame count.
+  A stream whose time stamps skip somewhere (a dropped frame, a pause) ends later than that; one whose first pts is
+  not 0 (an edit list, a cut) is placed from its own first frame;
+- after the seek: the frame landed on is on the grid and at or before the first one wanted, and each next frame is on
+  the next slot (an AVI, which stores no presentation times, can give B-frames out of order; an MPEG program stream's
+  time stamps after a seek come off the grid). MP4's seek goes by decoding time, so with B-frames it can land on the
+  key frame just after the frame wanted: the seek is tried again further back, a few times. Any miss, a seek the
+  container refuses, or the stream ending before the last frame wanted: what was read is dropped and the file is
+  scanned.
 
-The frames a seek gives are the ones a scan gives, pixel for pixel (decoding from a key frame reproduces its group of
-pictures): ``tests/test_video_seek.py`` checks spans at the start, middle and end and across key frames, on MP4,
-Matroska and AVI with B-frames and a first pts other than 0, and the fallbacks.
+Decoding from a key frame gives the pixels decoding from the start gives (``tests/test_video_seek.py``: spans at the
+start, middle and end and across key frames, on MP4 and Matroska with B-frames and a first pts other than 0, WebM,
+AVI with B-frames; and the streams that are scanned). What the checks cannot see: frames off the grid between the
+first two and the span, in a stream whose stated rates agree and whose frame count and last time stamp fit the grid
+(a variable rate that evens out); there the seek goes by the time stamps where a scan counts frames.
 """
 from __future__ import annotations
 
@@ -59,9 +61,9 @@ class _Grid(NamedTuple):
 
 
 def read_frames(path: str, indices: list[int], total: int, convert: Callable, seek: bool = True) -> FramesRead:
-    """The frames ``indices`` (increasing) of the video file at ``path``, whose stream holds ``total`` frames (the
-    count ``read_clip`` gave it), each passed through ``convert`` (a ``PIL.Image`` in; what is kept out) as it
-    decodes; by a seek when the stream's timestamps place them (``seek=False``: always a scan)."""
+    """The frames ``indices`` (increasing) of the video file at ``path``, whose stream decodes ``total`` frames (the
+    count ``read_clip`` read it with), each passed through ``convert`` (a ``PIL.Image`` in; what is kept out) as it
+    decodes; by a seek when the stream's time stamps place them (``seek=False``: always a scan)."""
     decoded = 0
     if seek:
         import av
@@ -84,7 +86,7 @@ def read_frames(path: str, indices: list[int], total: int, convert: Callable, se
 
 
 def _grid(container, stream, total: int) -> tuple[Optional[_Grid], int]:
-    """Where the stream's frames sit, when its timestamps say so for all ``total`` of them (the module's checks);
+    """Where the stream's frames sit, when its time stamps say so for all ``total`` of them (the module's checks);
     and the frames decoded to find out."""
     rate, base = stream.average_rate, stream.base_rate
     if not rate or rate != base or not stream.time_base or total < 2:
