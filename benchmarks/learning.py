@@ -80,8 +80,9 @@ TEMPORAL = replace(FULL, task="temporal", num_heldout=100, options=dict(frame_co
                          "per_device_train_batch_size": 64})
 # Counting over time ("How many times does the red circle flash?", data/synthetic_clips.py; Video-R1 rows, numerical):
 # 1 to 3 one-second flashes with a gap between each two, frames as the temporal task's; SFT sees 6-second clips only,
-# GRPO's prompts and the held-out set add 8-second ones; scored by video_r1_accuracy (the count exactly)
-VIDEO_COUNT = replace(TEMPORAL, task="video_count", options=dict(counts=(1, 2, 3), frame_counts=(12, 16)),
+# GRPO's prompts and the held-out set add 10-second ones, on which the SFT model undercounts; scored by
+# video_r1_accuracy (the count exactly)
+VIDEO_COUNT = replace(TEMPORAL, task="video_count", options=dict(counts=(1, 2, 3), frame_counts=(12, 20)),
                       sft_options=dict(frame_counts=(12,)), sft={**TEMPORAL.sft, "learning_rate": 1e-3},
                       grpo={**TEMPORAL.grpo, "reward_funcs": ["video_r1_accuracy", "format"],
                             "eval_reward": "video_r1_accuracy", "max_completion_length": 16})

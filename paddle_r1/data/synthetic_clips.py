@@ -5,9 +5,10 @@
   circle is in. Rows are Charades-STA layout ({video, duration, timestamp, sentence}, the ``temporal_grounding``
   format) and score with ``temporal_iou``.
 - ``video_count``: "how many times does the red circle flash?" The circle flashes N times, each flash one frame
-  pair at its own random place and size, never two flashes in neighbouring pairs (so each is one flash, seen going
-  off between them). Rows are Video-R1's json (``problem_type`` numerical, the ``video_r1`` format) and score with
-  ``video_r1_accuracy`` (the count exactly).
+  pair, never two flashes in neighbouring pairs (so each is one flash, seen going off between them). Every flash is
+  the same picture, a large circle at the centre: with circles of random place and size the tiny model's SFT
+  answered "1" to most clips, and GRPO raised its held-out score little (docs/reference.md). Rows are Video-R1's json
+  (``problem_type`` numerical, the ``video_r1`` format) and score with ``video_r1_accuracy`` (the count exactly).
 
 Each clip is ``frames`` frames at ``fps`` (MPEG-4 in MP4, written by PyAV) of a plain background. Qwen-VL towers join
 frames in pairs (the temporal patch), so at the readers' default 2 fps every pair is one second and one time step of
@@ -98,15 +99,20 @@ def make_synthetic_video_count(out_dir: str, num_samples: int = 32, seed: int = 
     rng = np.random.default_rng(seed)
     clip_dir = os.path.join(out_dir, "clips")
     os.makedirs(clip_dir, exist_ok=True)
-    empty = np.asarray(Image.new("RGB", (size, size), BACKGROUND))
+    empty, flash = Image.new("RGB", (size, size), BACKGROUND), Image.new("RGB", (size, size), BACKGROUND)
+    radius = 3 * size // 8
+    ImageDraw.Draw(flash).ellipse([size // 2 - radius, size // 2 - radius, size // 2 + radius, size // 2 + radius],
+                                  fill=CIRCLE)
+    empty, flash = np.asarray(empty), np.asarray(flash)
     rows = []
     for i in range(num_samples):
         count = int(counts[int(rng.integers(len(counts)))])
         frames = int(frame_counts[int(rng.integers(len(frame_counts)))])
         pairs = _pairs_of(frames, 2 * count - 1)  # room for count flashes with a gap between each two
-        shown = {pair: _circle_frame(rng, size) for pair in flash_pairs(rng, pairs, count)}
+        shown = set(flash_pairs(rng, pairs, count))
         name = f"clip_{i:05d}.mp4"
-        _write_clip(os.path.join(clip_dir, name), [shown.get(k // TEMPORAL_PATCH, empty) for k in range(frames)], fps)
+        _write_clip(os.path.join(clip_dir, name),
+                    [flash if k // TEMPORAL_PATCH in shown else empty for k in range(frames)], fps)
         rows.append({"problem_id": i, "problem": COUNT_QUESTION, "data_type": "video", "problem_type": "numerical",
                      "options": [], "solution": f"<answer>{count}</answer>", "path": f"clips/{name}",
                      "data_source": "synthetic"})
