@@ -105,13 +105,47 @@ def test_grpo_logs_the_heldout_score(tiny_model_dir, rec_jsonl, rec_samples, tmp
 def test_temporal_clips_show_the_circle_exactly_in_the_true_span(tmp_path):
     """The synthetic grounding clips, read back as training reads them (2 fps: one frame pair a second): the red
     circle is in the frames of the true span's seconds and in no other; spans and lengths vary."""
-    from paddle_r1.data.video import VideoSampling, read_clip
-
     samples = load_samples(make_synthetic_splits(str(tmp_path), "temporal", 12, 2, seed=1,
                                                  frame_counts=(8, 12))["train"])[0]
     assert len({tuple(s["solution"]) for s in samples}) > 3 and {s["duration"] for s in samples} == {4.0, 6.0}
     for sample in samples:
-        clip = read_clip(sample["videos"][0], VideoSampling(min_pixels=56 * 56, max_pixels=56 * 56))
-        red = [bool(((f[..., 0] > 150) & (f[..., 1] < 100)).any()) for f in clip.frames]
+        red = _red_pairs(sample["videos"][0])
         start, end = sample["solution"]
-        assert red == [start <= k // 2 < end for k in range(len(clip.frames))], sample
+        assert red == [start <= k < end for k in range(len(red))], sample
+
+
+def _red_pairs(path):
+    """Per frame pair of a clip, read as training reads it (2 fps, 56 x 56): whether the red circle is in both frames
+    (True), in neither (False); a pair split between the two fails."""
+    from paddle_r1.data.video import VideoSampling, read_clip
+
+    clip = read_clip(path, VideoSampling(min_pixels=56 * 56, max_pixels=56 * 56))
+    red = [bool(((f[..., 0] > 150) & (f[..., 1] < 100)).any()) for f in clip.frames]
+    assert red[0::2] == red[1::2], path
+    return red[0::2]
+
+
+def test_count_clips_flash_the_circle_as_many_times_as_the_answer_says(tmp_path):
+    """The synthetic counting clips: each flash is one frame pair with a gap before the next, as many as the Video-R1
+    row's numerical solution; counts and lengths vary apart; the same seed writes the same rows and clips."""
+    from paddle_r1.data.synthetic_clips import COUNT_QUESTION, make_synthetic_video_count
+
+    path = make_synthetic_video_count(str(tmp_path / "a"), 12, seed=2, counts=(1, 2, 3), frame_counts=(12, 16))
+    samples = load_samples(path)[0]
+    assert {(s["problem_type"], s["reward_method"], s["problem"]) for s in samples} == {
+        ("numerical", "video_r1_accuracy", COUNT_QUESTION)}
+    seen = set()
+    for sample in samples:
+        pairs = _red_pairs(sample["videos"][0])
+        assert not any(a and b for a, b in zip(pairs, pairs[1:])), sample  # never two flashes in neighbouring pairs
+        assert str(sum(pairs)) == sample["solution"], sample
+        seen.add((sum(pairs), len(pairs)))
+    assert {count for count, _ in seen} == {1, 2, 3} and {pairs for _, pairs in seen} == {6, 8}
+    again = make_synthetic_video_count(str(tmp_path / "b"), 12, seed=2, counts=(1, 2, 3), frame_counts=(12, 16))
+    make_synthetic_video_count(str(tmp_path / "c"), 12, seed=3, counts=(1, 2, 3), frame_counts=(12, 16))
+    clips = [sorted((tmp_path / run / "clips").iterdir()) for run in "abc"]
+    assert open(again).read() == open(path).read()
+    assert [p.read_bytes() for p in clips[1]] == [p.read_bytes() for p in clips[0]]
+    assert [p.read_bytes() for p in clips[2]] != [p.read_bytes() for p in clips[0]]
+    with pytest.raises(ValueError, match="frame_counts: 8 is not an even count of at least 10 frames"):
+        make_synthetic_video_count(str(tmp_path / "d"), 4, counts=(3,), frame_counts=(8,))

@@ -7,6 +7,8 @@
   SFT (``synthetic_zoom.py``; multi-turn tool use).
 - ``temporal``: clips in which a red circle appears for a while -> its span in seconds (``synthetic_clips.py``;
   temporal grounding).
+- ``video_count``: clips in which a red circle flashes 1 to 3 times -> the count (``synthetic_clips.py``; Video-R1's
+  numerical questions).
 
 The demo, the tests and ``benchmarks/learning.py`` share them. ``make_synthetic_splits`` writes a training set
 and a held-out set from different seeds into separate folders, for measuring what training generalises to.
@@ -19,7 +21,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from .records import write_jsonl
-from .synthetic_clips import make_synthetic_temporal
+from .synthetic_clips import make_synthetic_temporal, make_synthetic_video_count
 from .synthetic_ocr import make_synthetic_ocr_lines, make_synthetic_ocr_tables
 from .synthetic_zoom import make_synthetic_zoom
 
@@ -117,7 +119,8 @@ def make_synthetic_counting(out_dir: str, num_samples: int = 32, seed: int = 0, 
 
 SYNTHETIC_TASKS = {"rec": make_synthetic_rec, "counting": make_synthetic_counting,
                    "ocr_lines": make_synthetic_ocr_lines, "ocr_tables": make_synthetic_ocr_tables,
-                   "zoom": make_synthetic_zoom, "temporal": make_synthetic_temporal}
+                   "zoom": make_synthetic_zoom, "temporal": make_synthetic_temporal,
+                   "video_count": make_synthetic_video_count}
 
 
 def make_synthetic_splits(out_dir: str, task: str, num_train: int, num_heldout: int, seed: int = 0,
