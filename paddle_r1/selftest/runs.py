@@ -1,6 +1,7 @@
 """The checks that train through the trainer's public entry points: a short GRPO run in this process, the memory
 estimate against one GRPO step's measured peak, and multi-rank runs through ``paddle.distributed.launch`` and
-``paddle-r1 train`` (gloo on CPU, NCCL on GPUs) compared with the 1-rank run over the same global batch."""
+``paddle-r1 train`` (gloo on CPU, NCCL on GPUs) compared with the 1-rank run over the same global batch, on images or
+on clips."""
 from __future__ import annotations
 
 import json
@@ -15,11 +16,15 @@ import numpy as np
 
 from .report import Skip
 from .tolerances import CheckFailed, largest_change, relative_to_movement, within
+from .workspace import CLIP_SIZE
 
 REWARD = "paddle_r1.selftest.runs:prefer_short"
 STEPS = 2
 LAUNCH_TIMEOUT = 900  # seconds for a launched run: start-up of every rank, 2 steps, a checkpoint
 LOG_LINES = 20  # lines of a failed rank's log quoted in the error
+# GRPO config keys of each kind of prompt the runs train on (``Workspace.data``): a clip's frames are read at the
+# tiny clips' own size, so each prompt holds a few vision tokens a time step
+MEDIA_SETTINGS = {"image": {}, "video": {"video_min_pixels": CLIP_SIZE ** 2, "video_max_pixels": CLIP_SIZE ** 2}}
 
 
 def prefer_short(completions, **columns):
@@ -28,9 +33,11 @@ def prefer_short(completions, **columns):
     return [1.0 - len(text) / 200.0 for text in completions]
 
 
-def run_settings(ws, output_dir: str, prompts_per_device: int, **extra) -> dict:
-    """GRPO config keys of the runs: ``STEPS`` steps of ``prompts_per_device`` prompts x 2 completions of 8 tokens."""
-    return {"model_name_or_path": ws.tiny_model(), "data_path": ws.data(), "output_dir": output_dir,
+def run_settings(ws, output_dir: str, prompts_per_device: int, media: str = "image", **extra) -> dict:
+    """GRPO config keys of the runs: ``STEPS`` steps of ``prompts_per_device`` prompts (``media``: ``image`` or
+    ``video``) x 2 completions of 8 tokens."""
+    return {"model_name_or_path": ws.tiny_model(), "data_path": ws.data(media), **MEDIA_SETTINGS[media],
+            "output_dir": output_dir,
             "dtype": ws.dtype, "reward_funcs": [REWARD], "num_generations": 2,
             "per_device_train_batch_size": 2 * prompts_per_device, "max_completion_length": 8, "max_steps": STEPS,
             "learning_rate": 5e-3, "beta": 0.04, "max_grad_norm": 1.0, "seed": 1, "save_steps": STEPS,
@@ -56,25 +63,34 @@ def _float32_state(model) -> dict:
     return {name: t.astype("float32").numpy() for name, t in model.state_dict().items()}
 
 
+def _shown(run: Run, media: str) -> list:
+    """(step, files) of each completion in the run's completions.jsonl: the images or clips (``media``) its prompt
+    showed the policy."""
+    column = {"image": "images", "video": "videos"}[media]
+    with open(os.path.join(run.output_dir, "completions.jsonl"), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    return sorted((row["step"], row.get(column) or []) for row in rows)
+
+
 def _checkpoint_weights(folder: str, dtype: str) -> dict:
     from ..models.loading import load_model
 
     return _float32_state(load_model(folder, dtype=dtype))
 
 
-def single_run(ws) -> tuple[Run, dict]:
-    """One process over the global batch the ranks checks split (``ws.nproc`` prompts per step), made once: the run
-    and the weights the trainer ended with."""
+def single_run(ws, media: str = "image") -> tuple[Run, dict]:
+    """One process over the global batch the ranks checks split (``ws.nproc`` prompts of ``media`` per step), made
+    once per ``media``: the run and the weights the trainer ended with."""
     def train():
         from ..config.jobs import GRPOConfig
         from ..trainer.grpo import GRPOTrainer
 
-        output_dir = ws.fresh("run-1-rank")
-        trainer = GRPOTrainer(GRPOConfig(**run_settings(ws, output_dir, ws.nproc)))
+        output_dir = ws.fresh("run-1-rank" + ("" if media == "image" else f"-{media}"))
+        trainer = GRPOTrainer(GRPOConfig(**run_settings(ws, output_dir, ws.nproc, media)))
         trainer.train()
         return Run(output_dir, _metrics(output_dir)), _float32_state(trainer.policy)
 
-    return ws.once("single run", train)
+    return ws.once(("single run", media), train)
 
 
 def grpo_run(ws) -> str:
@@ -179,13 +195,14 @@ def _failed_rank_log(logs: str) -> str:
     return ""
 
 
-def launch(ws, name: str, sharding: str) -> Run:
-    """``ws.nproc`` ranks, one prompt each, through ``python -m paddle.distributed.launch ... paddle-r1 train``."""
+def launch(ws, name: str, sharding: str, media: str = "image") -> Run:
+    """``ws.nproc`` ranks, one prompt of ``media`` each, through ``python -m paddle.distributed.launch ... paddle-r1
+    train``."""
     output_dir, logs = ws.fresh(f"run-{ws.nproc}-ranks-{name}"), ws.fresh(f"run-{ws.nproc}-ranks-{name}-logs")
     os.makedirs(logs, exist_ok=True)
     config = os.path.join(logs, "config.json")
     with open(config, "w", encoding="utf-8") as f:
-        json.dump(run_settings(ws, output_dir, 1, sharding=sharding), f)
+        json.dump(run_settings(ws, output_dir, 1, media, sharding=sharding), f)
     _launch(ws, logs, ["paddle_r1.cli", "train", "--config", config])
     return Run(output_dir, _metrics(output_dir))
 
@@ -226,20 +243,26 @@ def _skip_without_ranks(ws) -> None:
         raise Skip(f"{ws.machine.gpus} GPU(s) visible; {ws.nproc} ranks need {ws.nproc} (--nproc)")
 
 
-def ranks(ws, name: str, sharding: str) -> str:
-    """The run of ``grpo_run`` split over ``ws.nproc`` launched ranks (one prompt each) with ``sharding``: each step's
-    loss and gradient norm and the trained weights equal the 1-rank run's; with sharding, every rank saved a share
-    of the AdamW state, none more than 3/4 of it."""
+def ranks(ws, name: str, sharding: str, media: str = "image") -> str:
+    """The 1-rank run (``grpo_run``'s on images, or its twin on clips with ``media="video"``) split over
+    ``ws.nproc`` launched ranks (one prompt each) with ``sharding``: each step's loss and gradient norm, the trained
+    weights and the images or clips each step's prompts showed equal the 1-rank run's; with sharding, every rank
+    saved a share of the AdamW state, none more than 3/4 of it."""
     _skip_without_ranks(ws)
-    (single, trained), launched = single_run(ws), launch(ws, name, sharding)
+    (single, trained), launched = single_run(ws, media), launch(ws, name, sharding, media)
     tolerance = ws.tolerance
     if [row["step"] for row in launched.metrics] != [row["step"] for row in single.metrics]:
         raise CheckFailed(f"the ranks logged steps {[row['step'] for row in launched.metrics]}")
+    shown = _shown(launched, media)
+    if shown != _shown(single, media) or not all(files for _, files in shown):
+        raise CheckFailed(f"the ranks' prompts showed {shown}, the 1-rank run's {_shown(single, media)}: each must "
+                          f"show the same {media} files")
     pairs = list(zip(launched.metrics, single.metrics))
-    figure = [f"{ws.nproc} ranks ({'NCCL' if ws.machine.gpus else 'gloo'}, {sharding or 'data parallel'})",
+    figure = [f"{ws.nproc} ranks ({'NCCL' if ws.machine.gpus else 'gloo'}, {sharding or 'data parallel'}"
+              + (", clips)" if media == "video" else ")"),
               within("loss vs 1 rank", max(abs(a["loss"] - b["loss"]) for a, b in pairs), tolerance.loss)]
     norms = [(a["grad_norm"], b["grad_norm"]) for a, b in pairs if math.isfinite(a["grad_norm"])]
-    if norms:  # stage 2 clips inside Paddle's wrapper and logs NaN
+    if norms:  # stage 2 clips the gradients inside Paddle's wrapper and logs NaN
         figure.append(within("gradient norm", max(abs(a - b) / b for a, b in norms), tolerance.grad_norm))
     initial = _checkpoint_weights(ws.tiny_model(), ws.dtype)
     apart = relative_to_movement(_checkpoint_weights(launched.checkpoint, ws.dtype), trained, initial)

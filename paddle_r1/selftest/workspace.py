@@ -16,6 +16,8 @@ QUESTION = "{Question}"
 # positions after decoder layer i: with 2 layers the last would enter after the last layer, which no completion reads
 TINY_SIZES = {QWEN3_VL.model_type: {"num_hidden_layers": 3}}
 PROMPTS = 2  # prompts of different image sizes: a left-padded batch, the masked attention path
+CLIP_FRAMES = (4, 6)  # the clips' frame counts (2 and 3 time steps at 2 fps): prompts of two lengths, a padded batch
+CLIP_SIZE = 56  # pixels a side: 4 vision tokens a time step on the tiny Qwen-VL towers (14-pixel patches, merged 2x2)
 
 
 class Workspace:
@@ -51,11 +53,17 @@ class Workspace:
         size = TinySize(**TINY_SIZES.get(family, {}))
         return self.once(("model", family), lambda: make_tiny_model(self.path(f"tiny-{family}"), family, size=size))
 
-    def data(self) -> str:
-        """A synthetic REC jsonl with images of three sizes."""
+    def data(self, media: str = "image") -> str:
+        """A synthetic jsonl of 8 prompts: REC rows over images of three sizes (``image``), or Charades-STA rows over
+        tiny clips of ``CLIP_FRAMES`` frames, ``CLIP_SIZE`` pixels a side (``video``)."""
         from ..data.synthetic import make_synthetic_rec
+        from ..data.synthetic_clips import make_synthetic_temporal
 
-        return self.once("data", lambda: make_synthetic_rec(self.path("data"), num_samples=8, seed=0))
+        make = {"image": lambda: make_synthetic_rec(self.path("data"), num_samples=8, seed=0),
+                # seed 5: each step of the runs (seed 1, 2 prompts) holds a clip of each length, left-padded
+                "video": lambda: make_synthetic_temporal(self.path("clips"), num_samples=8, seed=5,
+                                                         frame_counts=CLIP_FRAMES, size=CLIP_SIZE)}[media]
+        return self.once(("data", media), make)
 
     def load(self, family: str = DEFAULT_FAMILY, attention=None):
         """(model, processor) of the tiny ``family`` model, in this machine's dtype and attention (or ``attention``)."""
