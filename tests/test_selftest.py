@@ -18,15 +18,16 @@ NO_CUDA = "no CUDA device: paddle.is_compiled_with_cuda() is False"
 
 @pytest.fixture(scope="module")
 def cpu_selftest(tmp_path_factory):
-    report = tmp_path_factory.mktemp("selftest") / "report.json"
-    result = subprocess.run([sys.executable, "-m", "paddle_r1.cli", "selftest", "--output", str(report)],
-                            capture_output=True, text=True, timeout=600)
-    return result, json.load(open(report))
+    folder = tmp_path_factory.mktemp("selftest")
+    report, workdir = folder / "report.json", folder / "work"
+    result = subprocess.run([sys.executable, "-m", "paddle_r1.cli", "selftest", "--output", str(report),
+                             "--workdir", str(workdir)], capture_output=True, text=True, timeout=600)
+    return result, json.load(open(report)), workdir
 
 
 @pytest.mark.timeout(600)
 def test_cpu_selftest_passes_every_cpu_check_and_skips_each_gpu_check_with_its_reason(cpu_selftest):
-    result, report = cpu_selftest
+    result, report, workdir = cpu_selftest
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     checks = {check["name"]: check for check in report["checks"]}
     assert list(checks) == [check.name for check in CHECKS]
@@ -47,6 +48,12 @@ def test_cpu_selftest_passes_every_cpu_check_and_skips_each_gpu_check_with_its_r
     stage1 = checks["ranks_stage1"]["figure"]
     assert "gloo, stage1" in stage1 and "AdamW state per rank" in stage1
     assert "skipped on every rank, loss scale 32768 -> 16384 on all" in checks["ranks_overflow_stage1"]["figure"]
+    # the clip variants: data parallel runs here on gloo ranks, stage 2 only on GPUs
+    assert "gloo, data parallel, clips" in checks["ranks_data_parallel_video"]["figure"]
+    assert (checks["ranks_stage2_video"]["status"], checks["ranks_stage2_video"]["error"]) == ("SKIP", NO_CUDA)
+    for run in ("run-1-rank-video", "run-2-ranks-data-parallel-video"):
+        rows = [json.loads(line) for line in open(workdir / run / "completions.jsonl")]
+        assert len(rows) == 8 and all(row["videos"][0].endswith(".mp4") and not row["images"] for row in rows), run
     environment = report["environment"]
     assert environment["paddle"]["version"] == paddle.__version__ and environment["gpus"] == []
     assert environment["precision"]["dtype"] == "float32" and environment["no_gpu_reason"] == NO_CUDA

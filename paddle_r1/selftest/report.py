@@ -58,7 +58,7 @@ def run_check(check: Check, workspace) -> Result:
 
 def console_lines(result: Result) -> list[str]:
     """``STATUS  name  seconds  figure`` (a SKIP's reason in the figure's place); a FAIL adds the error, what to do."""
-    head = f"{result.status:<4}  {result.name:<19} {result.seconds:6.1f} s"
+    head = f"{result.status:<4}  {result.name:<25} {result.seconds:6.1f} s"
     if result.status == "PASS":
         return [f"{head}  {result.figure}"]
     if result.status == "SKIP":
