@@ -101,6 +101,14 @@ def _ranks_that_disagree_on_an_overflow(monkeypatch):
     monkeypatch.setattr(runs, "_launch", launched)
 
 
+def _ranks_that_drop_the_clips(monkeypatch):
+    """Launched ranks that trained on the images instead of the clips (the media not passed to them): the 1-rank
+    image run stands in for their run, as measured when ``launch`` dropped ``media``."""
+    from paddle_r1.selftest import runs
+
+    monkeypatch.setattr(runs, "launch", lambda ws, name, sharding, media: runs.single_run(ws, "image")[0])
+
+
 @pytest.mark.parametrize("check, breaks, error, advice", [
     ("attention", _broken_attention_kernel, "RuntimeError: CUDA error: no kernel image is available",
      "--attn_implementation eager"),
@@ -111,8 +119,10 @@ def _ranks_that_disagree_on_an_overflow(monkeypatch):
     ("ranks_overflow_stage1", _ranks_that_disagree_on_an_overflow, "CheckFailed: a gradient overflowed on rank 1 "
      "only: ranks [1] skipped the step, the others applied it; loss scales after it [32768.0, 16384.0]",
      "train float16 without --sharding"),
+    ("ranks_data_parallel_video", _ranks_that_drop_the_clips, "CheckFailed: the ranks' prompts showed [(1, 'none'),",
+     "train on clips on one GPU"),
 ], ids=["attention kernel raises", "attention top-left after a cache", "decode step off by 1e-3",
-        "ranks part on an overflow"])
+        "ranks part on an overflow", "ranks train without the clips"])
 def test_a_branch_broken_on_purpose_is_a_fail_with_its_error_and_exit_code_1(check, breaks, error, advice, tmp_path,
                                                                              monkeypatch, capsys):
     breaks(monkeypatch)

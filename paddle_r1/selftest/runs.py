@@ -63,13 +63,13 @@ def _float32_state(model) -> dict:
     return {name: t.astype("float32").numpy() for name, t in model.state_dict().items()}
 
 
-def _shown(run: Run, media: str) -> list:
-    """(step, files) of each completion in the run's completions.jsonl: the images or clips (``media``) its prompt
-    showed the policy."""
+def _shown(run: Run, media: str) -> list[tuple[int, str]]:
+    """(step, file names) of each completion in the run's completions.jsonl: the images or clips (``media``) its
+    prompt showed the policy, ``none`` when it showed none."""
     column = {"image": "images", "video": "videos"}[media]
     with open(os.path.join(run.output_dir, "completions.jsonl"), encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
-    return sorted((row["step"], row.get(column) or []) for row in rows)
+    return sorted((row["step"], " ".join(os.path.basename(p) for p in row.get(column) or []) or "none") for row in rows)
 
 
 def _checkpoint_weights(folder: str, dtype: str) -> dict:
@@ -254,7 +254,7 @@ def ranks(ws, name: str, sharding: str, media: str = "image") -> str:
     if [row["step"] for row in launched.metrics] != [row["step"] for row in single.metrics]:
         raise CheckFailed(f"the ranks logged steps {[row['step'] for row in launched.metrics]}")
     shown = _shown(launched, media)
-    if shown != _shown(single, media) or not all(files for _, files in shown):
+    if shown != _shown(single, media) or any(files == "none" for _, files in shown):
         raise CheckFailed(f"the ranks' prompts showed {shown}, the 1-rank run's {_shown(single, media)}: each must "
                           f"show the same {media} files")
     pairs = list(zip(launched.metrics, single.metrics))
