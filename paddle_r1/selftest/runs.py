@@ -37,8 +37,7 @@ def run_settings(ws, output_dir: str, prompts_per_device: int, media: str = "ima
     """GRPO config keys of the runs: ``STEPS`` steps of ``prompts_per_device`` prompts (``media``: ``image`` or
     ``video``) x 2 completions of 8 tokens."""
     return {"model_name_or_path": ws.tiny_model(), "data_path": ws.data(media), **MEDIA_SETTINGS[media],
-            "output_dir": output_dir,
-            "dtype": ws.dtype, "reward_funcs": [REWARD], "num_generations": 2,
+            "output_dir": output_dir, "dtype": ws.dtype, "reward_funcs": [REWARD], "num_generations": 2,
             "per_device_train_batch_size": 2 * prompts_per_device, "max_completion_length": 8, "max_steps": STEPS,
             "learning_rate": 5e-3, "beta": 0.04, "max_grad_norm": 1.0, "seed": 1, "save_steps": STEPS,
             "use_visualdl": False, "disable_tqdm": True, "collective_timeout": 300.0, **extra}
