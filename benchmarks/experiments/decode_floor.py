@@ -117,7 +117,8 @@ def step_products(paddle, decoder, rows: int):
                      (lambda layer=layer: layer.out(attended), 2 * rows * attended.shape[-1] * hidden),
                      (lambda layer=layer: layer.up_gate(x), 2 * rows * hidden * gate_up.shape[-1]),
                      (lambda layer=layer, act=act: layer.down(act), 2 * rows * act.shape[-1] * hidden)]
-    products.append((lambda: paddle.matmul(x, lm_head, transpose_y=True), 2 * rows * hidden * lm_head.shape[0]))
+    head = decoder.head or (lambda h: paddle.matmul(h, lm_head, transpose_y=True))  # packed on CPU, as the step's
+    products.append((lambda: head(x), 2 * rows * hidden * lm_head.shape[0]))
 
     def runner(chosen):
         def run():

@@ -1,4 +1,5 @@
-"""The matrix products of one decode step, as ``generation/decoder.py`` lays them out, timed on this machine.
+"""The matrix products of one decode step in the layouts weighed for ``generation/decoder.py`` (whose weights are now
+packed for MKL on CPU: ``packed_products.py``; the keys are still cached transposed), timed on this machine.
 
     python benchmarks/experiments/decode_products.py [--model FOLDER] [--rows 16] [--cache 106]
 
