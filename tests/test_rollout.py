@@ -141,7 +141,8 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
     of paddleformers' forward with its growing DynamicCache over the repeated prompt: the model's own layers
     (``LayerDecoder``) and the plain-tensor step over transposed keys (``OneTokenDecoder``, whose write slot and
     rotary row live on the device: the same call, step after step, moves through the cache), with its weights
-    packed for MKL's packed products (CPU) and as stored (a GPU's way: ``one_token_plain``). In ``one_token_growing``
+    as stored for its first steps and packed for MKL from then on (CPU), or as stored throughout (``one_token_plain``,
+    a GPU's way). In ``one_token_growing``
     its cache holds room for 2 tokens and grows by 2 at the third step: the fourth slot is still closed then."""
     from paddle_r1.generation import decoder as decoders
     from paddle_r1.generation import kv_cache
@@ -162,14 +163,16 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         if engine == "one_token_growing":
             monkeypatch.setattr(kv_cache, "GROWTH", 2)
         packed = engine != "one_token_plain"
+        monkeypatch.setattr(decoders, "PACK_AFTER_STEPS", 2)  # steps 0-1 as stored, 2-3 packed
         if not packed:
             monkeypatch.setattr(decoders, "packs", lambda weight: False)
         decoder = (LayerDecoder if engine == "layers" else OneTokenDecoder)(
             model, RepeatedPrompt(cache, g), mask, next_position, steps + 1)
-        if engine != "layers":
-            projections = [decoder.layers[0].qkv, decoder.layers[0].out, decoder.layers[0].up_gate,
-                           decoder.layers[0].down]
-            assert [p.packed is not None for p in projections] + [decoder.head is not None] == [packed] * 5
+
+        def packed_now() -> list:
+            layer = decoder.layers[0]
+            projections = [layer.qkv, layer.out, layer.up_gate, layer.down]
+            return [p.packed is not None for p in projections] + [decoder.head is not None]
         grows = [decoder.cache.mask.shape[-1]]
 
         embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw).repeat(g)
@@ -178,6 +181,8 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
                         use_cache=True).past_key_values
         for step in range(steps):
             got = decoder.step(tokens[:, step])
+            if engine != "layers":
+                assert packed_now() == [packed and step >= 2] * 5
             mask = paddle.concat([mask, paddle.ones([rows, 1], dtype=mask.dtype)], axis=1)
             out = model(input_ids=tokens[:, step:step + 1], attention_mask=mask, past_key_values=dynamic,
                         position_ids=text_positions(next_position + step, 1), use_cache=True)

@@ -9,9 +9,11 @@ put three avoidable costs on top of that (``benchmarks/rollout.py``). The measur
 scripts in ``benchmarks/experiments/``; their figures are in ``benchmarks/README.md``, beside their commands.
 
 - On CPU the products with the weights bound the step: each is a few rows by a whole weight, and MKL's plain
-  ``sgemm`` re-lays the weight out for its kernel on every call. The weights (float32) are packed once per rollout
-  with MKL's packed API instead (``packed_products.py``: one extra copy of them while the rollout runs); elsewhere
-  (a GPU, bfloat16) they are used as they are.
+  ``sgemm`` re-lays the weight out for its kernel on every call. The weights (float32) are packed with MKL's packed
+  API instead (``packed_products.py``: one extra copy of them while the rollout runs); elsewhere (a GPU, bfloat16)
+  they are used as they are. Packing costs about what 10 tokens of plain products lose against packed ones
+  (``mlp_products.py`` prints both), so a rollout packs only once it has decoded ``PACK_AFTER_STEPS`` tokens: short
+  answers (a served reply, an evaluation) never pay for it, and no rollout loses more than that much.
 - q @ K^T over the cache as a batched ``transpose_y`` product is slower than over keys stored transposed
   (``kv_cache.TransposedKVCache``; ``decode_products.py``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
@@ -84,20 +86,24 @@ class LayerDecoder:
 
 @dataclass
 class Projection:
-    """A linear layer's weight as the decode step multiplies it: packed for ``rows``-row products where
-    ``packed_products.packs`` it; with a LoRA layer's adapters in use, x W + b + (x A) B * scaling, as paddleformers'
-    ``LoRALinear`` computes it (its dropout is the identity in eval mode)."""
+    """A linear layer's weight as the decode step multiplies it: as stored, or packed once ``pack`` was called;
+    with a LoRA layer's adapters in use, x W + b + (x A) B * scaling, as paddleformers' ``LoRALinear`` computes it
+    (its dropout is the identity in eval mode)."""
 
     weight: paddle.Tensor
     bias: Optional[paddle.Tensor]
-    packed: Optional[PackedWeight]
     lora: Optional[tuple] = None  # (A [in, r], B [r, out], scaling)
+    packed: Optional[PackedWeight] = None
 
     @classmethod
-    def of(cls, linear: paddle.nn.Linear, rows: int) -> "Projection":
+    def of(cls, linear: paddle.nn.Linear) -> "Projection":
         adapters = type(linear) is LoRALinear and not (linear.disable_lora or linear.merged)
-        return cls(linear.weight, linear.bias, PackedWeight(linear.weight, rows) if packs(linear.weight) else None,
-                   (linear.lora_A, linear.lora_B, linear.scaling) if adapters else None)
+        return cls(linear.weight, linear.bias, (linear.lora_A, linear.lora_B, linear.scaling) if adapters else None)
+
+    def pack(self, rows: int) -> None:
+        """Multiply by the weight packed for ``rows``-row products from now on, where ``packs`` takes it."""
+        if packs(self.weight):
+            self.packed = PackedWeight(self.weight, rows)
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
         if self.packed is not None:
@@ -150,6 +156,9 @@ def supports(model) -> bool:
                for layer in text.layers)
 
 
+PACK_AFTER_STEPS = 8  # tokens decoded before the weights are packed (see the module docstring)
+
+
 def packed_head(head, rows: int) -> Optional[PackedWeight]:
     """The LM head's weight [vocab, hidden] packed for ``rows``-row products, where it is paddleformers' plain head
     (no bias, no tensor or sequence parallelism: its forward is then x @ W^T) and ``packs`` it; else None."""
@@ -176,14 +185,15 @@ class OneTokenDecoder:
         self.act_fn = text.layers[0].mlp.act_fn
         rows, prompt_len = prompt_mask.shape
         self.layers = [LayerWeights(
-            input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj, rows),
-            out=Projection.of(layer.self_attn.o_proj, rows), post_norm=layer.post_attention_layernorm.weight,
-            up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name), rows),
-            down=Projection.of(layer.mlp.down_proj, rows),
+            input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj),
+            out=Projection.of(layer.self_attn.o_proj), post_norm=layer.post_attention_layernorm.weight,
+            up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name)),
+            down=Projection.of(layer.mlp.down_proj),
         ) for layer in text.layers]
         capacity = prompt_len + max_new_tokens
         self.cache = TransposedKVCache(prompt, prompt_mask, capacity)
-        self.head = packed_head(model.lm_head, rows)
+        self.head: Optional[PackedWeight] = None  # packed with the layers' weights (``_pack``)
+        self.steps = 0
         # cos and sin [rows, 1, capacity, head_dim] of the text position each cache slot's token takes (the prompt's
         # slots unused), in one call; a step takes the row of its slot
         probe = paddle.zeros([1], dtype=model.lm_head.weight.dtype)
@@ -208,6 +218,8 @@ class OneTokenDecoder:
         kernel), the query, key and value are rotated together in one pass (the value with cos 1, sin 0); the rotary
         tables and the mask are laid out once per step, not per layer."""
         rows, groups, cache = token.shape[0], self.heads // self.kv_heads, self.cache
+        if self.steps == PACK_AFTER_STEPS:
+            self._pack(rows)
         cache.open_next()
         cos, sin = self._rotation(self.cos, self.value_cos), self._rotation(self.sin, self.value_sin)
         rotation = half_rotation(self.head_dim, cos.dtype)
@@ -229,5 +241,13 @@ class OneTokenDecoder:
             next_norm = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.text.norm.weight
             hidden, residual = fused_rms_norm(down, next_norm, None, self.epsilon, 1, residual=residual)[:2]
         cache.advance()
+        self.steps += 1
         return self.model.lm_head(hidden) if self.head is None else self.head(hidden)
+
+    def _pack(self, rows: int) -> None:
+        """Every projection's weight and the LM head's packed for ``rows``-row products (see the module docstring)."""
+        for layer in self.layers:
+            for projection in (layer.qkv, layer.out, layer.up_gate, layer.down):
+                projection.pack(rows)
+        self.head = packed_head(self.model.lm_head, rows)
 
