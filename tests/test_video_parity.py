@@ -18,7 +18,7 @@ from PIL import Image
 
 from paddle_r1.algorithms.logprobs import completion_logprobs
 from paddle_r1.data.video import Clip
-from paddle_r1.generation.generator import encode_prompts
+from paddle_r1.generation.encoding import encode_prompts
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
 from paddle_r1.models.loading import load_model, load_processor
 

@@ -24,7 +24,8 @@ from ..data.episodes import episode_images, episode_messages, episode_spans, too
 from ..data.images import load_image
 from ..data.video import VideoSampling
 from ..tools.builtins import ToolContext, ToolError, frames
-from .generator import build_messages, encode_prompts, family_sampling, load_sample_images, load_sample_videos
+from .encoding import encode_prompts
+from .generator import build_messages, family_sampling, load_sample_images, load_sample_videos
 from .rollout import MEDIA, PromptBatch, join_media, pad_rows
 
 

@@ -35,6 +35,7 @@ from ..tools.builtins import ToolContext
 from ..tools.calls import parse_tool_calls
 from ..tools.toolbox import Toolbox
 from .decoder import make_decoder
+from .encoding import encode_prompts
 from .rollout import (PromptBatch, Rollout, SamplingParams, completion_mask_from_ids, episode_fields, join_media,
                       pad_rows, prefill, sample_tokens)
 
@@ -104,7 +105,6 @@ class _Segment:
     one batch."""
 
     def __init__(self, processor, texts: list[str], images: list[list], clips: list[list], pad_token_id: int):
-        from .generator import encode_prompts  # the generator runs episodes: imported here, not at the top
 
         self.rows = [encode_prompts([text], [row_images], processor, [row_clips])[0]
                      for text, row_images, row_clips in zip(texts, images, clips)]

@@ -14,7 +14,8 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from ..generation.generator import Generator, encode_prompts
+from ..generation.encoding import encode_prompts
+from ..generation.generator import Generator
 from ..generation.rollout import sample_completions
 from .chat import ChatRequest
 

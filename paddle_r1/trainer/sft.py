@@ -26,7 +26,8 @@ import paddle
 
 from ..config.jobs import SFTConfig
 from ..data.video import VideoSampling
-from ..generation.generator import PromptFacts, build_prompt_batch, load_sample_images
+from ..generation.encoding import PromptFacts
+from ..generation.generator import build_prompt_batch, load_sample_images
 from ..generation.rollout import Rollout, pad_rows
 from ..models.coords import as_box, box_from_original
 from ..rewards.families.multibox import read_groups
