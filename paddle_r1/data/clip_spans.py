@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from .samples import DataError
-from .video import ANIMATION_SUFFIXES, FRAME_SUFFIXES, TEMPORAL_PATCH, Clip, VideoSampling, check_video_file
+from .video import ANIMATION_SUFFIXES, TEMPORAL_PATCH, Clip, VideoSampling, check_video_file, folder_frames
 from .video_seek import read_frames
 
 
@@ -44,13 +44,13 @@ class SpanReader:
 def _sub_clip(path: str, clip: Clip, indices: list[int], sampling: VideoSampling, factor: int) -> Clip:
     if len(indices) % TEMPORAL_PATCH or not indices:
         raise ValueError(f"a sub-clip takes whole frame pairs, got {len(indices)} frames")
-    rate = clip.source_fps or clip.fps
+    rate = clip.frame_rate
     target = sampling.frame_size(clip.size[0], clip.size[1], len(indices), factor)
 
     def resized(image: Image.Image) -> np.ndarray:
         return np.asarray(image.convert("RGB").resize(target, Image.BICUBIC))
 
-    frames = _read(path, indices, round(clip.duration * rate), resized)
+    frames = _read(path, indices, clip.source_frames, resized)
     if len(frames) < len(indices):
         raise DataError(f"cannot read video {path}: frame {indices[len(frames)]} does not decode")
     held = indices[-1] - indices[0] + 1  # the span's frames in the clip
@@ -62,10 +62,10 @@ def _read(path: str, indices: list[int], total: int, convert) -> list:
     """The frames ``indices`` of the clip at ``path`` (``total`` frames), each through ``convert``, in order (fewer
     when it ends before them). A video file's are found by a seek (``video_seek.py``)."""
     if os.path.isdir(path):
-        files = sorted(f for f in os.listdir(path) if f.lower().endswith(FRAME_SUFFIXES))
+        files = folder_frames(path)
         from .images import load_image
 
-        return [convert(load_image(os.path.join(path, files[i]))) for i in indices if i < len(files)]
+        return [convert(load_image(files[i])) for i in indices if i < len(files)]
     check_video_file(path)
     if path.lower().endswith(ANIMATION_SUFFIXES):
         kept = []

@@ -227,6 +227,16 @@ class Clip:
     source_fps: Optional[float] = None  # the clip's own frame rate; None: ``fps`` (frames given as they are)
 
     @property
+    def frame_rate(self) -> float:
+        """The clip's own frames per second (its frame i is at i / this)."""
+        return self.source_fps or self.fps
+
+    @property
+    def source_frames(self) -> int:
+        """How many frames the clip itself holds at ``frame_rate``."""
+        return round(self.duration * self.frame_rate)
+
+    @property
     def second_per_grid(self) -> float:
         """Seconds one temporal patch (2 frames) spans: Qwen2.5-VL's ``second_per_grid_ts`` entry."""
         return TEMPORAL_PATCH / self.fps
@@ -235,8 +245,7 @@ class Clip:
         """The clip as the video processor's ``video_metadata`` takes it: Qwen3-VL's processor writes each temporal
         patch's time, the mean of its frames' index / fps, before the patch."""
         indices = list(range(len(self.frames))) if self.indices is None else list(self.indices)
-        fps = self.source_fps or self.fps
-        return {"total_num_frames": max(round(self.duration * fps), len(indices)), "fps": fps,
+        return {"total_num_frames": max(self.source_frames, len(indices)), "fps": self.frame_rate,
                 "frames_indices": indices}
 
 
@@ -289,7 +298,7 @@ def clip_frames(path) -> int:
     if isinstance(path, list):
         return len(path)
     if os.path.isdir(path):
-        return sum(f.lower().endswith(FRAME_SUFFIXES) for f in os.listdir(path))
+        return len(folder_frames(path))
     check_video_file(path)
     if path.lower().endswith(ANIMATION_SUFFIXES):
         try:
@@ -375,8 +384,13 @@ def _resized(images: list, keep: list[int], total: int, clip_fps: float, size: t
     return _clip(frames, keep, total, clip_fps, size)
 
 
+def folder_frames(path: str) -> list[str]:
+    """A folder of frames' image files, in name order: the clip's frames."""
+    return sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(FRAME_SUFFIXES))
+
+
 def _read_frames_folder(path: str, sampling: VideoSampling, factor: int) -> Clip:
-    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(FRAME_SUFFIXES))
+    files = folder_frames(path)
     return _read_frame_files(files, _keep(len(files), sampling.frames_fps, sampling, path), sampling, factor)
 
 

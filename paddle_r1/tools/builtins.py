@@ -125,8 +125,7 @@ def call_span(arguments: dict, clip) -> tuple[int, int]:
         raise ToolError(f"'end' ({end:g} s) must come after 'start' ({start:g} s)")
     if end <= 0 or start >= clip.duration:
         raise ToolError(f"the span {start:g} to {end:g} s is outside the clip, which lasts {clip.duration:.2f} s")
-    rate = clip.source_fps or clip.fps
-    total = round(clip.duration * rate)
+    rate, total = clip.frame_rate, clip.source_frames
     first = max(0, math.ceil(round(start * rate, 6)))
     last = min(total - 1, math.floor(round(end * rate, 6)))
     if last - first + 1 < TEMPORAL_PATCH:
@@ -150,7 +149,7 @@ def frames(arguments: dict, context: ToolContext):
     count = min(int(count), last - first + 1, context.spans.sampling.max_frames)
     count -= count % TEMPORAL_PATCH
     indices = np.linspace(first, last, count).round().astype(int).tolist()
-    rate = clip.source_fps or clip.fps
+    rate = clip.frame_rate
     text = f"the frames from {first / rate:.2f} to {last / rate:.2f} s" + (f" of video {index}" if index else "")
     return text, [context.spans.read(context.videos[index], clip, indices)]
 
