@@ -32,7 +32,7 @@ class JudgeServer:
     bodies of ``MALFORMED_REPLIES`` in turn, or only ``malformed_shape``'s) | "trickle" (the body one byte at a time)
     | "trickle_headers" (a header one byte every 0.5 s, for 20 s); ``fail_first`` 500s
     before answering; ``delay`` seconds of sleep per request. GET /v1/models lists ``models`` (with the key).
-    Records bodies and the most requests in flight at once."""
+    Records bodies and the most requests in flight at once (from arrival until the reply starts)."""
 
     def __init__(self):
         self.mode, self.fail_first, self.delay = "ok", 0, 0.0
@@ -95,12 +95,17 @@ class JudgeServer:
                 with server.lock:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                counted = True
                 try:
                     body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                     server.stop.wait(server.delay)
                     with server.lock:
                         server.bodies.append(body)
                         status, data = server.answer(body)
+                        # counted until the reply starts: once a client has read it, its next request may
+                        # arrive before this handler returns
+                        server.in_flight -= 1
+                        counted = False
                     if self.path != "/v1/chat/completions" or self.headers.get("Authorization") != f"Bearer {KEY}":
                         status, data = 401, b'{"error": "bad key or path"}'
                     if server.mode == "trickle_headers":
@@ -124,8 +129,9 @@ class JudgeServer:
                 except OSError:  # the client gave up (timeout) and closed the connection
                     pass
                 finally:
-                    with server.lock:
-                        server.in_flight -= 1
+                    if counted:
+                        with server.lock:
+                            server.in_flight -= 1
 
             def log_message(self, *_):
                 pass
