@@ -78,7 +78,7 @@ def main() -> None:
 
     from paddle_r1.cpu_math import tune_cpu_math
     from paddle_r1.data.loader import load_samples
-    from paddle_r1.data.synthetic import make_synthetic_rec
+    from paddle_r1.synthetic import make_synthetic_rec
     from paddle_r1.generation import episodes as episodes_module
     from paddle_r1.generation.episodes import sample_episodes
     from paddle_r1.generation.generator import build_prompt_batch, eos_token_ids, load_sample_images

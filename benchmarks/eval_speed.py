@@ -21,7 +21,7 @@ def main() -> None:
 
     quiet_libraries("ERROR")
     tune_cpu_math()  # what a CPU job does before its first matrix product
-    from paddle_r1.data.synthetic import make_synthetic_rec
+    from paddle_r1.synthetic import make_synthetic_rec
     from paddle_r1.evaluation.runner import EvalOptions, Evaluator
     from paddle_r1.evaluation.tasks import TASKS
     from paddle_r1.testing.tiny import make_tiny_model

@@ -39,7 +39,7 @@ class Preset:
     num_sft: int = 512
     num_train: int = 512
     num_heldout: int = 200
-    task: str = "counting"  # a paddle_r1.data.synthetic task
+    task: str = "counting"  # a paddle_r1.synthetic task
     family: str = "qwen2_5_vl"  # the tiny model's
     options: dict = field(default_factory=lambda: dict(counts=(1, 2, 3, 4), sizes=((56, 56), (84, 84))))
     sft_options: dict = field(default_factory=lambda: dict(sizes=((56, 56),)))  # the SFT set's, over ``options``
@@ -67,7 +67,7 @@ OCR = replace(FULL, task="ocr_lines", family="paddleocr_vl",
               answer_template="{Answer}", tiny_options=dict(min_pixels=28 * 28, max_pixels=28 * 28 * 8),
               sft={**FULL.sft, "max_steps": 800, "learning_rate": 2e-3},
               grpo={**FULL.grpo, "reward_funcs": ["ocr_ned"], "eval_reward": "ocr_ned", "max_completion_length": 8})
-# Temporal grounding on clips ("when does the red circle appear?", data/synthetic_clips.py): every frame 56 x 56
+# Temporal grounding on clips ("when does the red circle appear?", synthetic/clips.py): every frame 56 x 56
 # (4 vision tokens a frame pair, one pair a second at 2 fps); SFT sees 4-second clips only, GRPO's prompts and the
 # held-out set add 6-second ones, whose later seconds the SFT model never wrote; scored by temporal_iou. SFT runs
 # longer than counting's: reading where in time the circle is takes the tiny model about 200 steps
@@ -78,7 +78,7 @@ TEMPORAL = replace(FULL, task="temporal", num_heldout=100, options=dict(frame_co
                    grpo={**FULL.grpo, **SMALL_FRAMES, "reward_funcs": ["temporal_iou", "format"],
                          "eval_reward": "temporal_iou", "max_completion_length": 32, "max_steps": 60,
                          "per_device_train_batch_size": 64})
-# Counting over time ("How many times does the red circle flash?", data/synthetic_clips.py; Video-R1 rows, numerical):
+# Counting over time ("How many times does the red circle flash?", synthetic/clips.py; Video-R1 rows, numerical):
 # 1 to 3 one-second flashes with a gap between each two, frames as the temporal task's; SFT sees 6-second clips only,
 # GRPO's prompts and the held-out set add 10-second ones, on which the SFT model undercounts; scored by
 # video_r1_accuracy (the count exactly)
@@ -92,7 +92,7 @@ PRESETS = {"counting": FULL, "ocr": OCR, "temporal": TEMPORAL, "video_count": VI
 def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
     """SFT then GRPO for one seed, their console output in ``out_dir/train.log``; returns {"seed", "before",
     "after", "seconds", "grpo_dir"}."""
-    from paddle_r1.data.synthetic import SYNTHETIC_TASKS, make_synthetic_splits
+    from paddle_r1.synthetic import SYNTHETIC_TASKS, make_synthetic_splits
     from paddle_r1.testing.tiny import make_tiny_model
     from paddle_r1.plot import read_metrics, series
     from paddle_r1.evaluation.heldout import HeldoutEval

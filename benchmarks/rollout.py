@@ -93,7 +93,7 @@ def _samples(args, work: str) -> list[dict]:
 
         return _write_samples(os.path.join(work, "images"), args.prompts)
     from paddle_r1.data.loader import load_samples
-    from paddle_r1.data.synthetic import make_synthetic_rec
+    from paddle_r1.synthetic import make_synthetic_rec
 
     return load_samples(make_synthetic_rec(os.path.join(work, "data"), args.prompts))[0]
 

@@ -58,7 +58,7 @@ def main() -> None:
 
     import paddle.distributed as dist
 
-    from paddle_r1.data.synthetic import make_synthetic_rec
+    from paddle_r1.synthetic import make_synthetic_rec
     from anchor import decoder_size  # beside this file
     from paddle_r1.testing.tiny import make_tiny_model
 

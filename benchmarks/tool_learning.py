@@ -2,7 +2,7 @@
 
     python benchmarks/tool_learning.py [--seeds 0 1 2] [--out DIR] [--set sft.max_steps=200 grpo.max_steps=40]
 
-The task (``paddle_r1.data.synthetic_zoom``): a 448 x 448 canvas with a small red-framed square whose 2-pixel
+The task (``paddle_r1.synthetic.zoom``): a 448 x 448 canvas with a small red-framed square whose 2-pixel
 pattern (horizontal, vertical, checkered, plain) the model's 112 x 112 input averages away; a crop around it shows
 the pattern. The preset puts it on the grid (``cells=4``): the square centred in one of 16 cells of 112 pixels, one
 merged vision token each, and the scripted crop is that cell, so where to crop is one of 16 boxes rather than a
@@ -118,8 +118,8 @@ def run_seed(seed: int, out_dir: str, preset: Preset) -> dict:
     """Data, tiny model, SFT, GRPO (unless its max_steps is 0) for one seed, their output in ``out_dir/train.log``;
     returns the evaluations {"before", "sft", "grpo" (or None)} and the seconds taken."""
     from paddle_r1.data.loader import load_samples
-    from paddle_r1.data.synthetic import make_synthetic_splits
-    from paddle_r1.data.synthetic_zoom import make_synthetic_zoom
+    from paddle_r1.synthetic import make_synthetic_splits
+    from paddle_r1.synthetic.zoom import make_synthetic_zoom
     from paddle_r1.testing.tiny import make_tiny_model
     from paddle_r1.trainer.sft import SFTTrainer
 

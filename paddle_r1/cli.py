@@ -96,7 +96,8 @@ def _export(args, extra: list[str]) -> int:
 def _check_data(args, extra: list[str]) -> int:
     from .config.jobs import GRPOConfig
     from .config.reading.loading import load_config
-    from .data.loader import load_from_config, short_clips
+    from .data.loader import short_clips
+    from .job_data import load_from_config
     from .data.video import VideoSampling
 
     config = load_config(GRPOConfig, args.config, extra)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from .config.jobs import GRPOConfig, SFTConfig
-from .data.synthetic import make_synthetic_splits
+from .synthetic import make_synthetic_splits
 from .models.families import DEFAULT_FAMILY, family_of
 from .testing.tiny import make_tiny_model
 

@@ -87,7 +87,7 @@ PROMPT = "Locate the red square in the image."
 
 def build(name: str, root: str) -> tuple[str, str]:
     """(source folder, model folder) of build ``name`` under ``root/name`` (emptied first)."""
-    from paddle_r1.data.synthetic import make_synthetic_rec
+    from paddle_r1.synthetic import make_synthetic_rec
     from paddle_r1.testing.parts import TinySize
     from paddle_r1.testing.tiny import make_tiny_model
 

@@ -33,7 +33,7 @@ def tiny(tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def rec_jsonl(tmp_path_factory):
-    from paddle_r1.data.synthetic import make_synthetic_rec
+    from paddle_r1.synthetic import make_synthetic_rec
 
     return make_synthetic_rec(str(tmp_path_factory.mktemp("rec")), num_samples=12, seed=3)
 

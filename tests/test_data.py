@@ -7,7 +7,7 @@ from PIL import Image
 
 from paddle_r1.data.images import load_image
 from paddle_r1.data.samples import DataError
-from paddle_r1.data.synthetic import COLORS, make_synthetic_rec
+from paddle_r1.synthetic import COLORS, make_synthetic_rec
 
 
 def test_images(tmp_path):

@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from paddle_r1.config.jobs import GRPOConfig
-from paddle_r1.data.loader import load_from_config, load_samples
+from paddle_r1.data.loader import load_samples
+from paddle_r1.job_data import load_from_config
 from paddle_r1.data.samples import DataError
 from paddle_r1.generation.generator import build_messages
 

@@ -9,7 +9,8 @@ from PIL import Image
 from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.config.reading.loading import load_config
-from paddle_r1.data.loader import load_from_config, load_samples
+from paddle_r1.data.loader import load_samples
+from paddle_r1.job_data import load_from_config
 from paddle_r1.data.mixture import sample_indices
 from paddle_r1.data.samples import DataError
 from paddle_r1.generation.generator import build_prompt_batch

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import paddle_r1
-from paddle_r1.data.synthetic import SYNTHETIC_TASKS
+from paddle_r1.synthetic import SYNTHETIC_TASKS
 from paddle_r1.errors import ConfigError
 from paddle_r1.memory import VISION_TOWERS
 from paddle_r1.models.coords import COORD_SYSTEMS

@@ -12,7 +12,7 @@ from PIL import Image
 from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.data.loader import load_samples
-from paddle_r1.data.synthetic import BACKGROUND, HELDOUT_SEED_OFFSET, make_synthetic_counting, make_synthetic_splits
+from paddle_r1.synthetic import BACKGROUND, HELDOUT_SEED_OFFSET, make_synthetic_counting, make_synthetic_splits
 from paddle_r1.evaluation.heldout import HeldoutEval
 from paddle_r1.evaluation.runner import GreedyAnswers
 from paddle_r1.generation.generator import Generator
@@ -128,7 +128,7 @@ def _red_pairs(path):
 def test_count_clips_flash_the_circle_as_many_times_as_the_answer_says(tmp_path):
     """The synthetic counting clips: each flash is one frame pair with a gap before the next, as many as the Video-R1
     row's numerical solution; counts and lengths vary apart; the same seed writes the same rows and clips."""
-    from paddle_r1.data.synthetic_clips import COUNT_QUESTION, make_synthetic_video_count
+    from paddle_r1.synthetic.clips import COUNT_QUESTION, make_synthetic_video_count
 
     path = make_synthetic_video_count(str(tmp_path / "a"), 12, seed=2, counts=(1, 2, 3), frame_counts=(12, 16))
     samples = load_samples(path)[0]

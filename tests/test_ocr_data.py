@@ -8,8 +8,8 @@ import os
 import pytest
 
 from paddle_r1.data.loader import load_samples
-from paddle_r1.data.synthetic import make_synthetic_splits
-from paddle_r1.data.synthetic_ocr import vl_sft_record
+from paddle_r1.synthetic import make_synthetic_splits
+from paddle_r1.synthetic.ocr import vl_sft_record
 from paddle_r1.rewards import load_builtin_rewards
 from paddle_r1.rewards.manager import bind_reward
 

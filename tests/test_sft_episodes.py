@@ -11,7 +11,7 @@ import pytest
 from paddle_r1.config.jobs import SFTConfig
 from paddle_r1.data.episodes import episode_messages, tool_result_message, tool_role
 from paddle_r1.data.loader import load_samples
-from paddle_r1.data.synthetic import make_synthetic_splits
+from paddle_r1.synthetic import make_synthetic_splits
 from paddle_r1.generation.generator import build_messages, load_sample_images
 from paddle_r1.generation.rollout import SamplingParams
 from paddle_r1.algorithms.logprobs import conversation_logprobs

@@ -8,9 +8,10 @@ import pytest
 from PIL import Image
 
 from paddle_r1.config.jobs import SFTConfig
-from paddle_r1.data.loader import load_from_config, load_samples
+from paddle_r1.data.loader import load_samples
+from paddle_r1.job_data import load_from_config
 from paddle_r1.data.samples import DataError
-from paddle_r1.data.synthetic_zoom import BACKGROUND, PATTERNS, TINY_RESIZER, make_synthetic_zoom, pattern_pixels
+from paddle_r1.synthetic.zoom import BACKGROUND, PATTERNS, TINY_RESIZER, make_synthetic_zoom, pattern_pixels
 from paddle_r1.models.coords import box_to_original
 from paddle_r1.models.resize import Resizer
 from paddle_r1.rewards import get_reward

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from paddle_r1.cli import main
-from paddle_r1.data.synthetic_zoom import make_synthetic_zoom
+from paddle_r1.synthetic.zoom import make_synthetic_zoom
 
 from test_view import CHROMIUM, Elements
 

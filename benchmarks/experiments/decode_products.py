@@ -73,7 +73,7 @@ def layout_table(text_config, rows: int, cache: int) -> list[str]:
 def rollout_table(model, processor, rows_per_prompt: int, new_tokens: int) -> list[str]:
     """Every ``paddle.matmul`` of one greedy rollout, grouped by operand shapes."""
     from paddle_r1.data.loader import load_samples
-    from paddle_r1.data.synthetic import make_synthetic_rec
+    from paddle_r1.synthetic import make_synthetic_rec
     from paddle_r1.generation.generator import build_prompt_batch
     from paddle_r1.generation.rollout import SamplingParams, sample_completions
 

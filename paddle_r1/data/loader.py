@@ -17,7 +17,6 @@ from PIL import Image
 from .episodes import episode_images, read_episode
 from .formats import (FORMATS, IMAGE_PLACEMENTS, SampleError, SourceContext, detect_format, is_rec_file,
                       place_images)
-from .images import set_max_image_pixels
 from .mixture import Source, check_strategy, read_mixture, sample_indices
 from .records import BadRecord, Record, read_records
 from .samples import SOURCE_KEY, DataError, validate_sample
@@ -193,39 +192,3 @@ def load_samples(data_path: str, *, image_root: Optional[str] = None, data_forma
         detail = report.summary() or "no records"
         raise DataError(f"{data_path}: the dataset is empty ({detail})")
     return samples, report
-
-
-def load_from_config(config) -> tuple[list[dict], DataReport]:
-    """The samples a job config names: a built-in synthetic set, or ``data_path`` with its options."""
-    from .synthetic import BUILTIN_DATASETS, make_synthetic_rec, make_synthetic_zoom
-
-    set_max_image_pixels(config.max_image_pixels)
-    if config.dataset_name == "synthetic_rec":
-        return load_samples(make_synthetic_rec(os.path.join(config.output_dir, "synthetic_rec"), seed=config.seed))
-    if config.dataset_name == "synthetic_zoom":  # its episodes' crop boxes are in this model's coordinates
-        return load_samples(make_synthetic_zoom(os.path.join(config.output_dir, "synthetic_zoom"), seed=config.seed,
-                                                coord_system=config.coord_system, resizer=model_resizer(config)))
-    if config.dataset_name is not None:
-        raise DataError(f"config key 'dataset_name': unknown dataset {config.dataset_name!r} "
-                        f"(known: {', '.join(BUILTIN_DATASETS)})")
-    if not config.data_path:
-        raise DataError(f"config key 'data_path' is required (or dataset_name: {' or '.join(BUILTIN_DATASETS)})")
-    return load_samples(config.data_path, image_root=config.image_root, data_format=config.data_format,
-                        strict=config.strict_data, seed=config.seed, image_columns=config.image_columns,
-                        image_cache_dir=config.image_cache_dir, image_placement=config.image_placement,
-                        video=VideoSampling.from_config(config))
-
-
-def model_resizer(config):
-    """The resize the config's model folder will apply (its preprocessor_config.json, the config's ``min_pixels``
-    and ``max_pixels`` over it)."""
-    from ..models.resize import resizer_for
-
-    if not os.path.isfile(os.path.join(config.model_name_or_path or "", "preprocessor_config.json")):
-        raise DataError(f"config key 'dataset_name': synthetic_zoom writes crop boxes in the model's coordinates and "
-                        f"needs a local model folder with a preprocessor_config.json; model_name_or_path is "
-                        f"{config.model_name_or_path!r}")
-    resizer = resizer_for(config.model_name_or_path)
-    resizer.min_pixels = config.min_pixels or resizer.min_pixels
-    resizer.max_pixels = config.max_pixels or resizer.max_pixels
-    return resizer

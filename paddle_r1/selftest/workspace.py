@@ -56,8 +56,8 @@ class Workspace:
     def data(self, media: str = "image") -> str:
         """A synthetic jsonl of 8 prompts: REC rows over images of three sizes (``image``), or Charades-STA rows over
         tiny clips of ``CLIP_FRAMES`` frames, ``CLIP_SIZE`` pixels a side (``video``)."""
-        from ..data.synthetic import make_synthetic_rec
-        from ..data.synthetic_clips import make_synthetic_temporal
+        from ..synthetic import make_synthetic_rec
+        from ..synthetic.clips import make_synthetic_temporal
 
         make = {"image": lambda: make_synthetic_rec(self.path("data"), num_samples=8, seed=0),
                 # seed 5: each step of the runs (seed 1, 2 prompts) holds a clip of each length, left-padded

@@ -11,7 +11,7 @@ import paddle
 
 from ..errors import ConfigError
 from ..cpu_math import tune_cpu_math
-from ..data.loader import load_from_config
+from ..job_data import load_from_config
 from ..models.coords import COORD_SYSTEMS
 from ..models.families import check_video
 from ..models.loading import model_family

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from ...data.synthetic import BUILTIN_DATASETS
+from ...synthetic import BUILTIN_DATASETS
 from ..keys import DEFAULT_QUESTION_TEMPLATE
 from ...errors import ConfigError
 from ..values import one_or_many

@@ -34,7 +34,7 @@ def crop_covers_target(completions: list[str], tool_calls: Optional[list] = None
     target). The area bound keeps a crop of the whole image from scoring (the default 16: a crop at most four
     times the target's side; the zoom task's 112-pixel cell around its 30-pixel square is 13.9). None for a
     sample without ``target_box`` and in single-turn runs. A shaping reward for the synthetic zoom task
-    (``data/synthetic_zoom.py``), beside the answer's reward."""
+    (``synthetic/zoom.py``), beside the answer's reward."""
     if not (isinstance(max_area_ratio, (int, float)) and max_area_ratio > 0):
         raise ValueError(f"reward keyword max_area_ratio={max_area_ratio!r}: expected a positive number")
     if tool_calls is None:

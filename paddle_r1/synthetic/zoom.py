@@ -23,8 +23,8 @@ from PIL import Image, ImageDraw
 from ..models.coords import box_from_original
 from ..models.resize import Resizer
 from ..tools.builtins import ToolContext, crop
-from .episodes import tool_call_text
-from .records import write_jsonl
+from ..data.episodes import tool_call_text
+from ..data.records import write_jsonl
 
 PATTERNS = ("horizontal", "vertical", "checkered", "plain")
 ZOOM_QUESTION = ("Crop around the small square with the red frame, then name its pattern: horizontal, vertical, "

@@ -21,8 +21,8 @@ import os
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .records import write_jsonl
-from .video import TEMPORAL_PATCH
+from ..data.records import write_jsonl
+from ..data.video import TEMPORAL_PATCH
 
 EVENT = "the red circle appears"
 COUNT_QUESTION = "How many times does the red circle flash?"

@@ -2,12 +2,12 @@
 
 - ``rec``: "Locate the red square in the image." -> its box in original pixels (two shapes, one target).
 - ``counting``: "How many shapes are there?" -> an integer (1 to 4 shapes by default, each in its own grid cell).
-- ``ocr_lines``, ``ocr_tables``: rendered text lines and small tables for PaddleOCR-VL (``synthetic_ocr.py``).
+- ``ocr_lines``, ``ocr_tables``: rendered text lines and small tables for PaddleOCR-VL (``ocr.py``).
 - ``zoom``: name the fine pattern of a small framed square on a large canvas, with a scripted crop episode for
-  SFT (``synthetic_zoom.py``; multi-turn tool use).
-- ``temporal``: clips in which a red circle appears for a while -> its span in seconds (``synthetic_clips.py``;
+  SFT (``zoom.py``; multi-turn tool use).
+- ``temporal``: clips in which a red circle appears for a while -> its span in seconds (``clips.py``;
   temporal grounding).
-- ``video_count``: clips in which a red circle flashes 1 to 3 times -> the count (``synthetic_clips.py``; Video-R1's
+- ``video_count``: clips in which a red circle flashes 1 to 3 times -> the count (``clips.py``; Video-R1's
   numerical questions).
 
 The demo, the tests and ``benchmarks/learning.py`` share them. ``make_synthetic_splits`` writes a training set
@@ -20,10 +20,10 @@ import os
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .records import write_jsonl
-from .synthetic_clips import make_synthetic_temporal, make_synthetic_video_count
-from .synthetic_ocr import make_synthetic_ocr_lines, make_synthetic_ocr_tables
-from .synthetic_zoom import make_synthetic_zoom
+from ..data.records import write_jsonl
+from .clips import make_synthetic_temporal, make_synthetic_video_count
+from .ocr import make_synthetic_ocr_lines, make_synthetic_ocr_tables
+from .zoom import make_synthetic_zoom
 
 BUILTIN_DATASETS = ("synthetic_rec", "synthetic_zoom")  # the config key dataset_name's values
 COLORS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}

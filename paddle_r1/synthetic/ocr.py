@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from .records import write_jsonl
+from ..data.records import write_jsonl
 
 DIGITS = "0123456789"
 OCR_PROMPT, TABLE_PROMPT = "OCR:", "Table Recognition:"
