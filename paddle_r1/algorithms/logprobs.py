@@ -26,7 +26,8 @@ class _TargetLogSoftmax(PyLayer):
     """log softmax(logits)[target] for each row of [N, V] float32 logits; gradient g * (onehot(target) - softmax).
     One softmax kernel serves both directions; the log-sum-exp is read back from the softmax at each row's largest
     logit (a probability >= 1/V there, so it never underflows: no clamp as in ``cross_entropy``, which stops at
-    -64); targets are picked by flat index (``take_along_axis`` cost as much as the softmax here on CPU).
+    -64), both read at the argmax; targets are picked by flat index (``take_along_axis`` cost as much as the softmax
+    here on CPU).
 
     ``entropy`` "none": the log-probs alone. "metric": also each row's entropy H = -sum_v p_v log p_v =
     log-sum-exp - sum_v p_v z_v, from the same softmax (a batched dot product per row: no [N, V] temporary), as a
@@ -40,14 +41,15 @@ class _TargetLogSoftmax(PyLayer):
     def forward(ctx, logits, targets, entropy="none"):
         probs = paddle.nn.functional.softmax(logits, axis=-1)
         offsets = paddle.arange(logits.shape[0], dtype=targets.dtype) * logits.shape[1]
-        top = paddle.gather(probs.reshape([-1]), offsets + logits.argmax(axis=-1))
-        log_normalizer = logits.max(axis=-1) - paddle.log(top)
+        top = offsets + logits.argmax(axis=-1)
+        flat_logits = logits.reshape([-1])
+        log_normalizer = paddle.gather(flat_logits, top) - paddle.log(paddle.gather(probs.reshape([-1]), top))
         picked = offsets + targets
-        logp = paddle.gather(logits.reshape([-1]), picked) - log_normalizer
+        logp = paddle.gather(flat_logits, picked) - log_normalizer
         if entropy == "none":
             ctx.save_for_backward(probs, picked)
             return logp
-        expected_logit = paddle.bmm(probs.unsqueeze(1), logits.unsqueeze(2)).reshape([-1])
+        expected_logit = row_sums(probs * logits)
         row_entropy = (log_normalizer - expected_logit).clip(min=0.0)
         if entropy == "gradient":
             ctx.save_for_backward(probs, picked, logits, expected_logit)
@@ -66,6 +68,12 @@ class _TargetLogSoftmax(PyLayer):
         flat = flat.reshape([-1])
         paddle.scatter_(flat, picked, paddle.gather(flat, picked) + grad)
         return flat.reshape(probs.shape), None
+
+
+def row_sums(x: paddle.Tensor) -> paddle.Tensor:
+    """[N, V] -> [N]: each row's sum, as a product with a vector of ones (MKL's gemv on CPU, 4x faster there than
+    Paddle's sum over the last axis or a batched dot product at [1024, 4096])."""
+    return paddle.matmul(x, paddle.ones([x.shape[-1], 1], dtype=x.dtype)).reshape([-1])
 
 
 def _token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, temperature: float,
