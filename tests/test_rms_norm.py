@@ -32,6 +32,32 @@ def test_values_and_gradients_equal_paddleformers(tiny):
         norm.__class__ = FastRMSNorm
     (out, x_grad, w_grad), (own_out, own_x_grad, own_w_grad) = results
     np.testing.assert_array_equal(out, own_out)  # x * x is pow(x, 2) exactly
-    # the gradient of x * x sums two products where pow's kernel computes 2 x: rounding apart
+    # the gradients are written out (row means and sums over rows as products): rounding apart
     np.testing.assert_allclose(x_grad, own_x_grad, rtol=1e-6, atol=1e-6)
-    np.testing.assert_array_equal(w_grad, own_w_grad)
+    np.testing.assert_allclose(w_grad, own_w_grad, rtol=1e-6, atol=1e-6)
+
+
+def test_a_frozen_weight_gets_no_gradient_and_the_input_its_own(tiny):
+    """LoRA freezes the norms' weights: the written-out backward then returns the input's gradient alone, the same
+    as paddleformers' norm gives; under no_grad the plain kernels run, with the same values."""
+    norm = tiny[0].model.language_model.norm
+    paddle.seed(1)
+    x = paddle.randn([3, 4, norm.weight.shape[0]])
+    x.stop_gradient = False
+    grads = []
+    norm.weight.clear_gradient(False)  # None, not zeros
+    norm.weight.stop_gradient = True
+    try:
+        for cls in (FastRMSNorm, RMSNorm):
+            norm.__class__ = cls
+            (norm(x) * x).sum().backward()
+            grads.append(x.grad.numpy().copy())
+            assert norm.weight.grad is None
+            x.clear_gradient()
+        with paddle.no_grad():
+            values = [cls.forward(norm, x).numpy() for cls in (FastRMSNorm, RMSNorm)]
+    finally:
+        norm.__class__ = FastRMSNorm
+        norm.weight.stop_gradient = False
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(*values)
