@@ -20,6 +20,8 @@ from paddle.autograd import PyLayer
 from paddleformers.nn import norm as paddleformers_norm
 from paddleformers.nn.norm import RMSNorm
 
+from .sums import column_sums, row_sums
+
 
 def fused_norm_runs() -> bool:
     """Whether paddleformers' fused RMSNorm kernel runs on the current device: one call of the kernel on a [1, 8]
@@ -55,9 +57,9 @@ class _Float32RMSNorm(PyLayer):
 
         dx = r (g w - x̂ mean(g w x̂)),    dw = sum over rows of g x̂,
 
-    the row means and the sums over rows as products with a constant vector (MKL's gemv on CPU). Paddle's own
+    the row means and the sums over rows as products with a constant vector (``sums.py``). Paddle's own
     gradients of the broadcast products reduce over the broadcast axes several times slower: 7.1 ms against 2.5 for
-    one norm's forward and backward over [16, 104, 256] (``benchmarks/experiments/rms_norm_backward.py``)."""
+    one norm's forward and backward over [16, 104, 256] (``benchmarks/experiments/written_gradients.py``)."""
 
     @staticmethod
     def forward(ctx, x, weight, epsilon):
@@ -69,15 +71,10 @@ class _Float32RMSNorm(PyLayer):
     @staticmethod
     def backward(ctx, grad):
         normed, inverse_rms, weight = ctx.saved_tensor()
-        dim = normed.shape[-1]
         weighted = grad * weight
-        row_mean = paddle.matmul(weighted * normed, paddle.full([dim, 1], 1.0 / dim, dtype=grad.dtype))
+        row_mean = row_sums(weighted * normed, 1.0 / normed.shape[-1]).unsqueeze(-1)
         grad_x = (weighted - normed * row_mean) * inverse_rms
-        if weight.stop_gradient:
-            return grad_x, None
-        rows = (grad * normed).reshape([-1, dim])
-        grad_weight = paddle.matmul(rows, paddle.ones([rows.shape[0], 1], dtype=grad.dtype), transpose_x=True)
-        return grad_x, grad_weight.reshape([dim])
+        return grad_x, None if weight.stop_gradient else column_sums(grad * normed)
 
 
 class FastRMSNorm(RMSNorm):

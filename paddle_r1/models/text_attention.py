@@ -33,6 +33,7 @@ import paddle
 from paddleformers.nn.attention.interface import ALL_ATTENTION_FUNCTIONS
 from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding
 
+from .biased_linear import biased_linear
 from .causal_mask import sdpa_causality
 
 
@@ -171,7 +172,8 @@ class FastTextAttention(Qwen2_5_VLAttention):
         groups, kv_heads = self.num_key_value_groups, self.num_key_value_heads
         tables = position_embeddings if isinstance(position_embeddings, RotaryTables) else \
             RotaryTables(*position_embeddings)
-        mixed = self.qkv_proj(hidden_states).reshape([batch, length, kv_heads * (groups + 2), self.head_dim])
+        mixed = biased_linear(self.qkv_proj, hidden_states).reshape(
+            [batch, length, kv_heads * (groups + 2), self.head_dim])
         mixed = rotate(mixed, *tables.over_qkv(kv_heads, groups))
         query, key, value = paddle.split(mixed.reshape([batch, length, kv_heads, groups + 2, self.head_dim]),
                                          [groups, 1, 1], axis=3)
