@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import paddle
 
-from paddle_r1.algorithms.logprobs import chunked_token_logprobs, completion_logprobs
+from paddle_r1.algorithms.logprobs import chunked_token_logprobs, completion_logprobs, span
 from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.generation.rollout import SamplingParams, sample_completions
 
@@ -162,3 +162,17 @@ def test_completion_logprobs_gradients_equal_each_row_run_whole(tiny_model_dir, 
     assert got.keys() == expected.keys() and any("visual" in name for name in got)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-3, atol=1e-6, err_msg=name)
+
+
+def test_span_is_the_slice_with_its_gradient():
+    """``span`` (a split, whose gradient is cheap on CPU) takes exactly what the slice takes, empty and whole spans
+    included (a 1-token completion drops its only state), and passes the same gradient back."""
+    x = paddle.arange(2 * 5 * 3, dtype="float32").reshape([2, 5, 3])
+    for start, stop in [(0, 4), (4, 5), (1, 3), (0, 5), (2, 2), (0, 0), (5, 5)]:
+        taken, sliced = x.detach(), x.detach()
+        taken.stop_gradient = sliced.stop_gradient = False
+        np.testing.assert_array_equal(span(taken, start, stop).numpy(), sliced[:, start:stop].numpy())
+        if stop > start:
+            (span(taken, start, stop) * 2).sum().backward()
+            (sliced[:, start:stop] * 2).sum().backward()
+            np.testing.assert_array_equal(taken.grad.numpy(), sliced.grad.numpy())

@@ -71,6 +71,16 @@ class _TargetLogSoftmax(PyLayer):
         return flat.reshape(probs.shape), None
 
 
+def span(x: paddle.Tensor, start: int, stop: int, axis: int = 1) -> paddle.Tensor:
+    """x's positions start to stop along ``axis``, as a ``split`` (its gradient one concatenation): a slice's
+    gradient on CPU fills a zero tensor of x's size per call and cost 4.2 ms at [16, 64, 256], a split's 0.13."""
+    length = x.shape[axis]
+    if stop - start in (0, length):  # nothing, or all of x
+        return paddle.slice(x, [axis], [start], [stop]) if stop == start else x
+    sections = [size for size in (start, stop - start, length - stop) if size > 0]
+    return paddle.split(x, sections, axis=axis)[1 if start > 0 else 0]
+
+
 def _token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tensor, temperature: float,
                     entropy: str = "none"):
     logits = lm_head(hidden).astype("float32")
@@ -96,9 +106,9 @@ def chunked_token_logprobs(lm_head, hidden: paddle.Tensor, targets: paddle.Tenso
     else:
         use_recompute = not flat_hidden.stop_gradient
         pieces = []
-        for start in range(0, flat_targets.shape[0], chunk_size):
-            h = flat_hidden[start:start + chunk_size]
-            t = flat_targets[start:start + chunk_size]
+        rows = flat_targets.shape[0]
+        sizes = [min(chunk_size, rows - start) for start in range(0, rows, chunk_size)]
+        for h, t in zip(paddle.split(flat_hidden, sizes), paddle.split(flat_targets, sizes)):
             if use_recompute:
                 pieces.append(recompute(_token_logprobs, lm_head, h, t, temperature, entropy, use_reentrant=True))
             else:
@@ -156,7 +166,9 @@ def _shared_prompt_hidden(model, rollout: Rollout, inputs) -> paddle.Tensor:
                   past_key_values=RepeatedPrompt(prompt_out.past_key_values, g), use_cache=True,
                   return_dict=True).last_hidden_state
     # the prompt's last state predicts the first completion token, completion state i the token i + 1
-    return paddle.concat([repeat_rows(prompt_out.last_hidden_state[:, -1:], g), hidden[:, :-1]], axis=1)
+    last = prompt_out.last_hidden_state
+    return paddle.concat([repeat_rows(span(last, last.shape[1] - 1, last.shape[1]), g),
+                          span(hidden, 0, hidden.shape[1] - 1)], axis=1)
 
 
 def _full_rows_hidden(model, rollout: Rollout, inputs) -> paddle.Tensor:
@@ -196,7 +208,7 @@ def _hidden_after_prompt(model, rollout: Rollout, embeds, positions: paddle.Tens
     hidden = _decoder_states(model, embeds, positions, mask)
     prompt_len, completion_len = rollout.prompt.input_ids.shape[1], rollout.completion_ids.shape[1]
     # the state at position i predicts token i + 1
-    return hidden[:, prompt_len - 1: prompt_len - 1 + completion_len]
+    return span(hidden, prompt_len - 1, prompt_len - 1 + completion_len)
 
 
 def _decoder_states(model, embeds, positions: paddle.Tensor, mask: paddle.Tensor) -> paddle.Tensor:
@@ -213,7 +225,8 @@ def conversation_logprobs(model, batch, chunk_size: int, temperature: float = 1.
     embeds = conversations.embeddings(model)
     positions, _ = conversations.positions(model)
     hidden = _decoder_states(model, embeds, positions, batch.attention_mask)
-    return chunked_token_logprobs(model.lm_head, hidden[:, :-1], batch.input_ids[:, 1:], chunk_size, temperature)
+    return chunked_token_logprobs(model.lm_head, span(hidden, 0, hidden.shape[1] - 1), batch.input_ids[:, 1:],
+                                  chunk_size, temperature)
 
 
 class PolicyLogprobs(paddle.nn.Layer):
