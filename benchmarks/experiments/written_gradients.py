@@ -1,8 +1,9 @@
-"""Gradients written out against Paddle's autograd on CPU, on this machine: the RMSNorm's
+"""Gradients Paddle computes slowly on CPU against the same numbers got another way, on this machine: the RMSNorm's
 (``models/rms_norm.py::_Float32RMSNorm``, what ``FastRMSNorm`` runs in float32 with gradients on) and a linear layer's
-with a bias (``models/biased_linear.py``, the text attention's qkv product). Paddle's own gradients of a broadcast
-product or a bias reduce over the broadcast rows slowly; the written-out ones take those sums as products with a
-constant vector.
+with a bias (``models/biased_linear.py``, the text attention's qkv product), written out: Paddle's own gradients of a
+broadcast product or a bias reduce over the broadcast rows slowly, the written-out ones take those sums as products
+with a constant vector; and the states before the last position taken with a ``split`` (``logprobs.span``) instead of
+a slice, whose gradient fills a zero tensor of the whole size.
 
     python benchmarks/experiments/written_gradients.py [--rows 16 --length 104] [--threads 1] [--rounds 5]
 
@@ -39,6 +40,7 @@ def main() -> None:
     import paddle
     from paddle.base import core
 
+    from paddle_r1.algorithms.logprobs import span
     from paddle_r1.models.biased_linear import biased_linear
     from paddle_r1.models.rms_norm import _Float32RMSNorm, rms_norm
 
@@ -55,6 +57,8 @@ def main() -> None:
             [norm_weight]),
         f"linear with a bias, {shape} x [{args.hidden}, {args.qkv}]": (
             linear, lambda x: biased_linear(linear, x), [linear.weight, linear.bias]),
+        f"all positions but the last of {shape}, slice against split": (
+            lambda x: x[:, :-1], lambda x: span(x, 0, x.shape[1] - 1), []),
     }
     loss_weights = {}  # per output shape: the loss is a weighted sum of the output
 
@@ -80,7 +84,7 @@ def main() -> None:
         return (time.perf_counter() - start) / args.calls * 1e3
 
     print(f"float32, {args.threads} thread(s); ms (median of {args.rounds} rounds of {args.calls} calls)")
-    print("| | autograd | written out | autograd / written out |\n|---|---|---|---|")
+    print("| | Paddle's | the other way | Paddle's / the other way |\n|---|---|---|---|")
     for name, (autograd, written, parameters) in cases.items():
         theirs = [t.numpy() for t in run(autograd, parameters)]  # copied before the next run clears the gradients
         mine = [t.numpy() for t in run(written, parameters)]

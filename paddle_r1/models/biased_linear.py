@@ -5,7 +5,7 @@ gradients on, outside AMP.
 
 Paddle's autograd computes db with its reduction over every row, several times slower on CPU than a product with a
 vector of ones (``sums.column_sums``): the qkv product's forward and backward at the speed anchor's training sizes
-([16, 104, 256] x [256, 512]) took 19.95 ms against 14.74 (``benchmarks/experiments/written_gradients.py``), the
+([16, 104, 256] x [256, 512]) took 19.73 ms against 14.63 (``benchmarks/experiments/written_gradients.py``), the
 same values and gradients up to float32 rounding (``tests/test_biased_linear.py``)."""
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ class _Float32RMSNorm(PyLayer):
         dx = r (g w - x̂ mean(g w x̂)),    dw = sum over rows of g x̂,
 
     the row means and the sums over rows as products with a constant vector (``sums.py``). Paddle's own
-    gradients of the broadcast products reduce over the broadcast axes several times slower: 7.1 ms against 2.5 for
+    gradients of the broadcast products reduce over the broadcast axes several times slower: 6.9 ms against 2.4 for
     one norm's forward and backward over [16, 104, 256] (``benchmarks/experiments/written_gradients.py``)."""
 
     @staticmethod
