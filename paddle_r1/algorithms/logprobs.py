@@ -73,8 +73,8 @@ class _TargetLogSoftmax(PyLayer):
 
 def span(x: paddle.Tensor, start: int, stop: int, axis: int = 1) -> paddle.Tensor:
     """x's positions start to stop along ``axis``, as a ``split`` (its gradient one concatenation): a slice's
-    gradient on CPU fills a zero tensor of x's size per call: 7.78 ms against 0.56 forward and backward at [16, 104, 256]
-    (``benchmarks/experiments/written_gradients.py``)."""
+    gradient on CPU fills a zero tensor of x's size per call: 7.78 ms against 0.56 forward and backward at
+    [16, 104, 256] (``benchmarks/experiments/written_gradients.py``)."""
     length = x.shape[axis]
     if stop - start in (0, length):  # nothing, or all of x
         return paddle.slice(x, [axis], [start], [stop]) if stop == start else x
