@@ -97,8 +97,8 @@ def _check_data(args, extra: list[str]) -> int:
     from .config.jobs import GRPOConfig
     from .config.reading.loading import load_config
     from .data.loader import short_clips
-    from .job_data import load_from_config
     from .data.video import VideoSampling
+    from .job_data import load_from_config
 
     config = load_config(GRPOConfig, args.config, extra)
     samples, report = load_from_config(config)

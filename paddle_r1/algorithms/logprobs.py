@@ -30,13 +30,13 @@ class _TargetLogSoftmax(PyLayer):
     -64), both read at the argmax; targets are picked by flat index (``take_along_axis`` cost as much as the softmax
     here on CPU).
 
-    ``entropy`` "none": the log-probs alone. "metric": also each row's entropy H = -sum_v p_v log p_v =
-    log-sum-exp - sum_v p_v z_v, from the same softmax (a batched dot product per row: no [N, V] temporary), as a
-    second output without gradient (``mark_non_differentiable``; ``backward`` ignores the zeros it receives for
-    it). "gradient": the same entropy with its gradient dH/dz_v = -p_v (z_v - sum_u p_u z_u) (``entropy_coef``'s
-    bonus), for which the logits are kept until the backward. Rounding can leave a peaked row's entropy a hair
-    below 0; it is clipped there. The float32 dot product over the vocabulary is within ~2e-3 of float64 at vocab
-    151,936 with logits up to ~30 (exact to ~1e-5 at small vocabularies)."""
+    ``entropy`` "none": the log-probs alone. "metric": also each row's entropy H = -sum_v p_v log p_v = log-sum-exp
+    - sum_v p_v z_v, from the same softmax (p * z summed per row by ``row_sums``: one [N, V] temporary), as a second
+    output without gradient (``mark_non_differentiable``; ``backward`` ignores the zeros it receives for it).
+    "gradient": the same entropy with its gradient dH/dz_v = -p_v (z_v - sum_u p_u z_u) (``entropy_coef``'s bonus),
+    for which the logits are kept until the backward. Rounding can leave a peaked row's entropy a hair below 0; it
+    is clipped there. The float32 dot product over the vocabulary is within ~2e-3 of float64 at vocab 151,936 with
+    logits up to ~30 (exact to ~1e-5 at small vocabularies)."""
 
     @staticmethod
     def forward(ctx, logits, targets, entropy="none"):
@@ -76,8 +76,10 @@ def span(x: paddle.Tensor, start: int, stop: int, axis: int = 1) -> paddle.Tenso
     gradient on CPU fills a zero tensor of x's size per call: 7.78 ms against 0.56 forward and backward at
     [16, 104, 256] (``benchmarks/experiments/written_gradients.py``)."""
     length = x.shape[axis]
-    if stop - start in (0, length):  # nothing, or all of x
-        return paddle.slice(x, [axis], [start], [stop]) if stop == start else x
+    if stop == start:
+        return paddle.slice(x, [axis], [start], [stop])  # empty: a split takes no empty section
+    if stop - start == length:
+        return x
     sections = [size for size in (start, stop - start, length - stop) if size > 0]
     return paddle.split(x, sections, axis=axis)[1 if start > 0 else 0]
 

@@ -44,7 +44,7 @@ from paddleformers.peft.lora.lora_layers import LoRALinear
 from ..models.families import FAMILIES, family_of
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
 from ..models.rms_norm import computes_rms_norm
-from ..models.text_attention import FastTextAttention, half_rotation, softmax_float32
+from ..models.text_attention import FastTextAttention, rotate, softmax_float32
 from .kv_cache import StaticKVCache, TransposedKVCache
 from .packed_products import PackedWeight, packs
 
@@ -222,13 +222,12 @@ class OneTokenDecoder:
             self._pack(rows)
         cache.open_next()
         cos, sin = self._rotation(self.cos, self.value_cos), self._rotation(self.sin, self.value_sin)
-        rotation = half_rotation(self.head_dim, cos.dtype)
         mask = cache.mask.expand([rows, self.kv_heads, groups, cache.mask.shape[-1]])
         residual = self.text.embed_tokens(token)  # [rows, hidden]
         hidden = fused_rms_norm(residual, self.layers[0].input_norm, None, self.epsilon, 1)[0]
         for index, layer in enumerate(self.layers):
             mixed = layer.qkv(hidden).reshape([rows, self.kv_heads, groups + 2, self.head_dim])
-            mixed = mixed * cos + paddle.matmul(mixed, rotation) * sin
+            mixed = rotate(mixed, cos, sin)
             query, key, value = paddle.split(mixed, [groups, 1, 1], axis=2)
             keys, values = cache.write(index, key, value)
             scores = paddle.matmul(query, keys) + mask

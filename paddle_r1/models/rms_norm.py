@@ -42,10 +42,14 @@ def computes_rms_norm(layer) -> bool:
     return type(layer) in (RMSNorm, FastRMSNorm)
 
 
+def inverse_rms(x: paddle.Tensor, epsilon: float) -> paddle.Tensor:
+    """rsqrt(mean(x^2) + epsilon) over the last axis, kept as [..., 1]."""
+    return paddle.rsqrt((x * x).mean(-1, keepdim=True) + epsilon)
+
+
 def rms_norm(hidden_states: paddle.Tensor, weight: paddle.Tensor, epsilon: float) -> paddle.Tensor:
     """hidden * rsqrt(mean(hidden^2) + epsilon) * weight, the statistics in float32 (``FastRMSNorm`` outside AMP)."""
-    x = hidden_states.astype("float32")
-    hidden_states = hidden_states * paddle.rsqrt((x * x).mean(-1, keepdim=True) + epsilon)
+    hidden_states = hidden_states * inverse_rms(hidden_states.astype("float32"), epsilon)
     if weight.dtype in (paddle.float16, paddle.bfloat16):
         hidden_states = hidden_states.astype(weight.dtype)
     return hidden_states * weight
@@ -63,17 +67,17 @@ class _Float32RMSNorm(PyLayer):
 
     @staticmethod
     def forward(ctx, x, weight, epsilon):
-        inverse_rms = paddle.rsqrt((x * x).mean(-1, keepdim=True) + epsilon)
-        normed = x * inverse_rms
-        ctx.save_for_backward(normed, inverse_rms, weight)
+        scale = inverse_rms(x, epsilon)
+        normed = x * scale
+        ctx.save_for_backward(normed, scale, weight)
         return normed * weight
 
     @staticmethod
     def backward(ctx, grad):
-        normed, inverse_rms, weight = ctx.saved_tensor()
+        normed, scale, weight = ctx.saved_tensor()
         weighted = grad * weight
         row_mean = row_sums(weighted * normed, 1.0 / normed.shape[-1]).unsqueeze(-1)
-        grad_x = (weighted - normed * row_mean) * inverse_rms
+        grad_x = (weighted - normed * row_mean) * scale
         return grad_x, None if weight.stop_gradient else column_sums(grad * normed)
 
 

@@ -1,6 +1,7 @@
-"""Sums over an axis as products with a constant vector: MKL's gemv on CPU, 3-4x faster there than Paddle's own
-reductions at the sizes of a log-prob chunk or a norm's gradient ([1024, 4096]: 3.4 ms for ``sum`` against about
-0.8). The summation order differs from the reductions': the results agree to float32 rounding."""
+"""Sums over an axis as products with a constant vector: MKL's gemv on CPU, much faster there than Paddle's own
+reductions at the sizes of a log-prob chunk or a norm's gradient (over [1024, 4096] float32 on one core of a 2-core
+AMD EPYC: each row's sum 0.35 ms against 3.45 for ``sum(-1)``, each column's 0.34 against 23.1 for ``sum(0)``). The
+summation order differs from the reductions': the results agree to float32 rounding."""
 from __future__ import annotations
 
 import paddle
