@@ -1,5 +1,5 @@
-"""A linear layer with a bias, x W + b, whose gradient is written out where Paddle's own is slow: float32 rows with
-gradients on, outside AMP.
+"""A linear layer with a bias, x W + b, whose gradient is written out where Paddle's own is slow: float32 rows on the
+CPU with gradients on, outside AMP (measured on CPU only; a GPU keeps Paddle's kernels).
 
     dx = g W^T,    dW = x^T g,    db = the sum of g over the rows
 
@@ -34,9 +34,10 @@ class _BiasedLinear(PyLayer):
 
 
 def biased_linear(layer: paddle.nn.Layer, x: paddle.Tensor) -> paddle.Tensor:
-    """``layer(x)``; for a plain ``nn.Linear`` with a bias on float32 rows with gradients on (outside AMP), with the
-    gradient above. Any other layer (LoRA, tensor parallel) runs its own forward."""
+    """``layer(x)``; for a plain ``nn.Linear`` with a bias on float32 CPU rows with gradients on (outside AMP), with
+    the gradient above. Any other layer (LoRA, tensor parallel) or device runs its own forward."""
     if (type(layer) is paddle.nn.Linear and layer.bias is not None and paddle.is_grad_enabled()
-            and amp_state() is None and x.dtype == paddle.float32 and layer.weight.dtype == paddle.float32):
+            and amp_state() is None and x.dtype == paddle.float32 and layer.weight.dtype == paddle.float32
+            and x.place.is_cpu_place()):
         return _BiasedLinear.apply(x, layer.weight, layer.bias)
     return layer(x)
