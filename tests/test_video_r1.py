@@ -44,6 +44,8 @@ def video_r1_file(folder) -> str:
          "solution": "<answer>about three</answer>", "path": "./Math/b.png"},
         {"problem_id": 9, "problem": "?", "data_type": "video", "problem_type": "free-form", "options": [],
          "solution": "<answer>a car</answer>", "path": "./LLaVA-Video-178K/missing.mp4"},
+        {"problem_id": 10, "problem": "?", "data_type": "video", "problem_type": "free-form",
+         "solution": "<answer>a car</answer>", "path": 12345},
     ]
     path = folder / "Video-R1-260k.json"
     path.write_text(json.dumps([{**row, **common} for row in rows]))
@@ -60,13 +62,14 @@ def test_video_r1_rows_are_read_as_they_are(tmp_path):
     assert image["answer_instruction"] == VIDEO_R1_ANSWER_INSTRUCTIONS["numerical"] and image["solution"] == "2.5"
     assert {s["reward_method"] for s in samples} == {"video_r1_accuracy"} and video["process"] == "<think>...</think>"
     reasons = dict(report.problems)
-    assert [where.rsplit("[", 1)[1] for where in reasons] == ["4]", "5]", "6]", "7]", "8]"]
+    assert [where.rsplit("[", 1)[1] for where in reasons] == ["4]", "5]", "6]", "7]", "8]", "9]"]
     reasons = list(reasons.values())
     assert "'data_type' must be 'video' or 'image', got 'audio'" in reasons[0]
     assert "'problem_type' 'yes/no' is none of Video-R1's" in reasons[1]
     assert "multiple choice row needs 'options'" in reasons[2]
     assert "numerical row's solution must be a number" in reasons[3]
     assert "video not found" in reasons[4] and "missing.mp4" in reasons[4]
+    assert "'path' must be a file path, got 12345" in reasons[5]
 
 
 def test_grpo_steps_on_batches_mixing_video_r1_images_and_clips(tiny_model_dir, tmp_path):

@@ -472,6 +472,8 @@ def adapt_video_r1(record: dict, ctx: SourceContext) -> dict:
                                                          "path")
     if not isinstance(problem, str):
         raise SampleError(f"'problem' must be text, got {problem!r}")
+    if not isinstance(path, str):
+        raise SampleError(f"'path' must be a file path, got {path!r}")
     if data_type not in VIDEO_R1_DATA_TYPES:
         raise SampleError(f"'data_type' must be 'video' or 'image', got {data_type!r}")
     problem_type = problem_type_name(kind)
