@@ -141,9 +141,10 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
     of paddleformers' forward with its growing DynamicCache over the repeated prompt: the model's own layers
     (``LayerDecoder``) and the plain-tensor step over transposed keys (``OneTokenDecoder``, whose write slot and
     rotary row live on the device: the same call, step after step, moves through the cache), with its weights
-    as stored for its first steps and packed for MKL from then on (CPU), or as stored throughout (``one_token_plain``,
-    a GPU's way). In ``one_token_growing``
-    its cache holds room for 2 tokens and grows by 2 at the third step: the fourth slot is still closed then."""
+    as stored for its first steps and packed for MKL from then on, its cache slots written by MKL (CPU), or as stored
+    throughout, its cache written by setitem at the device slot (``one_token_plain``, a GPU's way). In
+    ``one_token_growing`` its cache holds room for 2 tokens and grows by 2 at the third step: the fourth slot is still
+    closed then."""
     from paddle_r1.generation import decoder as decoders
     from paddle_r1.generation import kv_cache
     from paddle_r1.generation.decoder import LayerDecoder, OneTokenDecoder, supports
@@ -166,8 +167,11 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         monkeypatch.setattr(decoders, "PACK_AFTER_STEPS", 2)  # steps 0-1 as stored, 2-3 packed
         if not packed:
             monkeypatch.setattr(decoders, "packs", lambda weight: False)
+            monkeypatch.setattr(kv_cache, "float32_on_cpu", lambda tensor: False)
         decoder = (LayerDecoder if engine == "layers" else OneTokenDecoder)(
             model, RepeatedPrompt(cache, g), mask, next_position, steps + 1)
+        if engine != "layers":  # the cache written by MKL at the host count, or by setitem at the device slot
+            assert (decoder.cache._open is not None) == packed
 
         def packed_now() -> list:
             layer = decoder.layers[0]

@@ -2,7 +2,9 @@
 and value into the slot held by a device tensor (``slot``, [1] int64, so the step reads nothing from the host), by
 each op that can do it in place without a host read (and, as the floor, a basic-slicing write at a slot the host
 knows, which a captured step could not use), against ``buffer[:, :, slot] = value`` (the advanced-indexing
-setitem, ``index_put`` inside). Every candidate's result is checked equal to the setitem's before it is timed.
+setitem, ``index_put`` inside, a GPU's way); and MKL's strided copies at the host's slot, the CPU's way
+(``generation/mkl.py``: ``cblas_scopy`` for the key, ``MKL_Somatcopy`` for the value). Every candidate's result is
+checked equal to the setitem's before it is timed.
 
     python benchmarks/experiments/kv_cache_writes.py [--repeats 200]
 
@@ -50,7 +52,15 @@ def candidates(paddle):
         keys[:, :, :, at:at + 1] = key.reshape([rows, kv_heads, head_dim, 1])
         values[:, :, at:at + 1] = value
 
-    return {"setitem (now)": setitem, "reference: slice at a host int": host_slice, "put_along_axis_": put_along_axis,
+    def mkl_copies(keys, values, slot, key, value):  # the CPU's way: the host's slot, straight into the buffers
+        from paddle_r1.generation.mkl import write_rows, write_spaced
+
+        rows, kv_heads, slots, head_dim = values.shape
+        write_spaced(key, keys, HOST_SLOT[0], slots)
+        write_rows(value, values, HOST_SLOT[0] * head_dim, rows * kv_heads, slots * head_dim)
+
+    return {"setitem (GPU)": setitem, "MKL copies at a host int (CPU)": mkl_copies,
+            "reference: slice at a host int": host_slice, "put_along_axis_": put_along_axis,
             "index_put_ on a transposed view": index_put}
 
 
@@ -86,12 +96,12 @@ def main() -> None:
             results[name] = (keys.numpy(), values.numpy())
             times[name] = 1e6 * statistics.median(timeit.repeat(lambda: write(keys, values, slot, key, value),
                                                                  number=1, repeat=args.repeats))
-        reference = results["setitem (now)"]
+        reference = results["setitem (GPU)"]
         print(f"\ncache {rows} x {kv_heads} x {slots} x {head_dim}")
         print(f"{'write':<34}{'us':>9}{'/ setitem':>11}  same result")
         for name, us in times.items():
             same = all(np.array_equal(a, b) for a, b in zip(results[name], reference))
-            print(f"{name:<34}{us:>9.1f}{us / times['setitem (now)']:>11.2f}  {same}")
+            print(f"{name:<34}{us:>9.1f}{us / times['setitem (GPU)']:>11.2f}  {same}")
 
 
 if __name__ == "__main__":

@@ -7,15 +7,18 @@ between two growths have the same shapes. The prompt's padding and the slots not
 step opens its own slot before attending.
 
 ``TransposedKVCache`` writes at a slot held in a device tensor, by advanced-indexing setitem (``index_put`` inside).
-No in-place op without a host read does it cheaper on CPU: ``put_along_axis_`` takes about as long and ``index_put_``
-on a transposed view far longer; only a basic-slicing write at a host int, which a captured step cannot use, is
-cheaper (``python benchmarks/experiments/kv_cache_writes.py``; figures in ``benchmarks/README.md``).
+No in-place op without a host read does it cheaper: ``put_along_axis_`` takes about as long and ``index_put_`` on a
+transposed view far longer; a basic-slicing write at a host int, which a captured step cannot use, is cheaper. On
+the CPU, where the host count is the slot anyway, float32 buffers are written by MKL's copy routines at that count
+(``mkl.py``: one strided copy per buffer, about a tenth of the setitem's time at the decode step's sizes;
+``python benchmarks/experiments/kv_cache_writes.py``, figures in ``benchmarks/README.md``).
 """
 from __future__ import annotations
 
 import paddle
 
 from ..models.forward import RepeatedPrompt
+from .mkl import float32_on_cpu, write_rows, write_spaced
 
 
 def _additive_mask(prompt_mask: paddle.Tensor, capacity: int, dtype) -> paddle.Tensor:
@@ -97,12 +100,17 @@ class TransposedKVCache:
         self.mask = _additive_mask(prompt_mask, allocated, prompt.keys[0].dtype)
         self.slot = paddle.full([1], self.length, dtype="int64")
         self._one = paddle.ones_like(self.slot)
+        # on the CPU, writes at the host count by MKL (see the module docstring): the mask's slot from these zeros
+        self._open = paddle.zeros([self.mask.shape[0]], dtype=self.mask.dtype) if float32_on_cpu(self.mask) else None
 
     def open_next(self) -> None:
         """Let every row attend to the next slot (growing the buffers first when they are full)."""
         if self.length == self.mask.shape[-1]:
             self._grow()
-        self.mask[:, :, :, self.slot] = 0.0
+        if self._open is None:
+            self.mask[:, :, :, self.slot] = 0.0
+        else:
+            write_spaced(self._open, self.mask, self.length, self.mask.shape[-1])
 
     def _grow(self) -> None:
         added = min(GROWTH, self.capacity - self.length)
@@ -117,9 +125,15 @@ class TransposedKVCache:
     def write(self, layer: int, key: paddle.Tensor, value: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
         """This token's key and value [rows, kv_heads, 1, head_dim] into their slot; the layer's whole buffers."""
         rows, kv_heads, _, head_dim = key.shape
-        self.keys[layer][:, :, :, self.slot] = key.reshape([rows, kv_heads, head_dim, 1])  # its transpose: one slot
-        self.values[layer][:, :, self.slot] = value
-        return self.keys[layer], self.values[layer]
+        keys, values = self.keys[layer], self.values[layer]
+        if self._open is None:
+            keys[:, :, :, self.slot] = key.reshape([rows, kv_heads, head_dim, 1])  # its transpose: one slot
+            values[:, :, self.slot] = value
+        else:  # the key's numbers one slot row apart; the value's rows of head_dim one slot block apart
+            slots = keys.shape[-1]
+            write_spaced(key, keys, self.length, slots)
+            write_rows(value, values, self.length * head_dim, rows * kv_heads, slots * head_dim)
+        return keys, values
 
     def advance(self) -> None:
         self.slot.add_(self._one)

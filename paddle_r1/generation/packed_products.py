@@ -4,8 +4,7 @@ A decode step multiplies a few rows (one token per completion) by every weight o
 products bound its time: each call of MKL's plain ``sgemm`` re-lays the whole weight out in the panels its kernel
 reads, for 16 rows of work. MKL's packed API (``cblas_sgemm_pack`` once, ``cblas_sgemm_compute`` per product) lays a
 weight out once and reuses it, as vLLM's CPU build does with oneDNN's prepacked weights. The MKL used is the one
-Paddle's CPU wheel ships and loads for its own products (``paddle/libs/libmklml_intel.so``), so its kernel choice
-(``cpu_math.choose_mkl_kernels``) and its thread count (``paddle.set_num_threads``) are Paddle's.
+Paddle's CPU wheel ships and loads for its own products (``mkl.py``).
 ``python benchmarks/experiments/mlp_products.py`` times the products both ways (figures in ``benchmarks/README.md``).
 
 A packed copy is made per rollout (the policy's weights change between rollouts) and freed with it: one extra copy
@@ -14,42 +13,18 @@ build without that library) the products stay Paddle's.
 """
 from __future__ import annotations
 
-import ctypes
-import functools
-import os
 import weakref
-from typing import Optional
 
 import paddle
+
+from .mkl import float32_on_cpu, mkl_library
 
 ROW_MAJOR, NO_TRANS, TRANS, PACKED, B_MATRIX = 101, 111, 112, 151, 162  # MKL's CBLAS enum values
 
 
-@functools.lru_cache(maxsize=None)
-def mkl_library() -> Optional[ctypes.CDLL]:
-    """The MKL Paddle loads for its CPU products, with the packed-GEMM entry points declared; None where Paddle ships
-    no such library or it lacks them."""
-    path = os.path.join(os.path.dirname(paddle.__file__), "libs", "libmklml_intel.so")
-    if not os.path.isfile(path):
-        return None
-    library = ctypes.CDLL(path)
-    if not all(hasattr(library, name) for name in ("cblas_sgemm_alloc", "cblas_sgemm_pack", "cblas_sgemm_compute",
-                                                   "cblas_sgemm_free")):
-        return None
-    ints = [ctypes.c_int] * 6
-    library.cblas_sgemm_alloc.restype = ctypes.c_void_p
-    library.cblas_sgemm_alloc.argtypes = [ctypes.c_int] * 4
-    library.cblas_sgemm_free.argtypes = [ctypes.c_void_p]
-    library.cblas_sgemm_pack.argtypes = ints + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-    library.cblas_sgemm_compute.argtypes = ints + [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-                                                   ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
-    return library
-
-
 def packs(weight: paddle.Tensor) -> bool:
     """Whether ``PackedWeight`` can multiply by ``weight``: float32 on the CPU, with MKL's packed API at hand."""
-    return (weight.place.is_cpu_place() and weight.dtype == paddle.float32 and weight.ndim == 2
-            and mkl_library() is not None)
+    return weight.ndim == 2 and float32_on_cpu(weight)
 
 
 class PackedWeight:
