@@ -2,8 +2,10 @@
 (``models/rms_norm.py::_Float32RMSNorm``, what ``FastRMSNorm`` runs in float32 with gradients on) and a linear layer's
 with a bias (``models/biased_linear.py``, the text attention's qkv product), written out: Paddle's own gradients of a
 broadcast product or a bias reduce over the broadcast rows slowly, the written-out ones take those sums as products
-with a constant vector; and the states before the last position taken with a ``split`` (``logprobs.span``) instead of
-a slice, whose gradient fills a zero tensor of the whole size.
+with a constant vector; the states before the last position taken with a ``split`` (``logprobs.span``) instead of
+a slice, whose gradient fills a zero tensor of the whole size; and the heads moved before the positions by
+``models/transposes.py::transposed`` (Paddle's dense transpose kernel, through ``einsum``) instead of a transposed
+view that the next kernel copies with Paddle's strided copy.
 
     python benchmarks/experiments/written_gradients.py [--rows 16 --length 104] [--threads 1] [--rounds 5]
 
@@ -43,6 +45,7 @@ def main() -> None:
     from paddle_r1.algorithms.logprobs import span
     from paddle_r1.models.biased_linear import biased_linear
     from paddle_r1.models.rms_norm import _Float32RMSNorm, rms_norm
+    from paddle_r1.models.transposes import transposed
 
     core.set_num_threads(args.threads)
     paddle.seed(0)
@@ -51,6 +54,8 @@ def main() -> None:
     linear = paddle.nn.Linear(args.hidden, args.qkv)
     epsilon = 1e-6
     shape = list(x0.shape)
+    heads_first = [args.rows, args.length, args.hidden // 64, 64]
+    merged = [args.rows, args.hidden // 64, args.length * 64]
     cases = {
         f"RMSNorm over {shape}": (
             lambda x: rms_norm(x, norm_weight, epsilon), lambda x: _Float32RMSNorm.apply(x, norm_weight, epsilon),
@@ -59,6 +64,9 @@ def main() -> None:
             linear, lambda x: biased_linear(linear, x), [linear.weight, linear.bias]),
         f"all positions but the last of {shape}, slice against split": (
             lambda x: x[:, :-1], lambda x: span(x, 0, x.shape[1] - 1), []),
+        f"{shape} as [rows, heads of 64, positions, 64], transposed view against transposed()": (
+            lambda x: x.reshape(heads_first).transpose([0, 2, 1, 3]).reshape(merged),
+            lambda x: transposed(x.reshape(heads_first), [0, 2, 1, 3]).reshape(merged), []),
     }
     loss_weights = {}  # per output shape: the loss is a weighted sum of the output
 

@@ -35,6 +35,7 @@ from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLAttention, 
 
 from .biased_linear import biased_linear
 from .causal_mask import sdpa_causality
+from .transposes import transposed
 
 
 def merge_mrope_sections(table: paddle.Tensor, mrope_section) -> paddle.Tensor:
@@ -150,7 +151,7 @@ def _grouped_attention(query, key, value, attention_mask, scaling: float) -> pad
         scores = scores.reshape([batch, kv_heads, group * length, keys])
     probs = softmax_float32(scores)
     out = paddle.matmul(probs, value).reshape([batch, heads, length, dim])
-    return out.transpose([0, 2, 1, 3]).reshape([batch, length, heads * dim])
+    return transposed(out, [0, 2, 1, 3]).reshape([batch, length, heads * dim])
 
 
 def softmax_float32(scores: paddle.Tensor) -> paddle.Tensor:
@@ -177,8 +178,8 @@ class FastTextAttention(Qwen2_5_VLAttention):
         mixed = rotate(mixed, *tables.over_qkv(kv_heads, groups))
         query, key, value = paddle.split(mixed.reshape([batch, length, kv_heads, groups + 2, self.head_dim]),
                                          [groups, 1, 1], axis=3)
-        query = query.reshape([batch, length, self.num_heads, self.head_dim]).transpose([0, 2, 1, 3])
-        key, value = key.squeeze(3).transpose([0, 2, 1, 3]), value.squeeze(3).transpose([0, 2, 1, 3])
+        query = transposed(query.reshape([batch, length, self.num_heads, self.head_dim]), [0, 2, 1, 3])
+        key, value = transposed(key.squeeze(3), [0, 2, 1, 3]), transposed(value.squeeze(3), [0, 2, 1, 3])
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
         if self.config._attn_implementation == "eager":
