@@ -38,6 +38,30 @@ def test_logits_and_gradients_equal_paddleformers_attention(tiny, rec_samples):
     np.testing.assert_allclose(fast_grad, own_grad, rtol=1e-4, atol=1e-5)
 
 
+def test_merged_rotary_tables_are_paddleformers(tiny):
+    """Positions differing on the three M-RoPE axes, up to 40,000: the merged tables equal paddleformers' [3, B, L, D]
+    tables merged over the sections, with and without an attention scaling, to one float32 rounding (the angles are
+    the same products; Paddle's CPU cos and sin round an element a hair differently in a tensor's vectorised body
+    and in its tail, and the element sits elsewhere in the two tensors)."""
+    from paddle_r1.models.text_attention import merge_mrope_sections
+
+    model, _ = tiny
+    rotary = model.model.language_model.rotary_emb
+    section = rotary.config.rope_parameters["mrope_section"]
+    positions = paddle.to_tensor(np.random.default_rng(0).integers(0, 40_000, [3, 2, 17]))
+    probe = paddle.zeros([1], dtype="float32")
+    scaling = rotary.attention_scaling
+    try:
+        for rotary.attention_scaling in (scaling, 0.7):
+            cos, sin = MergedMRoPE.forward(rotary, probe, positions)
+            own_cos, own_sin = Qwen2_5_VLRotaryEmbedding.forward(rotary, probe, positions)
+            for got, own in ((cos, own_cos), (sin, own_sin)):
+                np.testing.assert_allclose(got.numpy(), merge_mrope_sections(own, section).numpy(), rtol=0,
+                                           atol=1.2e-7)
+    finally:
+        rotary.attention_scaling = scaling
+
+
 def test_half_rotation_is_rotate_half_exactly():
     from paddleformers.transformers.qwen2_5_vl.modeling import rotate_half
 

@@ -45,6 +45,13 @@ def merge_mrope_sections(table: paddle.Tensor, mrope_section) -> paddle.Tensor:
     return paddle.concat([piece[i % 3] for i, piece in enumerate(pieces)], axis=-1).unsqueeze(1)
 
 
+@functools.lru_cache(maxsize=None)
+def _section_axes(mrope_section: tuple) -> paddle.Tensor:
+    """[D]: the position axis (temporal 0, height 1, width 2) each rotary channel takes (``merge_mrope_sections``)."""
+    axes = [i % 3 for i, size in enumerate(list(mrope_section) * 2) for _ in range(size)]
+    return paddle.to_tensor(axes, dtype="int64")
+
+
 class RotaryTables(tuple):
     """(cos, sin) [B, 1, L, D] of one forward, and their layout over a layer's qkv product (``over_qkv``), made at
     the first layer that asks and shared by all the others (and by their gradients, which keep one copy)."""
@@ -79,12 +86,26 @@ def qkv_rotation_tables(cos: paddle.Tensor, sin: paddle.Tensor, kv_heads: int, g
 
 
 class MergedMRoPE(Qwen2_5_VLRotaryEmbedding):
-    """The rotary tables of one forward, merged over M-RoPE's sections once for all layers."""
+    """The rotary tables of one forward, merged over M-RoPE's sections once for all layers.
+
+    paddleformers' forward computes cos and sin over all three position axes, [3, B, L, D] (its angles a transposed
+    view, copied by Paddle's slow strided copy on CPU), and each channel then keeps one axis's
+    (``merge_mrope_sections``). Here each channel's position is picked first and the angles are position x inverse
+    frequency, the same single float32 product as paddleformers' outer product: the same angles, a third of the cos
+    and sin, the tables within one float32 rounding of paddleformers' (Paddle's CPU cos rounds an element of a
+    tensor's vectorised body and of its tail a hair apart; tests/test_text_attention.py)."""
 
     def forward(self, x, position_ids):
-        cos, sin = super().forward(x, position_ids)
-        section = self.config.rope_parameters["mrope_section"]
-        return RotaryTables(merge_mrope_sections(cos, section), merge_mrope_sections(sin, section))
+        with paddle.amp.auto_cast(enable=False):
+            section = tuple(self.config.rope_parameters["mrope_section"])
+            inverse_frequency = self.inv_freq.astype("float32")
+            positions = transposed(position_ids.astype("float32"), [1, 2, 0])  # [B, L, 3]
+            channel_positions = paddle.index_select(positions, _section_axes(section), axis=2)  # [B, L, D]
+            angles = channel_positions * paddle.concat([inverse_frequency, inverse_frequency])
+            cos, sin = angles.cos().unsqueeze(1), angles.sin().unsqueeze(1)
+            if self.attention_scaling != 1.0:
+                cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
+        return RotaryTables(cos.astype(x.dtype), sin.astype(x.dtype))
 
 
 @functools.lru_cache(maxsize=None)
