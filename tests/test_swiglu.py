@@ -58,3 +58,18 @@ def test_one_activation_fewer_kept_for_the_backward(tiny):
     finally:
         mlp.fuse_swiglu = True
     assert fused > 0 and unfused - fused >= 64 * mlp.intermediate_size * 4, (fused, unfused)
+
+
+def test_without_gradients_the_cpu_takes_the_unfused_form(tiny):
+    """Under ``no_grad`` on the CPU the installed MLP computes silu(gate) * up, bit for bit (faster there, nothing
+    kept); with gradients the fused kernel, which differs from it by rounding on this input."""
+    mlp = tiny[0].model.language_model.layers[0].mlp
+    paddle.seed(1)
+    x = paddle.randn([2, 7, mlp.hidden_size]) * 3
+    with paddle.no_grad():
+        gate, up = getattr(mlp, mlp.gate_up_proj_name)(x).chunk(2, axis=-1)
+        unfused = mlp.down_proj(paddle.nn.functional.silu(gate) * up).numpy()
+        np.testing.assert_array_equal(mlp(x).numpy(), unfused)
+    fused = mlp(x).numpy()
+    assert not np.array_equal(fused, unfused)
+    np.testing.assert_allclose(fused, unfused, rtol=1e-5, atol=1e-6)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import paddle
 
 from ..models.forward import RepeatedPrompt
+from ..models.transposes import transposed
 from .mkl import float32_on_cpu, write_rows, write_spaced
 
 
@@ -89,14 +90,13 @@ class TransposedKVCache:
         self.capacity = capacity
         allocated = min(capacity, self.length + GROWTH)
         self.keys, self.values = [], []
-        for keys, values in zip(prompt.keys, prompt.values):
+        free = allocated - self.length
+        for keys, values in zip(prompt.keys, prompt.values):  # the prompt's, then the free slots' zeros
             rows, kv_heads, _, head_dim = keys.shape
-            key_buffer = paddle.zeros([rows, kv_heads, head_dim, allocated], dtype=keys.dtype)
-            key_buffer[:, :, :, :self.length] = keys.transpose([0, 1, 3, 2])
-            value_buffer = paddle.zeros([rows, kv_heads, allocated, head_dim], dtype=values.dtype)
-            value_buffer[:, :, :self.length] = values
-            self.keys.append(key_buffer)
-            self.values.append(value_buffer)
+            self.keys.append(paddle.concat([transposed(keys, [0, 1, 3, 2]),
+                                            paddle.zeros([rows, kv_heads, head_dim, free], dtype=keys.dtype)], axis=3))
+            self.values.append(paddle.concat([values, paddle.zeros([rows, kv_heads, free, head_dim],
+                                                                   dtype=values.dtype)], axis=2))
         self.mask = _additive_mask(prompt_mask, allocated, prompt.keys[0].dtype)
         self.slot = paddle.full([1], self.length, dtype="int64")
         self._one = paddle.ones_like(self.slot)
