@@ -6,11 +6,13 @@ inverse mapping, used by ``save_pretrained``, leaves the q/k/v biases under
 missing renames so every checkpoint paddle_r1 writes loads with ``from_pretrained`` as it is.
 It also writes config.json flat, as published: a nested ``text_config`` does not load in transformers 4.51.
 Its text attention runs ``text_attention.py``'s forward (M-RoPE tables merged once per forward, grouped heads), its
-unfused RMSNorms ``rms_norm.py``'s, its gated MLPs Paddle's ``swiglu`` kernel (``swiglu.py``).
+unfused RMSNorms ``rms_norm.py``'s, its gated MLPs Paddle's ``swiglu`` kernel (``swiglu.py``), its patch embedding one
+product on the CPU (``patch_embed.py``).
 """
 from paddleformers.transformers import Qwen2_5_VLConfig as _PaddleFormersQwen2_5_VLConfig
 from paddleformers.transformers import Qwen2_5_VLForConditionalGeneration as _PaddleFormersQwen2_5_VL
 
+from .patch_embed import install_product_patch_embed
 from .rms_norm import install_fast_rms_norm
 from .swiglu import install_fused_swiglu
 from .text_attention import install_fast_text_attention
@@ -37,11 +39,12 @@ class Qwen2_5_VLForConditionalGeneration(_PaddleFormersQwen2_5_VL):
         self.install_fast_paths()
 
     def install_fast_paths(self) -> None:
-        """paddle_r1's text attention, RMSNorm and SwiGLU over paddleformers' (same parameters): Qwen2-VL's decoder
-        is this one and takes them too."""
+        """paddle_r1's text attention, RMSNorm, SwiGLU and patch embedding over paddleformers' (same parameters):
+        Qwen2-VL's decoder and patch embedding are these and take them too."""
         install_fast_text_attention(self.model.language_model)
         install_fast_rms_norm(self)
         install_fused_swiglu(self)
+        install_product_patch_embed(self.model.visual)
 
     @classmethod
     def _gen_inv_aoa_config(cls, config):
