@@ -237,7 +237,7 @@ def main() -> None:
     prompt, _ = build_prompt_batch(samples, processor, "{Question}")
     g, n = args.generations, args.new_tokens
     rows = prompt.size * g
-    params = SamplingParams(max_new_tokens=n, temperature=0.0)
+    params = SamplingParams(max_new_tokens=n, temperature=0.0, logprobs=False)  # as the others: no log-probs
     no_eos = [-1]  # every row generates all n tokens
 
     def paddle_r1():

@@ -210,6 +210,19 @@ def test_both_engines_sample_the_same_completions(tiny, rec_samples):
     np.testing.assert_array_equal(rollouts[0].completion_mask.numpy(), rollouts[1].completion_mask.numpy())
 
 
+def test_log_probs_only_when_asked(tiny, rec_samples):
+    """``SamplingParams.logprobs`` false: the same tokens from the same random numbers, no sampling_logp (a GRPO
+    job asks for them when its importance-sampling correction reads them: tests/test_sampler_correction.py)."""
+    model, processor = tiny
+    prompt, _ = _prompts(tiny, rec_samples)
+    eos, pad = _eos(processor)
+    uniforms = paddle.to_tensor(np.random.default_rng(3).random([prompt.size * 2, 8]).astype("float32"))
+    with_logp, without = (sample_completions(model, prompt, 2, SamplingParams(8, temperature=1.0, logprobs=asked),
+                                             eos, pad, uniforms=uniforms) for asked in (True, False))
+    assert with_logp.sampling_logp is not None and without.sampling_logp is None
+    np.testing.assert_array_equal(with_logp.completion_ids.numpy(), without.completion_ids.numpy())
+
+
 def test_lora_adapters_shape_the_one_token_rollout(tiny_model_dir, tiny, rec_samples):
     """The one-token step adds each LoRA layer's x A B * scaling as ``LoRALinear`` does: greedy completions of a model
     with (random, non-zero) adapters equal its uncached forward's and the layers' sampled ones, and differ from the

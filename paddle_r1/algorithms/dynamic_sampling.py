@@ -55,7 +55,8 @@ def select_groups(rollout: Rollout, groups: list[int], images_per_prompt: list[i
                            **prompt.media_rows(groups, images_per_prompt, videos_per_prompt or [0] * prompt.size))
     return Rollout(prompt=selected, num_generations=g, completion_ids=rollout.completion_ids[completion_rows],
                    completion_mask=rollout.completion_mask[completion_rows],
-                   truncated=rollout.truncated[completion_rows], sampling_logp=rollout.sampling_logp[completion_rows],
+                   truncated=rollout.truncated[completion_rows],
+                   sampling_logp=None if rollout.sampling_logp is None else rollout.sampling_logp[completion_rows],
                    **_episode_rows(rollout, completion_rows.tolist()))
 
 
@@ -92,7 +93,8 @@ def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
         completion_ids=paddle.concat([_pad(r.completion_ids, completion_width, pad_token_id, False) for r in rollouts]),
         completion_mask=paddle.concat([_pad(r.completion_mask, completion_width, 0, False) for r in rollouts]),
         truncated=paddle.concat([r.truncated for r in rollouts]),
-        sampling_logp=paddle.concat([_pad(r.sampling_logp, completion_width, 0.0, False) for r in rollouts]),
+        sampling_logp=None if any(r.sampling_logp is None for r in rollouts) else paddle.concat(
+            [_pad(r.sampling_logp, completion_width, 0.0, False) for r in rollouts]),
         **_joined_episodes(rollouts, completion_width))
 
 

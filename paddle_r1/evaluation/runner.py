@@ -156,7 +156,7 @@ def answer_greedily(generator: Generator, samples: list[dict], template: str, ba
                     desc: str, toolbox: Optional[Toolbox] = None, max_turns: int = 1) -> GreedyAnswers:
     """Greedy completions, batch by batch; with ``max_turns`` > 1, episodes in which the model may call the tools
     of ``toolbox`` (each turn up to ``max_new_tokens``), as the GRPO rollout runs them."""
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, logprobs=False)
     answers = GreedyAnswers([], [], [], [] if max_turns > 1 else None, [] if max_turns > 1 else None)
     for start in tqdm(range(0, len(samples), batch_size), desc=desc, unit="batch"):
         generation = generator.generate(samples[start:start + batch_size], 1, params, template, toolbox=toolbox,

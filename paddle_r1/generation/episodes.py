@@ -184,7 +184,8 @@ class _Episodes:
                                                         turn_uniforms)
             turn_mask = completion_mask_from_ids(tokens, self.eos)
             lengths = turn_mask.sum(axis=1)
-            calls = self._record_turn(active, tokens.numpy(), logps.numpy(), lengths.numpy(), finished.numpy())
+            calls = self._record_turn(active, tokens.numpy(), None if logps is None else logps.numpy(),
+                                      lengths.numpy(), finished.numpy())
             going = [j for j, row_calls in enumerate(calls) if row_calls and turn + 1 < self.max_turns]
             if not going:
                 break
@@ -213,7 +214,7 @@ class _Episodes:
             decoder.step(tokens[:, step])
         return tokens, paddle.ones([len(rows)], dtype="bool")
 
-    def _record_turn(self, active: list[int], tokens: np.ndarray, logps: np.ndarray, lengths: np.ndarray,
+    def _record_turn(self, active: list[int], tokens: np.ndarray, logps: Optional[np.ndarray], lengths: np.ndarray,
                      finished: np.ndarray) -> list:
         """Each active row's turn into its episode; per row, the tool calls it made (none when the turn did not
         end: a turn cut off by max_new_tokens ends its episode)."""
@@ -224,7 +225,7 @@ class _Episodes:
             row, n = self.rows[r], int(lengths[j])
             row.ids += tokens[j, :n].tolist()
             row.own += [1] * n
-            row.logps += logps[j, :n].tolist()
+            row.logps += logps[j, :n].tolist() if logps is not None else []
             row.turns.append({"role": "assistant", "text": texts[j]})
             row.truncated = not finished[j]
             calls.append(parse_tool_calls(texts[j]) if finished[j] else [])
@@ -266,7 +267,8 @@ class _Episodes:
             completion_ids=pad_rows([row.ids for row in self.rows], self.pad_token_id),
             completion_mask=pad_rows([row.own for row in self.rows], 0, dtype="int32"),
             truncated=paddle.to_tensor([row.truncated for row in self.rows]),
-            sampling_logp=pad_rows([row.logps for row in self.rows], 0.0, dtype="float32"),
+            sampling_logp=pad_rows([row.logps for row in self.rows], 0.0, dtype="float32") if self.params.logprobs
+            else None,
             episode_mask=pad_rows([[1] * len(row.ids) for row in self.rows], 0, dtype="int32"),
             episode_images_per_row=[row.images for row in self.rows],
             episode_videos_per_row=[row.videos for row in self.rows],

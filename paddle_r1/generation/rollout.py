@@ -90,6 +90,9 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     engine: str = "auto"  # the decode step: auto | one_token | layers (``decoder.make_decoder``)
+    # each sampled token's log-prob (``Rollout.sampling_logp``, what importance_sampling_correction reads); without
+    # it the rollout skips a softmax over the vocabulary per token and its sampling_logp is None
+    logprobs: bool = True
 
 
 @dataclass
@@ -101,7 +104,8 @@ class Rollout:
     completion_mask: paddle.Tensor  # [B*G, T] int32, 1 up to and including EOS
     truncated: paddle.Tensor  # [B*G] bool, no EOS within max_new_tokens
     # [B*G, T] float32: each sampled token's log-prob under the distribution it was drawn from (``sample_tokens``), 0
-    # after EOS; NaN for a token the rollout did not sample (a given first turn); None in a buffer saved before it
+    # after EOS; NaN for a token the rollout did not sample (a given first turn); None when not asked for
+    # (``SamplingParams.logprobs``) and in a buffer saved before it
     sampling_logp: Optional[paddle.Tensor] = None
     # Multi-turn episodes (``episodes.sample_episodes``), else None. completion_ids then hold every token after the
     # prompt (the model's turns and the tools' messages) and completion_mask the model's own tokens only.
@@ -241,17 +245,17 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
     ended = int(completion_mask.sum(axis=1).max())  # the step at which the last row ended
     return Rollout(prompt=prompt, num_generations=num_generations, completion_ids=completion_ids[:, :ended],
                    completion_mask=completion_mask[:, :ended], truncated=~finished,
-                   sampling_logp=sampling_logp[:, :ended])
+                   sampling_logp=None if sampling_logp is None else sampling_logp[:, :ended])
 
 
 def sample_tokens(decoder, logits: paddle.Tensor, params: SamplingParams, eos: paddle.Tensor, pad_token_id: int,
                   uniforms: Optional[paddle.Tensor] = None, eos_check_every: int = 8
-                  ) -> tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+                  ) -> tuple[paddle.Tensor, paddle.Tensor, Optional[paddle.Tensor]]:
     """Tokens [rows, steps] sampled from ``logits`` then through ``decoder`` one step at a time until every row
     has ended (checked every ``eos_check_every`` steps) or ``params.max_new_tokens``; a row pads after its EOS.
     Also which rows ended [rows], and each token's log-prob [rows, steps] under the distribution it was drawn from,
     log softmax(``sampling_logits``)[token] (TRL's sampling_per_token_logps, as vLLM's processed log-probs), 0 on
-    padding. The last column's tokens are not fed to the decoder."""
+    padding; None unless ``params.logprobs``. The last column's tokens are not fed to the decoder."""
     finished = paddle.zeros([logits.shape[0]], dtype="bool")
     pad = paddle.full_like(finished, pad_token_id, dtype="int64")
     tokens, logps = [], []
@@ -260,16 +264,17 @@ def sample_tokens(decoder, logits: paddle.Tensor, params: SamplingParams, eos: p
         scores = sampling_logits(logits, params)
         token, probs = _draw(scores, params, uniform)
         token = token.astype("int64")
-        logp = _drawn_logp(scores, probs, token)
+        if params.logprobs:
+            logp = _drawn_logp(scores, probs, token)
+            logps.append(paddle.where(finished, paddle.zeros_like(logp), logp))
         token = paddle.where(finished, pad, token)
-        logps.append(paddle.where(finished, paddle.zeros_like(logp), logp))
         tokens.append(token)
         finished = finished | paddle.isin(token, eos)
         last = step == params.max_new_tokens - 1
         if last or ((step + 1) % eos_check_every == 0 and bool(finished.all())):
             break
         logits = decoder.step(token)
-    return paddle.stack(tokens, axis=1), finished, paddle.stack(logps, axis=1)
+    return paddle.stack(tokens, axis=1), finished, paddle.stack(logps, axis=1) if logps else None
 
 
 def completion_mask_from_ids(completion_ids: paddle.Tensor, eos: paddle.Tensor) -> paddle.Tensor:

@@ -258,7 +258,7 @@ def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", limits.max_tokens, 1, limits.max_tokens, True)
     sampling = SamplingParams(max_new_tokens=max_tokens, temperature=float(_number(body, "temperature", 1.0, 0, 2)),
-                              top_p=float(_number(body, "top_p", 1.0, 1e-6, 1)))
+                              top_p=float(_number(body, "top_p", 1.0, 1e-6, 1)), logprobs=False)
     stop = body.get("stop") or []
     stop = [stop] if isinstance(stop, str) else stop
     if not (isinstance(stop, list) and len(stop) <= limits.max_stop and all(isinstance(s, str) and s for s in stop)):
