@@ -24,8 +24,9 @@ scripts in ``benchmarks/experiments/``; their figures are in ``benchmarks/README
   the rotary rows and the mask are laid out once per step, not per layer. (Paddle's ``swiglu`` kernel was slower
   than ``silu(gate) * up``: ``decode_levers.py``.)
 
-Its step reads nothing from the host: the slot it writes and the rotary row it takes are tensors on the device, so
-the step can later be captured (CUDA graphs) as it is.
+On a GPU its step reads nothing from the host: the slot it writes and the rotary row it takes are tensors on the
+device, so the step can later be captured (CUDA graphs) as it is. On the CPU the float32 cache is written at the
+host's count of slots by MKL's copies (``kv_cache.py``), where no capture applies.
 
 The arithmetic is the model's (``FastTextAttention``, ``FastRMSNorm``, paddleformers' Qwen2 MLP, ``LoRALinear``'s
 adapters) in the same order, so the logits equal the model's own forward up to float rounding of the reordered
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import paddle
-from paddle.incubate.nn.functional import fused_rms_norm
+from paddle import _C_ops
 from paddleformers.nn.lm_head import LMHead
 from paddleformers.peft.lora.lora_layers import LoRALinear
 
@@ -107,11 +108,11 @@ class Projection:
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
         if self.packed is not None:
-            out = self.packed(x) if self.bias is None else self.packed(x) + self.bias
-        elif self.bias is None:  # matmul: linear's Python wrapper reads a flag per call
-            out = paddle.matmul(x, self.weight)
+            out = self.packed(x) if self.bias is None else _C_ops.add(self.packed(x), self.bias)
+        elif self.bias is None:
+            out = _C_ops.matmul(x, self.weight, False, False)
         else:  # one kernel for the product and the bias
-            out = paddle.nn.functional.linear(x, self.weight, self.bias)
+            out = _C_ops.linear(x, self.weight, self.bias)
         if self.lora is not None:
             lora_a, lora_b, scaling = self.lora
             out = out + (x @ lora_a @ lora_b) * scaling
@@ -157,6 +158,12 @@ def supports(model) -> bool:
 
 
 PACK_AFTER_STEPS = 8  # tokens decoded before the weights are packed (see the module docstring)
+
+
+def _rms_norm(x: paddle.Tensor, weight: paddle.Tensor, epsilon: float, residual: Optional[paddle.Tensor] = None):
+    """rms_norm(x + residual) * weight and x + residual (``paddle.incubate.nn.functional.fused_rms_norm``'s kernel,
+    registered on CPU too, called without its wrapper)."""
+    return _C_ops.fused_rms_norm_quant(x, None, residual, weight, None, epsilon, 1, -1.0, 0, 0.0, 0.0)
 
 
 def packed_head(head, rows: int) -> Optional[PackedWeight]:
@@ -206,39 +213,39 @@ class OneTokenDecoder:
         heads' times the attention's scaling (folded into the query: q k * s == (q s) k up to rounding), the key's,
         and ``value_part`` (1 or 0: the value passes unrotated)."""
         rows, groups = value_part.shape[0], self.heads // self.kv_heads
-        row = paddle.index_select(table, self.cache.slot, axis=2)  # [rows, 1, 1, head_dim]
-        query_part = (row * self.scaling).expand([rows, 1, groups, self.head_dim])
-        merged = paddle.concat([query_part, row, value_part], axis=2)
-        return merged.expand([rows, self.kv_heads, groups + 2, self.head_dim])
+        row = _C_ops.index_select(table, self.cache.slot, 2)  # [rows, 1, 1, head_dim]
+        query_part = _C_ops.expand(_C_ops.scale(row, self.scaling, 0.0, True), [rows, 1, groups, self.head_dim])
+        merged = _C_ops.concat([query_part, row, value_part], 2)
+        return _C_ops.expand(merged, [rows, self.kv_heads, groups + 2, self.head_dim])
 
     def step(self, token: paddle.Tensor) -> paddle.Tensor:
         """Next-token logits [rows, vocab] after ``token`` [rows], the next completion token of each row.
 
         Per layer: the norms are fused with the residual adds before them (``fused_rms_norm``, which has a CPU
         kernel), the query, key and value are rotated together in one pass (the value with cos 1, sin 0); the rotary
-        tables and the mask are laid out once per step, not per layer."""
+        tables and the mask are laid out once per step, not per layer. The step calls Paddle's operators
+        (``_C_ops``) without their Python wrappers, whose argument handling cost 5% of the step at the speed anchor's
+        sizes on CPU; the kernels and the numbers are the same."""
         rows, groups, cache = token.shape[0], self.heads // self.kv_heads, self.cache
         if self.steps == PACK_AFTER_STEPS:
             self._pack(rows)
         cache.open_next()
         cos, sin = self._rotation(self.cos, self.value_cos), self._rotation(self.sin, self.value_sin)
-        mask = cache.mask.expand([rows, self.kv_heads, groups, cache.mask.shape[-1]])
+        mask = _C_ops.expand(cache.mask, [rows, self.kv_heads, groups, cache.mask.shape[-1]])
+        heads_shape, merged_shape = [rows, self.kv_heads, groups + 2, self.head_dim], [rows, self.heads * self.head_dim]
         residual = self.text.embed_tokens(token)  # [rows, hidden]
-        hidden = fused_rms_norm(residual, self.layers[0].input_norm, None, self.epsilon, 1)[0]
+        hidden = _rms_norm(residual, self.layers[0].input_norm, self.epsilon)[0]
         for index, layer in enumerate(self.layers):
-            mixed = layer.qkv(hidden).reshape([rows, self.kv_heads, groups + 2, self.head_dim])
-            mixed = rotate(mixed, cos, sin)
-            query, key, value = paddle.split(mixed, [groups, 1, 1], axis=2)
+            mixed = rotate(_C_ops.reshape(layer.qkv(hidden), heads_shape), cos, sin)
+            query, key, value = _C_ops.split(mixed, [groups, 1, 1], 2)
             keys, values = cache.write(index, key, value)
-            scores = paddle.matmul(query, keys) + mask
-            probs = softmax_float32(scores)
-            attended = paddle.matmul(probs, values).reshape([rows, self.heads * self.head_dim])
-            hidden, residual = fused_rms_norm(layer.out(attended), layer.post_norm, None, self.epsilon, 1,
-                                              residual=residual)[:2]
-            gate, up = layer.up_gate(hidden).chunk(2, axis=-1)
-            down = layer.down(self.act_fn(gate) * up)
+            probs = softmax_float32(_C_ops.add(_C_ops.matmul(query, keys, False, False), mask))
+            attended = _C_ops.reshape(_C_ops.matmul(probs, values, False, False), merged_shape)
+            hidden, residual = _rms_norm(layer.out(attended), layer.post_norm, self.epsilon, residual)[:2]
+            gate, up = _C_ops.split_with_num(layer.up_gate(hidden), 2, 1)
+            down = layer.down(_C_ops.multiply(self.act_fn(gate), up))
             next_norm = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.text.norm.weight
-            hidden, residual = fused_rms_norm(down, next_norm, None, self.epsilon, 1, residual=residual)[:2]
+            hidden, residual = _rms_norm(down, next_norm, self.epsilon, residual)[:2]
         cache.advance()
         self.steps += 1
         return self.model.lm_head(hidden) if self.head is None else self.head(hidden)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import weakref
 
 import paddle
+from paddle import _C_ops
 
 from .mkl import float32_on_cpu, mkl_library
 
@@ -49,7 +50,7 @@ class PackedWeight:
         if x.shape != [self.rows, self.inner] or x.dtype != paddle.float32 or not x.place.is_cpu_place():
             return paddle.matmul(x, self.weight, transpose_y=self.transposed)
         x = x if x.is_contiguous() else x.contiguous()
-        out = paddle.empty([self.rows, self.outer], dtype=paddle.float32)
+        out = _C_ops.empty([self.rows, self.outer], paddle.float32, x.place)
         mkl_library().cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, self.rows, self.outer, self.inner,
                                           x.data_ptr(), self.inner, self.buffer, self.outer, 0.0, out.data_ptr(),
                                           self.outer)

@@ -30,6 +30,7 @@ import functools
 
 import numpy as np
 import paddle
+from paddle import _C_ops
 from paddleformers.nn.attention.interface import ALL_ATTENTION_FUNCTIONS
 from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding
 
@@ -120,8 +121,10 @@ def half_rotation(dim: int, dtype) -> paddle.Tensor:
 
 
 def rotate(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.Tensor:
-    """x * cos + rotate_half(x) * sin, the tables of x's shape."""
-    return x * cos + paddle.matmul(x, half_rotation(x.shape[-1], x.dtype)) * sin
+    """x * cos + rotate_half(x) * sin, the tables of x's shape (Paddle's operators called without their Python
+    wrappers: the decode step calls it per layer and token)."""
+    rotated = _C_ops.matmul(x, half_rotation(x.shape[-1], x.dtype), False, False)
+    return _C_ops.add(_C_ops.multiply(x, cos), _C_ops.multiply(rotated, sin))
 
 
 QUERY_BLOCK = 256  # query rows per block; blocks from two blocks' worth of queries on
@@ -180,7 +183,7 @@ def softmax_float32(scores: paddle.Tensor) -> paddle.Tensor:
     ``astype`` to the same dtype and softmax's ``dtype=`` copy the scores, a noticeable part of a log-prob pass at long
     completions."""
     if scores.dtype == paddle.float32:
-        return paddle.nn.functional.softmax(scores, axis=-1)
+        return _C_ops.softmax(scores, -1)
     return paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(scores.dtype)
 
 
