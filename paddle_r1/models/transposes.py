@@ -5,6 +5,8 @@ a ``reshape`` that merges the moved axes) copies it with the strided-copy kernel
 element: 2.1 ms for a [16, 4, 64, 64] float32 tensor (one attention output of the speed anchor's training forward),
 where the same permutation through ``einsum`` (Paddle's dense transpose kernel) takes 0.05 ms and its gradient as
 little (``python benchmarks/experiments/written_gradients.py`` times both). The values are the same, bit for bit.
+On a GPU the view stays a view: its strided copy is fast there, and ``einsum`` is on Paddle's AMP white list (under
+``auto_cast`` it would compute in half precision).
 """
 from __future__ import annotations
 
@@ -22,5 +24,7 @@ def _equation(perm: tuple) -> str:
 
 
 def transposed(x: paddle.Tensor, perm) -> paddle.Tensor:
-    """``x.transpose(perm)``, contiguous (see the module docstring)."""
+    """``x.transpose(perm)``, laid out contiguously on the CPU (see the module docstring)."""
+    if not x.place.is_cpu_place():
+        return x.transpose(perm)
     return paddle.einsum(_equation(tuple(perm)), x)
