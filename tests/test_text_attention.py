@@ -84,7 +84,7 @@ def test_query_blocks_give_the_whole_squares_attention_and_gradients():
     block's last position: under a causal mask (left padding, a cached prefix of 7 keys) its output and gradients
     equal the whole square's; under a mask that lets queries see later keys they differ, so the blocks really skip
     those keys."""
-    from paddle_r1.models.text_attention import QUERY_BLOCK, _grouped_attention, grouped_eager_attention
+    from paddle_r1.models.text_attention import QUERY_BLOCK, grouped_attention, grouped_eager_attention
 
     rng = np.random.default_rng(0)
     length, prefix = QUERY_BLOCK * 2 + 5, 7
@@ -101,7 +101,7 @@ def test_query_blocks_give_the_whole_squares_attention_and_gradients():
         return out.numpy(), q.grad.numpy(), k.grad.numpy(), v.grad.numpy()
 
     causal = _causal_mask(2, length, keys, padding=[0, 3])
-    for blocked, whole in zip(run(grouped_eager_attention, causal), run(_grouped_attention, causal)):
+    for blocked, whole in zip(run(grouped_eager_attention, causal), run(grouped_attention, causal)):
         np.testing.assert_allclose(blocked, whole, rtol=1e-5, atol=1e-6)
     sees_later = paddle.zeros([2, 1, length, keys])
-    assert not np.allclose(run(grouped_eager_attention, sees_later)[0], run(_grouped_attention, sees_later)[0])
+    assert not np.allclose(run(grouped_eager_attention, sees_later)[0], run(grouped_attention, sees_later)[0])

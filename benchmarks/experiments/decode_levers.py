@@ -77,7 +77,7 @@ def attention_pair(paddle, length: int):
     """One layer's attention forward and backward: query blocks against the whole square."""
     import numpy as np
 
-    from paddle_r1.models.text_attention import _grouped_attention, grouped_eager_attention
+    from paddle_r1.models.text_attention import grouped_attention, grouped_eager_attention
 
     prompt = 49
     keys = prompt + length
@@ -91,11 +91,11 @@ def attention_pair(paddle, length: int):
 
     return (f"one layer's attention forward + backward, 16 rows x {length} tokens after 49 (s)", "query blocks",
             lambda: forward_backward(grouped_eager_attention), "the whole square",
-            lambda: forward_backward(_grouped_attention))
+            lambda: forward_backward(grouped_attention))
 
 
 def scores_pair(paddle, length: int):
-    """The masked, scaled scores of one block of 256 queries over every key: ``_grouped_attention``'s scaled query,
+    """The masked, scaled scores of one block of 256 queries over every key: ``grouped_attention``'s scaled query,
     product and add against one ``baddbmm`` (kept until blocks came from the heap: ``cpu_math.py``)."""
     keys = 49 + length
     query, key = paddle.randn([32, 2 * 256, 64]), paddle.randn([32, keys, 64])

@@ -10,7 +10,7 @@ step opens its own slot before attending.
 No in-place op without a host read does it cheaper: ``put_along_axis_`` takes about as long and ``index_put_`` on a
 transposed view far longer; a basic-slicing write at a host int, which a captured step cannot use, is cheaper. On
 the CPU, where the host count is the slot anyway, float32 buffers are written by MKL's copy routines at that count
-(``mkl.py``: one strided copy per buffer, about a tenth of the setitem's time at the decode step's sizes;
+(``mkl.py``: one strided copy per buffer, 0.40x the setitem's time at the decode step's sizes;
 ``python benchmarks/experiments/kv_cache_writes.py``, figures in ``benchmarks/README.md``).
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ missing renames so every checkpoint paddle_r1 writes loads with ``from_pretraine
 It also writes config.json flat, as published: a nested ``text_config`` does not load in transformers 4.51.
 Its text attention runs ``text_attention.py``'s forward (M-RoPE tables merged once per forward, grouped heads), its
 unfused RMSNorms ``rms_norm.py``'s, its gated MLPs Paddle's ``swiglu`` kernel (``swiglu.py``), its patch embedding one
-product on the CPU (``patch_embed.py``).
+product on the CPU (``patch_embed.py``), its vision attention ``vision_attention.py``'s on the CPU.
 """
 from paddleformers.transformers import Qwen2_5_VLConfig as _PaddleFormersQwen2_5_VLConfig
 from paddleformers.transformers import Qwen2_5_VLForConditionalGeneration as _PaddleFormersQwen2_5_VL
@@ -16,6 +16,7 @@ from .patch_embed import install_product_patch_embed
 from .rms_norm import install_fast_rms_norm
 from .swiglu import install_fused_swiglu
 from .text_attention import install_fast_text_attention
+from .vision_attention import install_fast_vision_attention
 
 
 class Qwen2_5_VLConfig(_PaddleFormersQwen2_5_VLConfig):
@@ -39,12 +40,13 @@ class Qwen2_5_VLForConditionalGeneration(_PaddleFormersQwen2_5_VL):
         self.install_fast_paths()
 
     def install_fast_paths(self) -> None:
-        """paddle_r1's text attention, RMSNorm, SwiGLU and patch embedding over paddleformers' (same parameters):
-        Qwen2-VL's decoder and patch embedding are these and take them too."""
+        """paddle_r1's text attention, RMSNorm, SwiGLU, patch embedding and vision attention over paddleformers' (same
+        parameters): Qwen2-VL's decoder, patch embedding and vision attention are these and take them too."""
         install_fast_text_attention(self.model.language_model)
         install_fast_rms_norm(self)
         install_fused_swiglu(self)
         install_product_patch_embed(self.model.visual)
+        install_fast_vision_attention(self.model.visual)
 
     @classmethod
     def _gen_inv_aoa_config(cls, config):

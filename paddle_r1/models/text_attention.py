@@ -47,10 +47,9 @@ def merge_mrope_sections(table: paddle.Tensor, mrope_section) -> paddle.Tensor:
 
 
 @functools.lru_cache(maxsize=None)
-def _section_axes(mrope_section: tuple) -> paddle.Tensor:
-    """[D]: the position axis (temporal 0, height 1, width 2) each rotary channel takes (``merge_mrope_sections``)."""
-    axes = [i % 3 for i, size in enumerate(list(mrope_section) * 2) for _ in range(size)]
-    return paddle.to_tensor(axes, dtype="int64")
+def _section_axes(mrope_section: tuple) -> tuple:
+    """The position axis (temporal 0, height 1, width 2) each rotary channel takes (``merge_mrope_sections``)."""
+    return tuple(i % 3 for i, size in enumerate(list(mrope_section) * 2) for _ in range(size))
 
 
 class RotaryTables(tuple):
@@ -101,7 +100,8 @@ class MergedMRoPE(Qwen2_5_VLRotaryEmbedding):
             section = tuple(self.config.rope_parameters["mrope_section"])
             inverse_frequency = self.inv_freq.astype("float32")
             positions = transposed(position_ids.astype("float32"), [1, 2, 0])  # [B, L, 3]
-            channel_positions = paddle.index_select(positions, _section_axes(section), axis=2)  # [B, L, D]
+            axes = paddle.to_tensor(_section_axes(section), dtype="int64", place=positions.place)
+            channel_positions = paddle.index_select(positions, axes, axis=2)  # [B, L, D]
             angles = channel_positions * paddle.concat([inverse_frequency, inverse_frequency])
             cos, sin = angles.cos().unsqueeze(1), angles.sin().unsqueeze(1)
             if self.attention_scaling != 1.0:
@@ -146,7 +146,7 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
     figures in benchmarks/README.md."""
     length = query.shape[2]
     if attention_mask is None or length < 2 * QUERY_BLOCK or attention_mask.shape[2] != length:
-        return _grouped_attention(query, key, value, attention_mask, scaling)
+        return grouped_attention(query, key, value, attention_mask, scaling)
     keys, sizes = key.shape[2], [min(QUERY_BLOCK, length - start) for start in range(0, length, QUERY_BLOCK)]
     blocks, start = [], 0
     for block, size in zip(paddle.split(query, sizes, axis=2), sizes):
@@ -155,15 +155,17 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
             block_keys, block_values = key[:, :, :visible], value[:, :, :visible]
         else:
             block_keys, block_values = key, value
-        blocks.append(_grouped_attention(block, block_keys, block_values,
+        blocks.append(grouped_attention(block, block_keys, block_values,
                                          attention_mask[:, :, start:start + size, :visible], scaling))
         start += size
     return paddle.concat(blocks, axis=1)
 
 
-def _grouped_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
-    """The scaling applied to the query (1/16 of the scores' elements at 1,024 tokens; exact for head_dim 64: 1/8),
-    then the product and the mask added, expanded over the heads (a broadcast add is several times slower on CPU)."""
+def grouped_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
+    """softmax(q k^T * scaling + mask) v over all the keys, [B, L, H * D] (``grouped_eager_attention``'s whole square,
+    and the vision attention's per image): the scaling applied to the query (1/16 of the scores' elements at 1,024
+    tokens; exact for head_dim 64: 1/8), then the product and the mask (None: none) added, expanded over the heads (a
+    broadcast add is several times slower on CPU)."""
     batch, heads, length, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
