@@ -18,3 +18,10 @@ def test_transposed_is_the_transpose_laid_out(perm):
     weights = rng.standard_normal(got.shape).astype("float32")
     (got * paddle.to_tensor(weights)).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.transpose(weights, np.argsort(perm)))
+
+
+def test_dtypes_without_a_cpu_einsum_kernel_keep_the_view():
+    x = paddle.arange(24, dtype="int64").reshape([2, 3, 4])
+    half = paddle.randn([2, 3, 4]).astype("bfloat16")
+    np.testing.assert_array_equal(transposed(x, [2, 0, 1]).numpy(), np.transpose(x.numpy(), [2, 0, 1]))
+    assert transposed(half, [1, 0, 2]).shape == [3, 2, 4]
