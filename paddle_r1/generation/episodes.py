@@ -97,7 +97,8 @@ class _Row:
     turns: list
     calls: list
     truncated: bool = False
-    logps: list = field(default_factory=list)  # per token: its sampled log-prob (NaN: not sampled)
+    # per token: its sampled log-prob (NaN: not sampled); empty unless the sampling params ask for log-probs
+    logps: list = field(default_factory=list)
 
 
 class _Segment:
@@ -176,7 +177,8 @@ class _Episodes:
         for turn in range(self.max_turns):
             if turn == 0 and first_turns is not None:
                 tokens, finished = self._given_turn(decoder, first_turns)
-                logps = paddle.full(tokens.shape, float("nan"), dtype="float32")  # given, not sampled
+                # given, not sampled
+                logps = paddle.full(tokens.shape, float("nan"), dtype="float32") if self.params.logprobs else None
             else:
                 span = slice(turn * self.params.max_new_tokens, (turn + 1) * self.params.max_new_tokens)
                 turn_uniforms = None if uniforms is None else uniforms[paddle.to_tensor(active)][:, span]
@@ -255,7 +257,7 @@ class _Episodes:
             row, ids = self.rows[r], encoded.input_ids[0]
             row.ids += ids.tolist()
             row.own += [0] * ids.shape[0]
-            row.logps += [0.0] * ids.shape[0]
+            row.logps += [0.0] * ids.shape[0] if self.params.logprobs else []
             row.media.append(encoded)
             row.images += len(row_images)
             row.videos += len(row_clips)
