@@ -38,13 +38,18 @@ def test_logits_and_gradients_equal_paddleformers_attention(tiny, rec_samples):
     np.testing.assert_allclose(fast_grad, own_grad, rtol=1e-4, atol=1e-5)
 
 
+def merge_mrope_sections(table: paddle.Tensor, mrope_section) -> paddle.Tensor:
+    """paddleformers' merge of its [3, B, L, D] per-axis cos or sin -> [B, 1, L, D]: channel section i taken from axis
+    i % 3, as ``apply_multimodal_rotary_pos_emb`` does in every layer."""
+    pieces = table.split(list(mrope_section) * 2, axis=-1)
+    return paddle.concat([piece[i % 3] for i, piece in enumerate(pieces)], axis=-1).unsqueeze(1)
+
+
 def test_merged_rotary_tables_are_paddleformers(tiny):
     """Positions differing on the three M-RoPE axes, up to 40,000: the merged tables equal paddleformers' [3, B, L, D]
     tables merged over the sections, with and without an attention scaling, to one float32 rounding (the angles are
     the same products; Paddle's CPU cos and sin round an element a hair differently in a tensor's vectorised body
     and in its tail, and the element sits elsewhere in the two tensors)."""
-    from paddle_r1.models.text_attention import merge_mrope_sections
-
     model, _ = tiny
     rotary = model.model.language_model.rotary_emb
     section = rotary.config.rope_parameters["mrope_section"]

@@ -39,16 +39,11 @@ from .causal_mask import sdpa_causality
 from .transposes import transposed
 
 
-def merge_mrope_sections(table: paddle.Tensor, mrope_section) -> paddle.Tensor:
-    """[3, B, L, D] per-axis cos or sin -> [B, 1, L, D]: channel section i taken from axis i % 3 (Qwen2-VL's
-    M-RoPE), as paddleformers' ``apply_multimodal_rotary_pos_emb`` does in every layer."""
-    pieces = table.split(list(mrope_section) * 2, axis=-1)
-    return paddle.concat([piece[i % 3] for i, piece in enumerate(pieces)], axis=-1).unsqueeze(1)
-
-
 @functools.lru_cache(maxsize=None)
 def _section_axes(mrope_section: tuple) -> tuple:
-    """The position axis (temporal 0, height 1, width 2) each rotary channel takes (``merge_mrope_sections``)."""
+    """The position axis (temporal 0, height 1, width 2) each rotary channel takes: the channels in sections
+    ``mrope_section`` twice over, section i from axis i % 3 (Qwen2-VL's M-RoPE, as paddleformers'
+    ``apply_multimodal_rotary_pos_emb`` merges its tables in every layer)."""
     return tuple(i % 3 for i, size in enumerate(list(mrope_section) * 2) for _ in range(size))
 
 
@@ -89,11 +84,11 @@ class MergedMRoPE(Qwen2_5_VLRotaryEmbedding):
     """The rotary tables of one forward, merged over M-RoPE's sections once for all layers.
 
     paddleformers' forward computes cos and sin over all three position axes, [3, B, L, D] (its angles a transposed
-    view, copied by Paddle's slow strided copy on CPU), and each channel then keeps one axis's
-    (``merge_mrope_sections``). Here each channel's position is picked first and the angles are position x inverse
-    frequency, the same single float32 product as paddleformers' outer product: the same angles, a third of the cos
-    and sin, the tables within one float32 rounding of paddleformers' (Paddle's CPU cos rounds an element of a
-    tensor's vectorised body and of its tail a hair apart; tests/test_text_attention.py)."""
+    view, copied by Paddle's slow strided copy on CPU), and each channel then keeps one axis's (``_section_axes``).
+    Here each channel's position is picked first and the angles are position x inverse frequency, the same single
+    float32 product as paddleformers' outer product: the same angles, a third of the cos and sin, the tables within
+    one float32 rounding of paddleformers' (Paddle's CPU cos rounds an element of a tensor's vectorised body and of
+    its tail a hair apart; tests/test_text_attention.py)."""
 
     def forward(self, x, position_ids):
         with paddle.amp.auto_cast(enable=False):
