@@ -237,7 +237,8 @@ def main() -> None:
     prompt, _ = build_prompt_batch(samples, processor, "{Question}")
     g, n = args.generations, args.new_tokens
     rows = prompt.size * g
-    params = SamplingParams(max_new_tokens=n, temperature=0.0, logprobs=False)  # as the others: no log-probs
+    # as the others: no log-probs; the weights packed before the first token, as in the trainer's rollout
+    params = SamplingParams(max_new_tokens=n, temperature=0.0, logprobs=False, pack_after=0)
     no_eos = [-1]  # every row generates all n tokens
 
     def paddle_r1():

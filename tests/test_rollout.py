@@ -164,12 +164,12 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         if engine == "one_token_growing":
             monkeypatch.setattr(kv_cache, "GROWTH", 2)
         packed = engine != "one_token_plain"
-        monkeypatch.setattr(decoders, "PACK_AFTER_STEPS", 2)  # steps 0-1 as stored, 2-3 packed
         if not packed:
             monkeypatch.setattr(decoders, "packs", lambda weight: False)
             monkeypatch.setattr(kv_cache, "float32_on_cpu", lambda tensor: False)
-        decoder = (LayerDecoder if engine == "layers" else OneTokenDecoder)(
-            model, RepeatedPrompt(cache, g), mask, next_position, steps + 1)
+        decoder = (LayerDecoder(model, RepeatedPrompt(cache, g), mask, next_position, steps + 1) if engine == "layers"
+                   else OneTokenDecoder(model, RepeatedPrompt(cache, g), mask, next_position, steps + 1,
+                                        pack_after=2))  # steps 0-1 as stored, 2-3 packed
         if engine != "layers":  # the cache written by MKL at the host count, or by setitem at the device slot
             assert (decoder.cache._open is not None) == packed
 
@@ -268,3 +268,51 @@ def test_checking_eos_every_k_steps_gives_the_same_completions(tiny, rec_samples
     assert len(set(lengths.tolist())) > 1 and lengths.max() <= 6  # rows end apart, all before the first check
     for field in ("completion_ids", "completion_mask", "truncated"):
         np.testing.assert_array_equal(getattr(every_step, field).numpy(), getattr(every_8, field).numpy())
+
+
+@pytest.mark.parametrize("pack_after", [0, 3])
+def test_the_rollout_packs_the_weights_after_the_tokens_it_is_told(tiny, rec_samples, monkeypatch, pack_after):
+    """``SamplingParams.pack_after`` reaches the decode step: the weights are packed before the token it names (the
+    trainer's 0: before the first), and the completions are the same as the default's."""
+    from paddle_r1.generation import decoder as decoders
+
+    model, processor = tiny
+    prompt, _ = _prompts(tiny, rec_samples)
+    eos, pad = _eos(processor)
+    packed_at = []
+    pack = decoders.OneTokenDecoder._pack
+    monkeypatch.setattr(decoders.OneTokenDecoder, "_pack", lambda self, rows: (packed_at.append(self.steps),
+                                                                                 pack(self, rows)))
+    told = sample_completions(model, prompt, 2, SamplingParams(10, temperature=0.0, pack_after=pack_after,
+                                                               engine="one_token"), [-1], pad)
+    assert packed_at == [pack_after]
+    default = sample_completions(model, prompt, 2, SamplingParams(10, temperature=0.0), [-1], pad)
+    assert packed_at == [pack_after, decoders.PACK_AFTER_STEPS]
+    np.testing.assert_array_equal(told.completion_ids.numpy(), default.completion_ids.numpy())
+
+
+def test_the_decode_steps_lookup_keeps_the_embeddings_padding_row(tiny, rec_samples):
+    """The decode step looks tokens up with Paddle's kernel directly; Paddle's ``Embedding`` outputs zeros for its
+    padding row (paddleformers passes the config's pad_token_id), and so does the step, bit-equal to the layer's
+    lookup for every token, and for a layer without a padding row."""
+    from paddle_r1.generation.decoder import OneTokenDecoder
+    from paddle_r1.generation.rollout import prefill
+    from paddle_r1.models.forward import RepeatedPrompt, text_decoder
+
+    model, processor = tiny
+    prompt, _ = _prompts(tiny, rec_samples, n=1)
+    embedding = text_decoder(model).embed_tokens
+    tokens = paddle.arange(0, embedding.weight.shape[0], 7, dtype="int64")
+    with paddle.no_grad():
+        cache, _, next_position = prefill(model, prompt)
+        for padding in (embedding._padding_idx, 7, None):
+            saved = embedding._padding_idx
+            embedding._padding_idx = padding
+            try:
+                decoder = OneTokenDecoder(model, RepeatedPrompt(cache, 1), prompt.attention_mask, next_position, 2)
+                got, want = decoder._embed(tokens).numpy(), embedding(tokens).numpy()
+            finally:
+                embedding._padding_idx = saved
+            np.testing.assert_array_equal(got, want)
+            zeros = [int(t) for t, row in zip(tokens.numpy(), got) if not row.any()]
+            assert zeros == ([] if padding is None else [padding])  # the padding row's token only

@@ -12,8 +12,10 @@ scripts in ``benchmarks/experiments/``; their figures are in ``benchmarks/README
   ``sgemm`` re-lays the weight out for its kernel on every call. The weights (float32) are packed with MKL's packed
   API instead (``packed_products.py``: one extra copy of them while the rollout runs); elsewhere (a GPU, bfloat16)
   they are used as they are. Packing costs about what 10 tokens of plain products lose against packed ones
-  (``mlp_products.py`` prints both), so a rollout packs only once it has decoded ``PACK_AFTER_STEPS`` tokens: short
-  answers (a served reply, an evaluation) never pay for it, and no rollout loses more than that much.
+  (``mlp_products.py`` prints both), so a rollout packs only once it has decoded ``pack_after`` tokens
+  (``SamplingParams.pack_after``, ``PACK_AFTER_STEPS`` by default): short answers (a served reply, an evaluation)
+  never pay for it, and no rollout loses more than that much. A GRPO rollout, whose completions run long, packs before
+  its first token (the trainer passes 0).
 - q @ K^T over the cache as a batched ``transpose_y`` product is slower than over keys stored transposed
   (``kv_cache.TransposedKVCache``; ``decode_products.py``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
@@ -50,17 +52,22 @@ from .kv_cache import StaticKVCache, TransposedKVCache
 from .packed_products import PackedWeight, packs
 
 
+PACK_AFTER_STEPS = 8  # tokens decoded before the weights are packed, unless told (see the module docstring)
+
+
 def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
-                 max_new_tokens: int, engine: str = "auto"):
+                 max_new_tokens: int, engine: str = "auto", pack_after: int = PACK_AFTER_STEPS):
     """The decode step for ``model`` with its cache holding ``prompt`` (keys and values already repeated per
     completion; ``prompt_mask`` [rows, prompt_len]) and room for ``max_new_tokens``; the completions' M-RoPE
     positions start at ``next_position`` [rows]. ``engine`` (config key ``rollout_engine``): ``one_token``,
-    ``layers``, or ``auto``: ``one_token`` where it runs, else ``layers``."""
+    ``layers``, or ``auto``: ``one_token`` where it runs, else ``layers``. ``pack_after``: tokens ``one_token``
+    decodes before packing its weights (CPU; see the module docstring)."""
     runs = supports(model)
     if engine == "one_token" and not runs:
         raise ValueError(f"rollout_engine one_token {ONE_TOKEN_RUNS}; use rollout_engine auto or layers here")
-    one_token = runs and engine != "layers"
-    return (OneTokenDecoder if one_token else LayerDecoder)(model, prompt, prompt_mask, next_position, max_new_tokens)
+    if runs and engine != "layers":
+        return OneTokenDecoder(model, prompt, prompt_mask, next_position, max_new_tokens, pack_after)
+    return LayerDecoder(model, prompt, prompt_mask, next_position, max_new_tokens)
 
 
 class LayerDecoder:
@@ -157,9 +164,6 @@ def supports(model) -> bool:
                for layer in text.layers)
 
 
-PACK_AFTER_STEPS = 8  # tokens decoded before the weights are packed (see the module docstring)
-
-
 def _rms_norm(x: paddle.Tensor, weight: paddle.Tensor, epsilon: float, residual: Optional[paddle.Tensor] = None):
     """rms_norm(x + residual) * weight and x + residual (``paddle.incubate.nn.functional.fused_rms_norm``'s kernel,
     registered on CPU too, called without its wrapper)."""
@@ -181,7 +185,7 @@ class OneTokenDecoder:
     ``TransposedKVCache``. Made per rollout: the policy's weights change between rollouts."""
 
     def __init__(self, model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
-                 max_new_tokens: int):
+                 max_new_tokens: int, pack_after: int = PACK_AFTER_STEPS):
         text = text_decoder(model)
         attention = text.layers[0].self_attn
         self.model, self.text = model, text
@@ -189,7 +193,14 @@ class OneTokenDecoder:
         self.head_dim = attention.head_dim
         self.scaling = attention.scaling
         self.epsilon = text.norm.variance_epsilon
-        self.act_fn = text.layers[0].mlp.act_fn
+        act_fn = text.layers[0].mlp.act_fn  # a layer's call costs more than its kernel at one token a row
+        self.activation = _C_ops.silu if type(act_fn) is paddle.nn.Silu else act_fn
+        embedding = text.embed_tokens
+        # a plain Embedding's lookup is its kernel with the padding row (zeros out; -1: none) as F.embedding passes it
+        self.embedding, self.padding_row = embedding, None
+        if type(embedding) is paddle.nn.Embedding and embedding._max_norm is None:
+            padding = embedding._padding_idx
+            self.padding_row = -1 if padding is None else padding % embedding._num_embeddings
         rows, prompt_len = prompt_mask.shape
         self.layers = [LayerWeights(
             input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj),
@@ -200,7 +211,7 @@ class OneTokenDecoder:
         capacity = prompt_len + max_new_tokens
         self.cache = TransposedKVCache(prompt, prompt_mask, capacity)
         self.head: Optional[PackedWeight] = None  # packed with the layers' weights (``_pack``)
-        self.steps = 0
+        self.steps, self.pack_after = 0, pack_after
         # cos and sin [rows, 1, capacity, head_dim] of the text position each cache slot's token takes (the prompt's
         # slots unused), in one call; a step takes the row of its slot
         probe = paddle.zeros([1], dtype=model.lm_head.weight.dtype)
@@ -227,13 +238,13 @@ class OneTokenDecoder:
         (``_C_ops``) without their Python wrappers, whose argument handling cost 5% of the step at the speed anchor's
         sizes on CPU; the kernels and the numbers are the same."""
         rows, groups, cache = token.shape[0], self.heads // self.kv_heads, self.cache
-        if self.steps == PACK_AFTER_STEPS:
+        if self.steps == self.pack_after:
             self._pack(rows)
         cache.open_next()
         cos, sin = self._rotation(self.cos, self.value_cos), self._rotation(self.sin, self.value_sin)
         mask = _C_ops.expand(cache.mask, [rows, self.kv_heads, groups, cache.mask.shape[-1]])
         heads_shape, merged_shape = [rows, self.kv_heads, groups + 2, self.head_dim], [rows, self.heads * self.head_dim]
-        residual = self.text.embed_tokens(token)  # [rows, hidden]
+        residual = self._embed(token)  # [rows, hidden]
         hidden = _rms_norm(residual, self.layers[0].input_norm, self.epsilon)[0]
         for index, layer in enumerate(self.layers):
             mixed = rotate(_C_ops.reshape(layer.qkv(hidden), heads_shape), cos, sin)
@@ -243,12 +254,18 @@ class OneTokenDecoder:
             attended = _C_ops.reshape(_C_ops.matmul(probs, values, False, False), merged_shape)
             hidden, residual = _rms_norm(layer.out(attended), layer.post_norm, self.epsilon, residual)[:2]
             gate, up = _C_ops.split_with_num(layer.up_gate(hidden), 2, 1)
-            down = layer.down(_C_ops.multiply(self.act_fn(gate), up))
+            down = layer.down(_C_ops.multiply(self.activation(gate), up))
             next_norm = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.text.norm.weight
             hidden, residual = _rms_norm(down, next_norm, self.epsilon, residual)[:2]
         cache.advance()
         self.steps += 1
         return self.model.lm_head(hidden) if self.head is None else self.head(hidden)
+
+    def _embed(self, token: paddle.Tensor) -> paddle.Tensor:
+        """The tokens' embeddings [rows, hidden]: the lookup kernel itself where the layer is a plain ``Embedding``."""
+        if self.padding_row is None:
+            return self.embedding(token)
+        return _C_ops.embedding(token, self.embedding.weight, self.padding_row, False)
 
     def _pack(self, rows: int) -> None:
         """Every projection's weight and the LM head's packed for ``rows``-row products (see the module docstring)."""

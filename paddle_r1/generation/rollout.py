@@ -14,7 +14,7 @@ import numpy as np
 import paddle
 
 from ..models.forward import RepeatedPrompt, embed_inputs, image_spans, repeat_rows, rope_positions
-from .decoder import make_decoder
+from .decoder import PACK_AFTER_STEPS, make_decoder
 
 # a PromptBatch's images and clips: the fields ``media_rows`` picks and ``join_media`` joins
 MEDIA = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
@@ -93,6 +93,10 @@ class SamplingParams:
     # each sampled token's log-prob (``Rollout.sampling_logp``, what importance_sampling_correction reads); without
     # it the rollout skips a softmax over the vocabulary per token and its sampling_logp is None
     logprobs: bool = True
+    # tokens the CPU decode step runs on its weights as stored before packing them for MKL (``decoder.py``; packing
+    # costs a few tokens' worth of what it saves): short replies never pay for it; the trainer, whose completions run
+    # long, packs before the first token (0)
+    pack_after: int = PACK_AFTER_STEPS
 
 
 @dataclass
@@ -234,7 +238,7 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
         logits, next_position = repeat_rows(logits, num_generations), repeat_rows(next_position, num_generations)
         prompt_mask = repeat_rows(prompt.attention_mask, num_generations)
         decoder = make_decoder(model, RepeatedPrompt(cache, num_generations), prompt_mask, next_position,
-                               params.max_new_tokens, params.engine)
+                               params.max_new_tokens, params.engine, params.pack_after)
         eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
         completion_ids, finished, sampling_logp = sample_tokens(decoder, logits, params, eos, pad_token_id, uniforms,
                                                                 eos_check_every)

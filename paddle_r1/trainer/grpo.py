@@ -145,7 +145,7 @@ class GRPOTrainer(Trainer):
         self.rewards = RewardManager.from_config(config)  # settings checked before any model loads
         self.sampling = SamplingParams(max_new_tokens=config.max_completion_length, temperature=config.temperature,
                                        top_p=config.top_p, top_k=config.top_k, engine=config.rollout_engine,
-                                       logprobs=config.importance_sampling_correction)
+                                       logprobs=config.importance_sampling_correction, pack_after=0)
         self.buffer: list[Experience] = []  # this rank's micro-batches of the generation batch
         self.trained: list[Experience] = []  # the micro-batches of the last step, each once
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
