@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import paddle
 import pytest
 
 import paddle_r1
@@ -18,8 +19,9 @@ from paddle_r1.models.families import FAMILIES, REFUSED, MemoryLayout, Ref, Requ
 
 PACKAGE = os.path.dirname(paddle_r1.__file__)
 MODELS = os.path.join(PACKAGE, "models")
-# fields an entry may leave empty: the model itself owns get_rope_index (PaddleOCR-VL), nothing extra to install
-MAY_BE_EMPTY = {"rope_index_at", "requirements"}
+# fields an entry may leave empty: the model itself owns get_rope_index (PaddleOCR-VL), nothing extra to install, no
+# attention the one-token decode step reproduces (PaddleOCR-VL)
+MAY_BE_EMPTY = {"rope_index_at", "requirements", "one_token_attention"}
 
 
 def _filled(value) -> bool:
@@ -45,6 +47,8 @@ def test_every_field_of_every_family_is_filled(model_type):
     assert family.model_class.load().__name__ == family.model_class.name
     assert hasattr(family.model_class.load(), "config_class")
     assert callable(family.embed_prompt.load()) and callable(family.tiny_builder.load())
+    if family.one_token_attention is not None:
+        assert issubclass(family.one_token_attention.load(), paddle.nn.Layer)
 
 
 def test_family_of_reads_model_type_from_a_model_a_config_a_dict_or_a_name():

@@ -115,7 +115,27 @@ def _weight_names(folder: str) -> set:
     return names
 
 
-def test_grpo_steps_save_the_published_layout_that_paddleformers_loads(ocr_dir, rec_samples, tmp_path):
+def test_rollout_engine_auto_takes_the_layers_and_one_token_refuses(ocr, ocr_dir, rec_samples, tmp_path):
+    """ERNIE-4.5's decoder is not one the one-token step reproduces: auto takes the model's layers; one_token is a
+    ValueError in the rollout and a config error before a trainer loads anything."""
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.errors import ConfigError
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    model, processor = ocr
+    prompt = _batch(processor, [_prompt_text(processor, "OCR:", 1)], [_image(2, 56, 140)])
+    params = SamplingParams(max_new_tokens=3, temperature=0.0)
+    assert sample_completions(model, prompt, 2, params, [-1], 0).completion_ids.shape == [2, 3]
+    params.engine = "one_token"
+    with pytest.raises(ValueError, match="rollout_engine one_token runs the Qwen2-VL, Qwen2.5-VL and Qwen3-VL"):
+        sample_completions(model, prompt, 2, params, [-1], 0)
+    config = GRPOConfig(model_name_or_path=ocr_dir, output_dir=str(tmp_path), rollout_engine="one_token",
+                        num_generations=2, max_completion_length=4, max_steps=1, beta=0.0, use_visualdl=False)
+    with pytest.raises(ConfigError, match="config key 'rollout_engine': one_token .* needs auto or layers"):
+        GRPOTrainer(config, samples=rec_samples)
+
+
+def test_grpo_steps_save_the_published_layout_that_paddleformers_loads(ocr_dir, rec_samples, tmp_path, capsys):
     """Two GRPO steps (reference log-probs, gradients through the vision tower, merger and decoder); the checkpoint
     holds the published names and config, reloads here to the trained weights, and loads in paddleformers' own
     class (which needs the packing table the published weights carry)."""
@@ -129,6 +149,7 @@ def test_grpo_steps_save_the_published_layout_that_paddleformers_loads(ocr_dir, 
                         reward_funcs=["reward_helpers:short_reward"], question_template="{Question}",
                         use_visualdl=False, disable_tqdm=True)
     trainer = GRPOTrainer(config, samples=rec_samples)
+    assert "rollout engine: layers (one_token runs the Qwen2-VL, Qwen2.5-VL and Qwen3-VL" in capsys.readouterr().out
     assert trainer.coord_system == "rel_1000"
     result = trainer.train()
     assert all(step["grad_norm"] > 0 for step in result["history"])

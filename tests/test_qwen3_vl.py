@@ -48,30 +48,39 @@ def test_completion_logprobs_match_its_forward(qwen3, rec_samples):
     assert_completion_logprobs_match_forward(*qwen3, rec_samples)
 
 
-def test_rollout_engine_auto_takes_the_layers_and_one_token_refuses(qwen3, rec_samples):
-    from paddle_r1.generation.rollout import SamplingParams, sample_completions
+def test_the_one_token_step_decodes_as_its_layers(qwen3, rec_samples):
+    """Qwen3-VL's decoder takes the one-token step: each head's query and key RMS-normalised before the rotation (its
+    interleaved M-RoPE tables from its own rotary layer); at every step the logits equal its own layers' decode, and
+    both engines sample the same tokens from the same random numbers."""
+    from paddle_r1.generation.decoder import LayerDecoder, OneTokenDecoder, make_decoder, supports
+    from paddle_r1.generation.rollout import SamplingParams, prefill, sample_completions
+    from paddle_r1.models.forward import RepeatedPrompt, repeat_rows
 
     model, processor = qwen3
-    prompt, _ = build_prompt_batch(rec_samples[:1], processor, "{Question}")
-    params = SamplingParams(max_new_tokens=3, temperature=0.0)
-    assert sample_completions(model, prompt, 2, params, [-1], 0).completion_ids.shape == [2, 3]
-    params.engine = "one_token"
-    with pytest.raises(ValueError, match="rollout_engine one_token runs the Qwen2-VL and Qwen2.5-VL"):
-        sample_completions(model, prompt, 2, params, [-1], 0)
+    assert supports(model)
+    prompt, _ = build_prompt_batch(rec_samples[:2], processor, "{Question}")
+    g, steps = 2, 5
+    tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [prompt.size * g, steps]))
+    with paddle.no_grad():
+        cache, _, next_position = prefill(model, prompt)
+        decoders = [make_decoder(model, RepeatedPrompt(cache, g), repeat_rows(prompt.attention_mask, g),
+                                 repeat_rows(next_position, g), steps, engine, pack_after=2)
+                    for engine in ("one_token", "layers")]
+        assert [type(d) for d in decoders] == [OneTokenDecoder, LayerDecoder]
+        for step in range(steps):
+            one_token, layers = (d.step(tokens[:, step]).numpy() for d in decoders)
+            np.testing.assert_allclose(one_token, layers, atol=2e-5)
+    uniforms = paddle.to_tensor(np.random.default_rng(3).random([prompt.size * 2, 8]).astype("float32"))
+    sampled = [sample_completions(model, prompt, 2, SamplingParams(8, temperature=1.0, engine=engine), [-1], 0,
+                                  uniforms=uniforms).completion_ids.numpy() for engine in ("one_token", "layers")]
+    np.testing.assert_array_equal(sampled[0], sampled[1])
 
 
 def test_the_trainer_says_which_decode_step_auto_took(qwen3_dir, rec_samples, tmp_path, capsys):
     config = GRPOConfig(model_name_or_path=qwen3_dir, output_dir=str(tmp_path), num_generations=2,
                         max_completion_length=4, max_steps=1, beta=0.0, use_visualdl=False)
     GRPOTrainer(config, samples=rec_samples)
-    assert "rollout engine: layers (one_token runs the Qwen2-VL and Qwen2.5-VL" in capsys.readouterr().out
-
-
-def test_rollout_engine_one_token_is_a_config_error_before_the_first_step(qwen3_dir, rec_samples, tmp_path):
-    config = GRPOConfig(model_name_or_path=qwen3_dir, output_dir=str(tmp_path), rollout_engine="one_token",
-                        num_generations=2, max_completion_length=4, max_steps=1, beta=0.0, use_visualdl=False)
-    with pytest.raises(ConfigError, match="config key 'rollout_engine': one_token .* needs auto or layers"):
-        GRPOTrainer(config, samples=rec_samples)
+    assert "rollout engine: one_token\n" in capsys.readouterr().out
 
 
 def test_deepstack_moves_the_logits(qwen3, rec_samples):

@@ -1,7 +1,8 @@
 """The rollout's decode step: one token per row through the text decoder, over a KV cache allocated once.
 
-``make_decoder`` picks ``OneTokenDecoder`` for Qwen2-VL / Qwen2.5-VL text decoders (plain tensor operations over
-the decoder's weights, arranged once per rollout) and ``LayerDecoder`` (the model's own layers) for the rest.
+``make_decoder`` picks ``OneTokenDecoder`` for Qwen2-VL, Qwen2.5-VL and Qwen3-VL text decoders (plain tensor
+operations over the decoder's weights, arranged once per rollout) and ``LayerDecoder`` (the model's own layers) for
+the rest (PaddleOCR-VL's ERNIE-4.5 decoder).
 
 Calling the decoder layers token by token costs more than their arithmetic at rollout sizes (16 rows of one token):
 each layer call is Python dispatch, hooks and a dozen small kernels. A profile of the speed anchor's rollout on CPU
@@ -31,8 +32,10 @@ device, so the step can later be captured (CUDA graphs) as it is. On the CPU the
 host's count of slots by MKL's copies (``kv_cache.py``), where no capture applies.
 
 The arithmetic is the model's (``FastTextAttention``, ``FastRMSNorm``, paddleformers' Qwen2 MLP, ``LoRALinear``'s
-adapters) in the same order, so the logits equal the model's own forward up to float rounding of the reordered
-products (``tests/test_rollout.py``). Other decoders (Qwen3-VL's q/k norms and DeepStack) take ``LayerDecoder``.
+adapters; Qwen3-VL's attention RMS-normalises each head's query and key before the rotation, and its DeepStack
+features reach only the prompt's image tokens, which the prefill holds) in the same order, so the logits equal the
+model's own forward up to float rounding of the reordered products (``tests/test_rollout.py``,
+``tests/test_qwen3_vl.py``).
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ from paddleformers.peft.lora.lora_layers import LoRALinear
 from ..models.families import FAMILIES, family_of
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
 from ..models.rms_norm import computes_rms_norm
-from ..models.text_attention import FastTextAttention, rotate, softmax_float32
+from ..models.text_attention import rotate, softmax_float32
 from .kv_cache import StaticKVCache, TransposedKVCache
 from .packed_products import PackedWeight, packs
 
@@ -134,6 +137,8 @@ class LayerWeights:
     post_norm: paddle.Tensor
     up_gate: Projection
     down: Projection
+    query_norm: Optional[paddle.Tensor] = None  # Qwen3's RMSNorm weights over each head's query and key
+    key_norm: Optional[paddle.Tensor] = None
 
 
 def _projections(layer) -> list:
@@ -141,33 +146,39 @@ def _projections(layer) -> list:
             layer.mlp.down_proj]
 
 
-ONE_TOKEN_RUNS = (f"runs the {' and '.join(f.title for f in FAMILIES.values() if f.one_token_decode)} text decoders "
-                  "as paddle_r1 loads them (paddleformers' RMSNorm, fused or not, paddle_r1's attention, plain or LoRA "
-                  "linear layers)")
+_ONE_TOKEN_TITLES = [f.title for f in FAMILIES.values() if f.one_token_attention is not None]
+ONE_TOKEN_RUNS = (f"runs the {', '.join(_ONE_TOKEN_TITLES[:-1])} and {_ONE_TOKEN_TITLES[-1]} text decoders as "
+                  "paddle_r1 loads them (paddleformers' RMSNorm, fused or not, the family's attention as paddle_r1 "
+                  "installs it, plain or LoRA linear layers)")
 
 
 def supports(model) -> bool:
-    """Whether ``OneTokenDecoder`` can run ``model``'s decoder: Qwen2/2.5-VL's attention as paddle_r1 installs it,
-    RMSNorms that compute ``rms_norm(x, weight, epsilon)`` (paddleformers' fused kernel on a GPU, ``FastRMSNorm``
-    where that kernel is missing: the step reads only their weights and epsilon), the gated MLP with fused gate/up
-    weights, and every projection an ``nn.Linear`` or paddleformers' ``LoRALinear`` exactly (any other layer's
-    forward may add what this step would leave out), in a family that says so (``ModelFamily.one_token_decode``)."""
-    if not family_of(model).one_token_decode:
+    """Whether ``OneTokenDecoder`` can run ``model``'s decoder: in a family that names the attention the step
+    reproduces (``ModelFamily.one_token_attention``), every layer's attention of exactly that class (a full one: no
+    sliding window), RMSNorms that compute ``rms_norm(x, weight, epsilon)`` (paddleformers' fused kernel on a GPU,
+    ``FastRMSNorm`` where that kernel is missing: the step reads only their weights and epsilon), Qwen3's query and
+    key norms among them, the gated MLP with fused gate/up weights, and every projection an ``nn.Linear`` or
+    paddleformers' ``LoRALinear`` exactly (any other layer's forward may add what this step would leave out)."""
+    family = family_of(model)
+    if family.one_token_attention is None:
         return False
+    attention = family.one_token_attention.load()
     text = text_decoder(model)
     if not computes_rms_norm(text.norm):
         return False
-    return all(type(layer.self_attn) is FastTextAttention and computes_rms_norm(layer.input_layernorm)
-               and computes_rms_norm(layer.post_attention_layernorm)
+    return all(type(layer.self_attn) is attention and getattr(layer.self_attn, "sliding_window", None) is None
+               and computes_rms_norm(layer.input_layernorm) and computes_rms_norm(layer.post_attention_layernorm)
+               and (not family.memory.qk_norm or (computes_rms_norm(layer.self_attn.q_norm)
+                                                  and computes_rms_norm(layer.self_attn.k_norm)))
                and getattr(layer.mlp, "fuse_up_gate", False)
                and all(type(linear) in (paddle.nn.Linear, LoRALinear) for linear in _projections(layer))
                for layer in text.layers)
 
 
 def _rms_norm(x: paddle.Tensor, weight: paddle.Tensor, epsilon: float, residual: Optional[paddle.Tensor] = None):
-    """rms_norm(x + residual) * weight and x + residual (``paddle.incubate.nn.functional.fused_rms_norm``'s kernel,
-    registered on CPU too, called without its wrapper)."""
-    return _C_ops.fused_rms_norm_quant(x, None, residual, weight, None, epsilon, 1, -1.0, 0, 0.0, 0.0)
+    """rms_norm(x + residual) * weight over the last axis, and x + residual (``paddle.incubate.nn.functional.
+    fused_rms_norm``'s kernel, registered on CPU too, called without its wrapper)."""
+    return _C_ops.fused_rms_norm_quant(x, None, residual, weight, None, epsilon, len(x.shape) - 1, -1.0, 0, 0.0, 0.0)
 
 
 def packed_head(head, rows: int) -> Optional[PackedWeight]:
@@ -202,12 +213,16 @@ class OneTokenDecoder:
             padding = embedding._padding_idx
             self.padding_row = -1 if padding is None else padding % embedding._num_embeddings
         rows, prompt_len = prompt_mask.shape
+        qk_norm = family_of(model).memory.qk_norm
         self.layers = [LayerWeights(
             input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj),
             out=Projection.of(layer.self_attn.o_proj), post_norm=layer.post_attention_layernorm.weight,
             up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name)),
             down=Projection.of(layer.mlp.down_proj),
+            query_norm=layer.self_attn.q_norm.weight if qk_norm else None,
+            key_norm=layer.self_attn.k_norm.weight if qk_norm else None,
         ) for layer in text.layers]
+        self.head_epsilon = attention.q_norm.variance_epsilon if qk_norm else None
         capacity = prompt_len + max_new_tokens
         self.cache = TransposedKVCache(prompt, prompt_mask, capacity)
         self.head: Optional[PackedWeight] = None  # packed with the layers' weights (``_pack``)
@@ -215,7 +230,8 @@ class OneTokenDecoder:
         # cos and sin [rows, 1, capacity, head_dim] of the text position each cache slot's token takes (the prompt's
         # slots unused), in one call; a step takes the row of its slot
         probe = paddle.zeros([1], dtype=model.lm_head.weight.dtype)
-        self.cos, self.sin = text.rotary_emb(probe, text_positions(next_position - prompt_len, capacity))
+        tables = text.rotary_emb(probe, text_positions(next_position - prompt_len, capacity))  # [rows, (1,) slots, D]
+        self.cos, self.sin = (_C_ops.reshape(table, [rows, 1, capacity, self.head_dim]) for table in tables)
         self.value_cos = paddle.ones([rows, 1, 1, self.head_dim], dtype=probe.dtype)
         self.value_sin = paddle.zeros([rows, 1, 1, self.head_dim], dtype=probe.dtype)
 
@@ -247,7 +263,12 @@ class OneTokenDecoder:
         residual = self._embed(token)  # [rows, hidden]
         hidden = _rms_norm(residual, self.layers[0].input_norm, self.epsilon)[0]
         for index, layer in enumerate(self.layers):
-            mixed = rotate(_C_ops.reshape(layer.qkv(hidden), heads_shape), cos, sin)
+            mixed = _C_ops.reshape(layer.qkv(hidden), heads_shape)
+            if layer.query_norm is not None:  # Qwen3: each head's query and key normalised before the rotation
+                query, key, value = _C_ops.split(mixed, [groups, 1, 1], 2)
+                mixed = _C_ops.concat([_rms_norm(query, layer.query_norm, self.head_epsilon)[0],
+                                       _rms_norm(key, layer.key_norm, self.head_epsilon)[0], value], 2)
+            mixed = rotate(mixed, cos, sin)
             query, key, value = _C_ops.split(mixed, [groups, 1, 1], 2)
             keys, values = cache.write(index, key, value)
             probs = softmax_float32(_C_ops.add(_C_ops.matmul(query, keys, False, False), mask))

@@ -91,7 +91,9 @@ class ModelFamily:
     demo_task: str  # the synthetic task ``paddle-r1 demo`` trains its tiny model on
     processor_class: str  # its processor's class, as ``processor_config`` files name it
     fast_image_processor: bool  # the processor has a fast image processor (paddleformers' default, when it has one)
-    one_token_decode: bool  # ``generation/decoder.py``'s one-token step can run its text decoder
+    # the text attention class whose arithmetic ``generation/decoder.py``'s one-token step reproduces (the step runs a
+    # decoder whose every layer has exactly it), or None: the model's own layers decode
+    one_token_attention: Optional[Ref]
     # how its M-RoPE places a clip's frames in time: "seconds" (absolute time through ``second_per_grid_ts``),
     # "frames" (one step per frame pair), "text" (each frame pair its own image after its time written as text,
     # "<1.2 seconds>", the pairs' positions in text order), "none" (no video here: ``VIDEO_REFUSED`` says why)
@@ -110,6 +112,7 @@ _QWEN_VL = dict(rope_index_at=("model",), text_decoder_at=("model", "language_mo
                 lora_targets=(r".*language_model\.layers\.\d+\.self_attn\.(qkv_proj|o_proj)",
                               r".*language_model\.layers\.\d+\.mlp\.(up_gate_proj|down_proj)"))
 _SCATTERED = Ref("paddle_r1.models.forward", "embed_scattered")
+_FAST_TEXT_ATTENTION = Ref("paddle_r1.models.text_attention", "FastTextAttention")
 
 QWEN2_VL = ModelFamily(
     model_type="qwen2_vl", title="Qwen2-VL",
@@ -118,7 +121,7 @@ QWEN2_VL = ModelFamily(
     memory=MemoryLayout(vision_width="embed_dim", vision_mlp="mlp_ratio", vision_tower="layer_norm_fc",
                         windowed_vision=False, text_bias=True, qk_norm=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_vl"), processor_class="Qwen2VLProcessor",
-    one_token_decode=True, video_time="frames", video_budget="frame", **_QWEN_VL)
+    one_token_attention=_FAST_TEXT_ATTENTION, video_time="frames", video_budget="frame", **_QWEN_VL)
 QWEN2_5_VL = ModelFamily(
     model_type="qwen2_5_vl", title="Qwen2.5-VL",
     model_class=Ref("paddle_r1.models.qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
@@ -126,8 +129,7 @@ QWEN2_5_VL = ModelFamily(
     memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="rms_norm_gated",
                         windowed_vision=True, text_bias=True, qk_norm=False, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen2_5_vl"), processor_class="Qwen2_5_VLProcessor",
-    one_token_decode=True, video_time="seconds", video_budget="frame", **_QWEN_VL)
-# its decoder's q/k norms and DeepStack take the model's own layers to decode
+    one_token_attention=_FAST_TEXT_ATTENTION, video_time="seconds", video_budget="frame", **_QWEN_VL)
 QWEN3_VL = ModelFamily(
     model_type="qwen3_vl", title="Qwen3-VL",
     model_class=Ref("paddle_r1.models.qwen3_vl", "Qwen3VLForConditionalGeneration"),
@@ -135,7 +137,8 @@ QWEN3_VL = ModelFamily(
     memory=MemoryLayout(vision_width="hidden_size", vision_mlp="intermediate_size", vision_tower="deepstack",
                         windowed_vision=False, text_bias=False, qk_norm=True, **_QWEN_MEMORY),
     tiny_builder=Ref("paddle_r1.testing.tiny", "make_tiny_qwen3_vl"), processor_class="Qwen3VLProcessor",
-    one_token_decode=False, video_time="text", video_budget="clip", **_QWEN_VL)
+    one_token_attention=Ref("paddle_r1.models.qwen3_vl", "Qwen3VLTextAttention"), video_time="text",
+    video_budget="clip", **_QWEN_VL)
 PADDLEOCR_VL = ModelFamily(
     model_type="paddleocr_vl", title="PaddleOCR-VL",
     model_class=Ref("paddle_r1.models.paddleocr_vl", "PaddleOCRVLForConditionalGeneration"),
@@ -158,7 +161,7 @@ PADDLEOCR_VL = ModelFamily(
     demo_task="ocr_lines",  # it reads text: rendered text lines, answered as they are
     processor_class="PaddleOCRVLProcessor",
     fast_image_processor=False,  # it has none, and asking for one, even by default, prints a warning
-    one_token_decode=False, video_time="none", video_budget="frame",
+    one_token_attention=None, video_time="none", video_budget="frame",
     requirements=(Requirement("triton", "paddleformers' paddleocr_vl module imports it; on CPU it then runs plain "
                                         "Paddle", "pip install 'paddle_r1[paddleocr_vl]'"),))
 

@@ -34,8 +34,8 @@ What this module changes, and why:
   folder paddle_r1 saved, as it loads the published one.
 
 On CPU the decoder's RMSNorms run ``rms_norm.FastRMSNorm`` (the same numbers). The rollout decodes through the
-decoder's own layers (``generation.decoder.LayerDecoder``): the one-token step is written for Qwen2/2.5-VL's fused
-projections.
+decoder's own layers (``generation.decoder.LayerDecoder``): the one-token step is written for the Qwen decoders'
+fused projections.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from ..models.families import QWEN3_VL
+from ..models.families import FAMILIES, QWEN3_VL
 from .tolerances import (CheckFailed, largest_change, max_abs_difference, relative_difference, relative_to_largest,
                          within)
 
@@ -200,31 +200,37 @@ def attention(ws) -> str:
 def one_token_decode(ws) -> str:
     """The rollout's one-token decode step (``OneTokenDecoder``: plain tensor operations over the decoder's weights,
     as stored on a GPU, copied transposed on CPU) against the model's own layers (``LayerDecoder``), fed the same
-    tokens over the same prefilled prompts: the next-token logits of every step."""
+    tokens over the same prefilled prompts: the next-token logits of every step, for the tiny model of every family
+    the step runs (Qwen3-VL's query and key norms included)."""
     import paddle
 
     from ..generation.decoder import ONE_TOKEN_RUNS, LayerDecoder, OneTokenDecoder, supports
     from ..generation.rollout import prefill
     from ..models.forward import RepeatedPrompt, repeat_rows
 
-    model, processor = ws.load()
-    model.eval()
-    if not supports(model):
-        raise CheckFailed(f"OneTokenDecoder does not take the model as loaded here; it {ONE_TOKEN_RUNS}")
-    prompt = ws.prompts(processor)
     generations, steps = 2, 6
-    rows = prompt.size * generations
-    tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [rows, steps]))
-    with paddle.no_grad():
-        cache, _, next_position = prefill(model, prompt)
-        mask, next_position = repeat_rows(prompt.attention_mask, generations), repeat_rows(next_position, generations)
-        layers, one_token = (cls(model, RepeatedPrompt(cache, generations), mask, next_position, steps)
-                             for cls in (LayerDecoder, OneTokenDecoder))
-        worst = max(relative_to_largest(_as_float32(one_token.step(tokens[:, i])),
-                                        _as_float32(layers.step(tokens[:, i])))
-                    for i in range(steps))
-    return f"{steps} steps x {rows} rows: " + within("logits vs the layers' (relative to the largest)", worst,
-                                                     ws.tolerance.logits)
+    found = []
+    for family in (f for f in FAMILIES.values() if f.one_token_attention is not None):
+        model, processor = ws.load(family.model_type)
+        model.eval()
+        if not supports(model):
+            raise CheckFailed(f"OneTokenDecoder does not take the tiny {family.title} as loaded here; it "
+                              f"{ONE_TOKEN_RUNS}")
+        prompt = ws.prompts(processor)
+        rows = prompt.size * generations
+        tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [rows, steps]))
+        with paddle.no_grad():
+            cache, _, next_position = prefill(model, prompt)
+            mask = repeat_rows(prompt.attention_mask, generations)
+            next_position = repeat_rows(next_position, generations)
+            layers, one_token = (cls(model, RepeatedPrompt(cache, generations), mask, next_position, steps)
+                                 for cls in (LayerDecoder, OneTokenDecoder))
+            worst = max(relative_to_largest(_as_float32(one_token.step(tokens[:, i])),
+                                            _as_float32(layers.step(tokens[:, i])))
+                        for i in range(steps))
+        found.append(f"{family.title}, {steps} steps x {rows} rows: "
+                     + within("logits vs the layers' (relative to the largest)", worst, ws.tolerance.logits))
+    return "; ".join(found)
 
 
 def lora_merge(ws) -> str:
@@ -266,8 +272,8 @@ def lora_merge(ws) -> str:
 
 
 def qwen3_vl(ws) -> str:
-    """A tiny Qwen3-VL (DeepStack, 32-pixel tokens) on this device: its rollout's log-probs (the model's layers as
-    decoder, DeepStack features through the full forward) equal the model's own forward over prompt + completion,
+    """A tiny Qwen3-VL (DeepStack, 32-pixel tokens) on this device: its rollout's log-probs (DeepStack features
+    through the full forward) equal the model's own forward over prompt + completion,
     and their backward reaches every vision weight, DeepStack mergers included, with finite gradients."""
     import paddle
 
