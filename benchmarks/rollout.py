@@ -3,17 +3,20 @@ every step) and, with ``--hf PY``, Hugging Face transformers' ``generate``, with
 build), on the same checkpoint.
 
     python benchmarks/rollout.py [--hidden 256 --layers 4 --prompts 4 --generations 4 --new-tokens 32]
+    python benchmarks/rollout.py --family qwen3_vl --engines one_token,layers [--no-paddleformers]
     python benchmarks/rollout.py --hf PY [--model FOLDER] [--runs 3 --rounds 3] [--threads 2] [--paddleformers]
     python benchmarks/rollout.py --vllm PY [--hidden 1024 --layers 8] [--threads 2] [--vllm-eager]
 
 ``--hf``'s ``PY`` is the path of a Python interpreter that has torch and transformers 5.3 installed (another virtual
 environment's ``bin/python``); ``--vllm``'s one of a venv with vLLM's CPU build (``benchmarks/vllm_setup.sh``).
 
-Without ``--hf`` or ``--vllm`` the checkpoint is paddle_r1's tiny model (``--hidden``, ``--layers``) and the prompts
-synthetic grounding samples. With either, the sizes default to the GRPO speed anchor's rollout (``grpo_step.py``):
-the checkpoint is the one ``trl_anchor/make_hf_tiny.py --weights`` writes with transformers in that interpreter
-(``--hf``'s if given; hidden 256, 4 layers, vocab 4096, heads of 64; ``--hidden``/``--layers`` change the decoder,
-``--model FOLDER`` reuses one), 2 prompts x 8 completions x 64 tokens, one 112x112 image per prompt. The prompts are
+Without ``--hf`` or ``--vllm`` the checkpoint is paddle_r1's tiny model of ``--family`` (``--hidden``, ``--layers``)
+and the prompts synthetic grounding samples. ``--engines`` times paddle_r1's decode steps (config key
+``rollout_engine``) side by side, the first compared with the others. With ``--hf`` or ``--vllm``, the sizes default
+to the GRPO speed anchor's rollout (``grpo_step.py``): the checkpoint is the one ``trl_anchor/make_hf_tiny.py
+--weights`` writes with transformers in that interpreter (``--hf``'s if given; hidden 256, 4 layers, vocab 4096, heads
+of 64; ``--hidden``/``--layers`` change the decoder, ``--model FOLDER`` reuses one), 2 prompts x 8 completions x 64
+tokens, one 112x112 image per prompt. The prompts are
 encoded once, by paddle_r1's processor and chat template, and handed over: to ``trl_anchor/hf_generate_bench.py`` in
 an .npz file (token ids and pixels; transformers 5.3.0's image M-RoPE positions are corrected there:
 huggingface/transformers#45325), to ``trl_anchor/vllm_generate_bench.py`` as token ids, one image token per image,
@@ -83,7 +86,7 @@ def _checkpoint(args, work: str) -> str:
     from paddle_r1.testing.tiny import make_tiny_model
 
     size = decoder_size(args.hidden, args.layers)
-    return make_tiny_model(os.path.join(work, "model"), size=size)
+    return make_tiny_model(os.path.join(work, "model"), family=args.family, size=size)
 
 
 def _samples(args, work: str) -> list[dict]:
@@ -169,10 +172,10 @@ def _describe(model_dir: str, model) -> str:
     config = _config(model_dir)
     text = {**config, **config.get("text_config", {})}
     parameters = sum(int(p.size) for p in model.parameters())
+    head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
     return (f"{config['model_type']} ({parameters / 1e6:.1f}M parameters: hidden {text['hidden_size']}, "
-            f"{text['num_hidden_layers']} layers, {text['num_attention_heads']} heads of "
-            f"{text['hidden_size'] // text['num_attention_heads']}, vocab {text['vocab_size']}, vision depth "
-            f"{config['vision_config']['depth']})")
+            f"{text['num_hidden_layers']} layers, {text['num_attention_heads']} heads of {head_dim}, vocab "
+            f"{text['vocab_size']}, vision depth {config['vision_config']['depth']})")
 
 
 def _paddleformers_generate(model, prompt, g: int, n: int, runs: int):
@@ -203,6 +206,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads, and cores, of every engine (default 1)")
     parser.add_argument("--model", help="an existing Qwen2.5-VL checkpoint folder (default: built here)")
+    parser.add_argument("--family", default="qwen2_5_vl",
+                        help="the family of paddle_r1's tiny model, without --hf and --vllm (default qwen2_5_vl)")
+    parser.add_argument("--engines", default="auto",
+                        help="paddle_r1's decode steps to time, comma-separated (rollout_engine: auto, one_token, "
+                             "layers; default auto)")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--prompts", type=int, help="default 2 with --hf (the anchor's), else 4")
@@ -237,20 +245,24 @@ def main() -> None:
     prompt, _ = build_prompt_batch(samples, processor, "{Question}")
     g, n = args.generations, args.new_tokens
     rows = prompt.size * g
-    # as the others: no log-probs; the weights packed before the first token, as in the trainer's rollout
-    params = SamplingParams(max_new_tokens=n, temperature=0.0, logprobs=False, pack_after=0)
     no_eos = [-1]  # every row generates all n tokens
 
-    def paddle_r1():
+    def paddle_r1(engine: str):
+        # as the others: no log-probs; the weights packed before the first token, as in the trainer's rollout
+        params = SamplingParams(max_new_tokens=n, temperature=0.0, logprobs=False, pack_after=0, engine=engine)
         return sample_completions(model, prompt, g, params, no_eos, processor.tokenizer.pad_token_id)
 
     # rounds alternate the sides, so a machine busy for a while slows both; each side's seconds per round are the
     # median of --runs runs after a warm-up, and the ratios are taken within a round
     vllm = VllmSide(args, model_dir, prompt, samples, work) if args.vllm else None
-    rounds = []  # per round: [(name, seconds, completion ids [rows, n]), ...], paddle_r1 first
+    engine_names = args.engines.split(",")
+    rounds = []  # per round: [(name, seconds, completion ids [rows, n]), ...], paddle_r1's engines first
     for _ in range(args.rounds):
-        seconds, rollout = _median_seconds(paddle_r1, args.runs)
-        engines = [("paddle_r1 `sample_completions` (KV cache)", seconds, rollout.completion_ids.numpy())]
+        engines = []
+        for engine in engine_names:
+            seconds, rollout = _median_seconds(lambda: paddle_r1(engine), args.runs)
+            engines.append((f"paddle_r1 `sample_completions` (KV cache, rollout_engine {engine})", seconds,
+                            rollout.completion_ids.numpy()))
         if args.hf:
             hf = _hf_generate(args, model_dir, prompt, work)
             fixed = ", image positions fixed: transformers#45325" if hf["patched_image_positions"] else ""
@@ -280,9 +292,11 @@ def main() -> None:
         seconds = statistics.median(per_round)
         print(f"| {name} | {seconds:.3f} | {rows * n / seconds:.0f} | {', '.join(f'{s:.3f}' for s in per_round)} |")
     reference = rounds[-1][0][2]
+    first = "paddle_r1" if len(engine_names) == 1 else f"paddle_r1 (rollout_engine {engine_names[0]})"
     for index, (name, _, ids) in enumerate(rounds[-1][1:], start=1):
         ratios = [engines[index][1] / engines[0][1] for engines in rounds]
-        print(f"{name.split(' `')[0]}: paddle_r1 is {statistics.median(ratios):.2f}x its tokens/s (median of the "
+        label = name.split(" `")[0] if index >= len(engine_names) else f"rollout_engine {engine_names[index]}"
+        print(f"{label}: {first} is {statistics.median(ratios):.2f}x its tokens/s (median of the "
               f"rounds' ratios: {', '.join(f'{r:.2f}' for r in ratios)}); greedy tokens equal to paddle_r1's: "
               f"{_agreement(ids, reference)}")
 
