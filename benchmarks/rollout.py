@@ -169,13 +169,16 @@ def _vision_start_id(model_dir: str) -> int:
 
 
 def _describe(model_dir: str, model) -> str:
+    from paddle_r1.models.families import family_of
+
     config = _config(model_dir)
     text = {**config, **config.get("text_config", {})}
     parameters = sum(int(p.size) for p in model.parameters())
     head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    depth = config["vision_config"][family_of(config).memory.vision_depth]
     return (f"{config['model_type']} ({parameters / 1e6:.1f}M parameters: hidden {text['hidden_size']}, "
             f"{text['num_hidden_layers']} layers, {text['num_attention_heads']} heads of {head_dim}, vocab "
-            f"{text['vocab_size']}, vision depth {config['vision_config']['depth']})")
+            f"{text['vocab_size']}, vision depth {depth})")
 
 
 def _paddleformers_generate(model, prompt, g: int, n: int, runs: int):

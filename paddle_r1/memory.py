@@ -365,9 +365,9 @@ def rollout_kv_parts(shape: ModelShape, prompts: int, generations: int, prompt_l
 
 def one_token_decodes(config, shape: ModelShape) -> bool:
     """Whether the rollout may take the one-token decoder (its growing cache): ``rollout_engine`` one_token, or
-    auto on the families it runs (``ModelFamily.one_token_decode``, ``generation.decoder.supports``)."""
+    auto on the families it runs (``ModelFamily.one_token_attention``, ``generation.decoder.supports``)."""
     return config.rollout_engine == "one_token" or (
-        config.rollout_engine == "auto" and family_of(shape.family).one_token_decode)
+        config.rollout_engine == "auto" and family_of(shape.family).one_token_attention is not None)
 
 
 def undo_copy_bytes(config, shape: ModelShape, gpus: int) -> int:

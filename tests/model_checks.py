@@ -34,6 +34,31 @@ def assert_completion_logprobs_match_forward(model, processor, samples) -> None:
         np.testing.assert_allclose(got[row, :n], expected[:n], rtol=1e-4, atol=1e-5)
 
 
+def assert_one_token_step_decodes_as_layers(model, prompt, g: int = 2, steps: int = 5) -> None:
+    """The model takes the one-token decode step; fed the same tokens over the same prefilled ``prompt`` (each
+    repeated for ``g`` completions), its logits equal the model's own layers' decode at every step, the weights
+    packed from the third step; and both engines sample the same tokens from the same random numbers."""
+    from paddle_r1.generation.decoder import LayerDecoder, OneTokenDecoder, make_decoder, supports
+    from paddle_r1.generation.rollout import prefill
+    from paddle_r1.models.forward import RepeatedPrompt, repeat_rows
+
+    assert supports(model)
+    tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [prompt.size * g, steps]))
+    with paddle.no_grad():
+        cache, _, next_position = prefill(model, prompt)
+        decoders = [make_decoder(model, RepeatedPrompt(cache, g), repeat_rows(prompt.attention_mask, g),
+                                 repeat_rows(next_position, g), steps, engine, pack_after=2)
+                    for engine in ("one_token", "layers")]
+        assert [type(d) for d in decoders] == [OneTokenDecoder, LayerDecoder]
+        for step in range(steps):
+            one_token, layers = (d.step(tokens[:, step]).numpy() for d in decoders)
+            np.testing.assert_allclose(one_token, layers, atol=2e-5)
+    uniforms = paddle.to_tensor(np.random.default_rng(3).random([prompt.size * g, 8]).astype("float32"))
+    sampled = [sample_completions(model, prompt, g, SamplingParams(8, temperature=1.0, engine=engine), [-1], 0,
+                                  uniforms=uniforms).completion_ids.numpy() for engine in ("one_token", "layers")]
+    np.testing.assert_array_equal(sampled[0], sampled[1])
+
+
 def tied_copy(folder: str, copy: str) -> dict:
     """``folder`` copied to ``copy`` with ``tie_word_embeddings`` on and no ``lm_head.weight`` (as a tied checkpoint
     is published); returns the copy's weights."""

@@ -15,7 +15,7 @@ from paddle_r1.generation.rollout import PromptBatch, SamplingParams, sample_com
 from paddle_r1.models.loading import load_model, load_processor, model_family
 from paddle_r1.testing.tiny import make_tiny_model
 from paddle_r1.algorithms.logprobs import completion_logprobs
-from model_checks import assert_completion_logprobs_match_forward, tied_copy
+from model_checks import (assert_completion_logprobs_match_forward, assert_one_token_step_decodes_as_layers, tied_copy)
 
 
 @pytest.fixture(scope="module")
@@ -115,24 +115,29 @@ def _weight_names(folder: str) -> set:
     return names
 
 
-def test_rollout_engine_auto_takes_the_layers_and_one_token_refuses(ocr, ocr_dir, rec_samples, tmp_path):
-    """ERNIE-4.5's decoder is not one the one-token step reproduces: auto takes the model's layers; one_token is a
-    ValueError in the rollout and a config error before a trainer loads anything."""
-    from paddle_r1.config.jobs import GRPOConfig
-    from paddle_r1.errors import ConfigError
-    from paddle_r1.trainer.grpo import GRPOTrainer
-
+def test_the_one_token_step_decodes_as_its_layers(ocr):
+    """ERNIE-4.5's decoder takes the one-token step: its separate query, key, value, gate and up products laid as the
+    step reads them, its [3, B, L, D] rotary tables merged as its attention merges them (an image prompt and a
+    text-only one, left-padded)."""
     model, processor = ocr
-    prompt = _batch(processor, [_prompt_text(processor, "OCR:", 1)], [_image(2, 56, 140)])
-    params = SamplingParams(max_new_tokens=3, temperature=0.0)
-    assert sample_completions(model, prompt, 2, params, [-1], 0).completion_ids.shape == [2, 3]
-    params.engine = "one_token"
-    with pytest.raises(ValueError, match="rollout_engine one_token runs the Qwen2-VL, Qwen2.5-VL and Qwen3-VL"):
-        sample_completions(model, prompt, 2, params, [-1], 0)
-    config = GRPOConfig(model_name_or_path=ocr_dir, output_dir=str(tmp_path), rollout_engine="one_token",
-                        num_generations=2, max_completion_length=4, max_steps=1, beta=0.0, use_visualdl=False)
-    with pytest.raises(ConfigError, match="config key 'rollout_engine': one_token .* needs auto or layers"):
-        GRPOTrainer(config, samples=rec_samples)
+    assert_one_token_step_decodes_as_layers(model, _batch(
+        processor, [_prompt_text(processor, "OCR:", 1), _prompt_text(processor, "OCR:", 0)], [_image(2, 56, 140)]))
+
+
+def test_rotary_rows_merge_the_sections_as_the_attention_does(ocr):
+    """``MaskedErnieAttention.rotary_rows``: positions that differ per axis (an image's), rotated by the merged rows,
+    equal paddleformers' ``apply_multimodal_rotary_pos_emb`` over the per-axis tables."""
+    from paddleformers.transformers.paddleocr_vl.modeling import apply_multimodal_rotary_pos_emb, rotate_half
+
+    model, _ = ocr
+    text = model.model
+    attention = text.layers[0].self_attn
+    positions = paddle.to_tensor(np.random.default_rng(1).integers(0, 50, [3, 2, 7]))  # [axes, B, L], all differ
+    cos, sin = text.rotary_emb(paddle.zeros([1]), positions)
+    query = paddle.randn([2, attention.num_heads, 7, attention.head_dim])
+    want, _ = apply_multimodal_rotary_pos_emb(query, query, cos, sin, attention.rope_scaling["mrope_section"])
+    merged_cos, merged_sin = attention.rotary_rows(cos, sin)
+    np.testing.assert_array_equal((query * merged_cos + rotate_half(query) * merged_sin).numpy(), want.numpy())
 
 
 def test_grpo_steps_save_the_published_layout_that_paddleformers_loads(ocr_dir, rec_samples, tmp_path, capsys):
@@ -149,7 +154,7 @@ def test_grpo_steps_save_the_published_layout_that_paddleformers_loads(ocr_dir, 
                         reward_funcs=["reward_helpers:short_reward"], question_template="{Question}",
                         use_visualdl=False, disable_tqdm=True)
     trainer = GRPOTrainer(config, samples=rec_samples)
-    assert "rollout engine: layers (one_token runs the Qwen2-VL, Qwen2.5-VL and Qwen3-VL" in capsys.readouterr().out
+    assert "rollout engine: one_token\n" in capsys.readouterr().out
     assert trainer.coord_system == "rel_1000"
     result = trainer.train()
     assert all(step["grad_norm"] > 0 for step in result["history"])

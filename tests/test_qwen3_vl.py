@@ -16,7 +16,7 @@ from paddle_r1.generation.generator import build_prompt_batch
 from paddle_r1.models.loading import load_model, load_models, model_family
 from paddle_r1.testing.tiny import make_tiny_model
 from paddle_r1.trainer.grpo import GRPOTrainer
-from model_checks import assert_completion_logprobs_match_forward
+from model_checks import (assert_completion_logprobs_match_forward, assert_one_token_step_decodes_as_layers)
 
 PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.json", "preprocessor_config.json")
 # transformers 4.57 (the parity reference) in its own environment, by default a venv beside the checkout
@@ -50,30 +50,9 @@ def test_completion_logprobs_match_its_forward(qwen3, rec_samples):
 
 def test_the_one_token_step_decodes_as_its_layers(qwen3, rec_samples):
     """Qwen3-VL's decoder takes the one-token step: each head's query and key RMS-normalised before the rotation (its
-    interleaved M-RoPE tables from its own rotary layer); at every step the logits equal its own layers' decode, and
-    both engines sample the same tokens from the same random numbers."""
-    from paddle_r1.generation.decoder import LayerDecoder, OneTokenDecoder, make_decoder, supports
-    from paddle_r1.generation.rollout import SamplingParams, prefill, sample_completions
-    from paddle_r1.models.forward import RepeatedPrompt, repeat_rows
-
+    interleaved M-RoPE tables from its own rotary layer)."""
     model, processor = qwen3
-    assert supports(model)
-    prompt, _ = build_prompt_batch(rec_samples[:2], processor, "{Question}")
-    g, steps = 2, 5
-    tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [prompt.size * g, steps]))
-    with paddle.no_grad():
-        cache, _, next_position = prefill(model, prompt)
-        decoders = [make_decoder(model, RepeatedPrompt(cache, g), repeat_rows(prompt.attention_mask, g),
-                                 repeat_rows(next_position, g), steps, engine, pack_after=2)
-                    for engine in ("one_token", "layers")]
-        assert [type(d) for d in decoders] == [OneTokenDecoder, LayerDecoder]
-        for step in range(steps):
-            one_token, layers = (d.step(tokens[:, step]).numpy() for d in decoders)
-            np.testing.assert_allclose(one_token, layers, atol=2e-5)
-    uniforms = paddle.to_tensor(np.random.default_rng(3).random([prompt.size * 2, 8]).astype("float32"))
-    sampled = [sample_completions(model, prompt, 2, SamplingParams(8, temperature=1.0, engine=engine), [-1], 0,
-                                  uniforms=uniforms).completion_ids.numpy() for engine in ("one_token", "layers")]
-    np.testing.assert_array_equal(sampled[0], sampled[1])
+    assert_one_token_step_decodes_as_layers(model, build_prompt_batch(rec_samples[:2], processor, "{Question}")[0])
 
 
 def test_the_trainer_says_which_decode_step_auto_took(qwen3_dir, rec_samples, tmp_path, capsys):

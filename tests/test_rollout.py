@@ -174,9 +174,7 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
             assert (decoder.cache._open is not None) == packed
 
         def packed_now() -> list:
-            layer = decoder.layers[0]
-            projections = [layer.qkv, layer.out, layer.up_gate, layer.down]
-            return [p.packed is not None for p in projections] + [decoder.head is not None]
+            return [p.packed is not None for p in decoder.layers[0].projections] + [decoder.head is not None]
         grows = [decoder.cache.mask.shape[-1]]
 
         embeds = embed_inputs(model, prompt.input_ids, prompt.pixel_values, prompt.image_grid_thw).repeat(g)
@@ -316,3 +314,36 @@ def test_the_decode_steps_lookup_keeps_the_embeddings_padding_row(tiny, rec_samp
             np.testing.assert_array_equal(got, want)
             zeros = [int(t) for t, row in zip(tokens.numpy(), got) if not row.any()]
             assert zeros == ([] if padding is None else [padding])  # the padding row's token only
+
+
+def test_a_family_without_the_one_token_step_decodes_by_its_layers(tiny, tiny_model_dir, rec_samples, tmp_path,
+                                                                     monkeypatch, capsys):
+    """A family whose decoder the one-token step does not reproduce (``ModelFamily.one_token_attention`` None, as a
+    family added without it would be): auto takes the model's layers and the trainer says why; one_token is a
+    ValueError in the rollout and a config error before a trainer's first step."""
+    import dataclasses
+
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.errors import ConfigError
+    from paddle_r1.generation.decoder import supports
+    from paddle_r1.models.families import FAMILIES
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    model, processor = tiny
+    assert supports(model)
+    family = FAMILIES[model.config.model_type]
+    monkeypatch.setitem(FAMILIES, family.model_type, dataclasses.replace(family, one_token_attention=None))
+    assert not supports(model)
+    prompt, _ = _prompts(tiny, rec_samples, n=1)
+    params = SamplingParams(max_new_tokens=3, temperature=0.0)
+    assert sample_completions(model, prompt, 2, params, [-1], 0).completion_ids.shape == [2, 3]
+    params.engine = "one_token"
+    with pytest.raises(ValueError, match="rollout_engine one_token runs the Qwen2-VL, Qwen2.5-VL, Qwen3-VL and "
+                                         "PaddleOCR-VL text decoders"):
+        sample_completions(model, prompt, 2, params, [-1], 0)
+    settings = dict(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path), num_generations=2,
+                    max_completion_length=4, max_steps=1, beta=0.0, use_visualdl=False)
+    GRPOTrainer(GRPOConfig(**settings), samples=rec_samples)
+    assert "rollout engine: layers (one_token runs the Qwen2-VL" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="config key 'rollout_engine': one_token .* needs auto or layers"):
+        GRPOTrainer(GRPOConfig(**settings, rollout_engine="one_token"), samples=rec_samples)

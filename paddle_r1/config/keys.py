@@ -233,8 +233,8 @@ class RolloutKeys:
     top_p: float = key(1.0, "nucleus sampling: the smallest set of tokens with this much probability",
                        bounds=Bounds(0, 1, low_open=True))
     top_k: int = key(0, "sample among the k likeliest tokens; 0: all", bounds=at_least(0))
-    rollout_engine: str = key("auto", "auto | one_token | layers: the decode step; one_token (Qwen2/2.5-VL and "
-                              "Qwen3-VL, LoRA adapters included): plain tensor operations over the decoder's weights; "
+    rollout_engine: str = key("auto", "auto | one_token | layers: the decode step; one_token (every supported "
+                              "family, LoRA adapters included): plain tensor operations over the decoder's weights; "
                               "layers: the model's own layers (any decoder); auto: one_token where it runs, else "
                               "layers",
                               choices=ROLLOUT_ENGINES)

@@ -1,8 +1,8 @@
 """The rollout's decode step: one token per row through the text decoder, over a KV cache allocated once.
 
-``make_decoder`` picks ``OneTokenDecoder`` for Qwen2-VL, Qwen2.5-VL and Qwen3-VL text decoders (plain tensor
-operations over the decoder's weights, arranged once per rollout) and ``LayerDecoder`` (the model's own layers) for
-the rest (PaddleOCR-VL's ERNIE-4.5 decoder).
+``make_decoder`` picks ``OneTokenDecoder`` (plain tensor operations over the decoder's weights, arranged once per
+rollout) for the text decoders of every family paddle_r1 runs (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, PaddleOCR-VL's
+ERNIE-4.5) as paddle_r1 loads them, and ``LayerDecoder`` (the model's own layers) for any other.
 
 Calling the decoder layers token by token costs more than their arithmetic at rollout sizes (16 rows of one token):
 each layer call is Python dispatch, hooks and a dozen small kernels. A profile of the speed anchor's rollout on CPU
@@ -31,11 +31,12 @@ On a GPU its step reads nothing from the host: the slot it writes and the rotary
 device, so the step can later be captured (CUDA graphs) as it is. On the CPU the float32 cache is written at the
 host's count of slots by MKL's copies (``kv_cache.py``), where no capture applies.
 
-The arithmetic is the model's (``FastTextAttention``, ``FastRMSNorm``, paddleformers' Qwen2 MLP, ``LoRALinear``'s
+The arithmetic is the model's (``FastTextAttention``, ``FastRMSNorm``, paddleformers' MLP, ``LoRALinear``'s
 adapters; Qwen3-VL's attention RMS-normalises each head's query and key before the rotation, and its DeepStack
-features reach only the prompt's image tokens, which the prefill holds) in the same order, so the logits equal the
-model's own forward up to float rounding of the reordered products (``tests/test_rollout.py``,
-``tests/test_qwen3_vl.py``).
+features reach only the prompt's image tokens, which the prefill holds; ERNIE-4.5's query, key and value, and its
+gate and up, are separate layers, each its own product) in the same order, so the logits equal the model's own
+forward up to float rounding of the reordered products (``tests/test_rollout.py``, ``tests/test_qwen3_vl.py``,
+``tests/test_paddleocr_vl.py``).
 """
 from __future__ import annotations
 
@@ -45,9 +46,10 @@ from typing import Optional
 import paddle
 from paddle import _C_ops
 from paddleformers.nn.lm_head import LMHead
+from paddleformers.nn.mlp import MLP
 from paddleformers.peft.lora.lora_layers import LoRALinear
 
-from ..models.families import FAMILIES, family_of
+from ..models.families import FAMILIES, ModelFamily, family_of
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
 from ..models.rms_norm import computes_rms_norm
 from ..models.text_attention import rotate, softmax_float32
@@ -74,7 +76,8 @@ def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next
 
 
 class LayerDecoder:
-    """Any decoder (Qwen3-VL's included): the model's own layers over a ``StaticKVCache``."""
+    """Any decoder: the model's own layers over a ``StaticKVCache`` (``rollout_engine: layers``, and a decoder the
+    one-token step does not run)."""
 
     def __init__(self, model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
                  max_new_tokens: int):
@@ -132,17 +135,40 @@ class Projection:
 @dataclass
 class LayerWeights:
     input_norm: paddle.Tensor
-    qkv: Projection
+    qkv: list[Projection]  # one fused product (Qwen's qkv_proj: per key/value head its queries, key, value) or q, k, v
     out: Projection
     post_norm: paddle.Tensor
-    up_gate: Projection
+    gate_up: list[Projection]  # one fused product (gate, then up) or gate and up
     down: Projection
     query_norm: Optional[paddle.Tensor] = None  # Qwen3's RMSNorm weights over each head's query and key
     key_norm: Optional[paddle.Tensor] = None
 
+    @classmethod
+    def of(cls, layer, family: ModelFamily) -> "LayerWeights":
+        attention, mlp, qk_norm = layer.self_attn, layer.mlp, family.memory.qk_norm
+        qkv = _qkv_layers(attention, family)
+        return cls(input_norm=layer.input_layernorm.weight, qkv=[Projection.of(p) for p in qkv],
+                   out=Projection.of(attention.o_proj), post_norm=layer.post_attention_layernorm.weight,
+                   gate_up=[Projection.of(p) for p in _gate_up_layers(mlp)], down=Projection.of(mlp.down_proj),
+                   query_norm=attention.q_norm.weight if qk_norm else None,
+                   key_norm=attention.k_norm.weight if qk_norm else None)
 
-def _projections(layer) -> list:
-    return [layer.self_attn.qkv_proj, layer.self_attn.o_proj, getattr(layer.mlp, layer.mlp.gate_up_proj_name, None),
+    @property
+    def projections(self) -> list[Projection]:
+        return [*self.qkv, self.out, *self.gate_up, self.down]
+
+
+def _qkv_layers(attention, family: ModelFamily) -> list:
+    fused = family.memory.fused_projections
+    return [attention.qkv_proj] if fused else [attention.q_proj, attention.k_proj, attention.v_proj]
+
+
+def _gate_up_layers(mlp) -> list:
+    return [getattr(mlp, mlp.gate_up_proj_name)] if mlp.fuse_up_gate else [mlp.gate_proj, mlp.up_proj]
+
+
+def _projections(layer, family: ModelFamily) -> list:
+    return [*_qkv_layers(layer.self_attn, family), layer.self_attn.o_proj, *_gate_up_layers(layer.mlp),
             layer.mlp.down_proj]
 
 
@@ -166,12 +192,12 @@ def supports(model) -> bool:
     text = text_decoder(model)
     if not computes_rms_norm(text.norm):
         return False
-    return all(type(layer.self_attn) is attention and getattr(layer.self_attn, "sliding_window", None) is None
+    return all(type(layer.self_attn) is attention and layer.self_attn.decodes_one_token()
                and computes_rms_norm(layer.input_layernorm) and computes_rms_norm(layer.post_attention_layernorm)
                and (not family.memory.qk_norm or (computes_rms_norm(layer.self_attn.q_norm)
                                                   and computes_rms_norm(layer.self_attn.k_norm)))
-               and getattr(layer.mlp, "fuse_up_gate", False)
-               and all(type(linear) in (paddle.nn.Linear, LoRALinear) for linear in _projections(layer))
+               and isinstance(layer.mlp, MLP)
+               and all(type(linear) in (paddle.nn.Linear, LoRALinear) for linear in _projections(layer, family))
                for layer in text.layers)
 
 
@@ -213,16 +239,9 @@ class OneTokenDecoder:
             padding = embedding._padding_idx
             self.padding_row = -1 if padding is None else padding % embedding._num_embeddings
         rows, prompt_len = prompt_mask.shape
-        qk_norm = family_of(model).memory.qk_norm
-        self.layers = [LayerWeights(
-            input_norm=layer.input_layernorm.weight, qkv=Projection.of(layer.self_attn.qkv_proj),
-            out=Projection.of(layer.self_attn.o_proj), post_norm=layer.post_attention_layernorm.weight,
-            up_gate=Projection.of(getattr(layer.mlp, layer.mlp.gate_up_proj_name)),
-            down=Projection.of(layer.mlp.down_proj),
-            query_norm=layer.self_attn.q_norm.weight if qk_norm else None,
-            key_norm=layer.self_attn.k_norm.weight if qk_norm else None,
-        ) for layer in text.layers]
-        self.head_epsilon = attention.q_norm.variance_epsilon if qk_norm else None
+        family = family_of(model)
+        self.layers = [LayerWeights.of(layer, family) for layer in text.layers]
+        self.head_epsilon = attention.q_norm.variance_epsilon if family.memory.qk_norm else None
         capacity = prompt_len + max_new_tokens
         self.cache = TransposedKVCache(prompt, prompt_mask, capacity)
         self.head: Optional[PackedWeight] = None  # packed with the layers' weights (``_pack``)
@@ -230,8 +249,8 @@ class OneTokenDecoder:
         # cos and sin [rows, 1, capacity, head_dim] of the text position each cache slot's token takes (the prompt's
         # slots unused), in one call; a step takes the row of its slot
         probe = paddle.zeros([1], dtype=model.lm_head.weight.dtype)
-        tables = text.rotary_emb(probe, text_positions(next_position - prompt_len, capacity))  # [rows, (1,) slots, D]
-        self.cos, self.sin = (_C_ops.reshape(table, [rows, 1, capacity, self.head_dim]) for table in tables)
+        self.cos, self.sin = attention.rotary_rows(*text.rotary_emb(probe, text_positions(next_position - prompt_len,
+                                                                                          capacity)))
         self.value_cos = paddle.ones([rows, 1, 1, self.head_dim], dtype=probe.dtype)
         self.value_sin = paddle.zeros([rows, 1, 1, self.head_dim], dtype=probe.dtype)
 
@@ -263,7 +282,7 @@ class OneTokenDecoder:
         residual = self._embed(token)  # [rows, hidden]
         hidden = _rms_norm(residual, self.layers[0].input_norm, self.epsilon)[0]
         for index, layer in enumerate(self.layers):
-            mixed = _C_ops.reshape(layer.qkv(hidden), heads_shape)
+            mixed = self._heads(layer.qkv, hidden, heads_shape)
             if layer.query_norm is not None:  # Qwen3: each head's query and key normalised before the rotation
                 query, key, value = _C_ops.split(mixed, [groups, 1, 1], 2)
                 mixed = _C_ops.concat([_rms_norm(query, layer.query_norm, self.head_epsilon)[0],
@@ -274,13 +293,30 @@ class OneTokenDecoder:
             probs = softmax_float32(_C_ops.add(_C_ops.matmul(query, keys, False, False), mask))
             attended = _C_ops.reshape(_C_ops.matmul(probs, values, False, False), merged_shape)
             hidden, residual = _rms_norm(layer.out(attended), layer.post_norm, self.epsilon, residual)[:2]
-            gate, up = _C_ops.split_with_num(layer.up_gate(hidden), 2, 1)
+            gate, up = self._gate_up(layer.gate_up, hidden)
             down = layer.down(_C_ops.multiply(self.activation(gate), up))
             next_norm = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.text.norm.weight
             hidden, residual = _rms_norm(down, next_norm, self.epsilon, residual)[:2]
         cache.advance()
         self.steps += 1
         return self.model.lm_head(hidden) if self.head is None else self.head(hidden)
+
+    @staticmethod
+    def _heads(qkv: list[Projection], hidden: paddle.Tensor, shape: list[int]) -> paddle.Tensor:
+        """The layer's queries, keys and values [rows, kv_heads, groups + 2, head_dim], per key/value head its query
+        heads, its key and its value: a fused product's columns come in that order; separate products are laid so."""
+        if len(qkv) == 1:
+            return _C_ops.reshape(qkv[0](hidden), shape)
+        rows, kv_heads, slots, head_dim = shape
+        parts = zip(qkv, [slots - 2, 1, 1])
+        return _C_ops.concat([_C_ops.reshape(p(hidden), [rows, kv_heads, n, head_dim]) for p, n in parts], 2)
+
+    @staticmethod
+    def _gate_up(gate_up: list[Projection], hidden: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """The MLP's gate and up products: a fused product's two halves, or the two products."""
+        if len(gate_up) == 1:
+            return _C_ops.split_with_num(gate_up[0](hidden), 2, 1)
+        return gate_up[0](hidden), gate_up[1](hidden)
 
     def _embed(self, token: paddle.Tensor) -> paddle.Tensor:
         """The tokens' embeddings [rows, hidden]: the lookup kernel itself where the layer is a plain ``Embedding``."""
@@ -291,7 +327,7 @@ class OneTokenDecoder:
     def _pack(self, rows: int) -> None:
         """Every projection's weight and the LM head's packed for ``rows``-row products (see the module docstring)."""
         for layer in self.layers:
-            for projection in (layer.qkv, layer.out, layer.up_gate, layer.down):
+            for projection in layer.projections:
                 projection.pack(rows)
         self.head = packed_head(self.model.lm_head, rows)
 

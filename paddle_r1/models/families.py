@@ -161,7 +161,8 @@ PADDLEOCR_VL = ModelFamily(
     demo_task="ocr_lines",  # it reads text: rendered text lines, answered as they are
     processor_class="PaddleOCRVLProcessor",
     fast_image_processor=False,  # it has none, and asking for one, even by default, prints a warning
-    one_token_attention=None, video_time="none", video_budget="frame",
+    one_token_attention=Ref("paddle_r1.models.paddleocr_vl", "MaskedErnieAttention"), video_time="none",
+    video_budget="frame",
     requirements=(Requirement("triton", "paddleformers' paddleocr_vl module imports it; on CPU it then runs plain "
                                         "Paddle", "pip install 'paddle_r1[paddleocr_vl]'"),))
 

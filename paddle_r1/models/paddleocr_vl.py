@@ -33,9 +33,9 @@ What this module changes, and why:
   table is written beside the weights (its own file, in the weight index), so that paddleformers' own class loads a
   folder paddle_r1 saved, as it loads the published one.
 
-On CPU the decoder's RMSNorms run ``rms_norm.FastRMSNorm`` (the same numbers). The rollout decodes through the
-decoder's own layers (``generation.decoder.LayerDecoder``): the one-token step is written for the Qwen decoders'
-fused projections.
+On CPU the decoder's RMSNorms run ``rms_norm.FastRMSNorm`` (the same numbers). The rollout decodes with the one-token
+step (``generation.decoder.OneTokenDecoder``: ERNIE-4.5's separate query, key, value, gate and up products, the rotary
+tables merged as ``MaskedErnieAttention.rotary_rows`` says).
 """
 from __future__ import annotations
 
@@ -67,6 +67,19 @@ class MaskedErnieAttention(SdpaCausality, Ernie4_5Attention):
     """paddleformers' ERNIE-4.5 attention, whose forward passes its ``is_causal`` to sdpa with whatever mask it has
     (Paddle then ignores the mask: padding, the free slots of the rollout's KV cache): under sdpa that flag and the
     mask are ``SdpaCausality``'s."""
+
+    def decodes_one_token(self) -> bool:
+        """Whether the one-token decode step (``generation/decoder.py``) computes this attention: rotated by the
+        M-RoPE tables (not the fused rotary kernel, which takes no positions), its forward not sequence-parallel."""
+        return not self.config.apply_rope_fusion and not self.config.sequence_parallel
+
+    def rotary_rows(self, cos: paddle.Tensor, sin: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """The rotary tables [B, 1, L, D] of each query and key row, from its rotary layer's [3, B, L, D] (one per
+        position axis), merged over the M-RoPE sections as its forward merges them in every layer
+        (``apply_multimodal_rotary_pos_emb``): what the one-token decode step multiplies by."""
+        sections = list(self.rope_scaling["mrope_section"]) * 2
+        return tuple(paddle.concat([part[i % 3] for i, part in enumerate(table.split(sections, axis=-1))],
+                                   axis=-1).unsqueeze(1) for table in (cos, sin))
 
 
 @dataclass

@@ -63,6 +63,17 @@ class Qwen3VLVisionModel(_PaddleFormersVisionModel):
 class Qwen3VLTextAttention(SdpaCausality, _PaddleFormersTextAttention):
     """paddleformers' Qwen3-VL text attention, its sdpa mask and ``is_causal`` as ``SdpaCausality`` sets them."""
 
+    def decodes_one_token(self) -> bool:
+        """Whether the one-token decode step (``generation/decoder.py``) computes this attention: a full one (no
+        sliding window), its forward not sequence-parallel."""
+        return self.sliding_window is None and not self.config.sequence_parallel
+
+    @staticmethod
+    def rotary_rows(cos: paddle.Tensor, sin: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """The rotary tables [B, 1, L, D] of each query and key row, from its rotary layer's [B, L, D] (interleaved
+        M-RoPE, already merged): what the one-token decode step multiplies by."""
+        return cos.unsqueeze(1), sin.unsqueeze(1)
+
 
 class Qwen3VLTextModel(_PaddleFormersTextModel):
     def forward(self, *args, deepstack_embeds: Optional[paddle.Tensor] = None, **kwargs):

@@ -212,6 +212,17 @@ class FastTextAttention(Qwen2_5_VLAttention):
                 else self.attention_dropout, scaling=self.scaling, **kwargs)
         return self.o_proj(out), None
 
+    def decodes_one_token(self) -> bool:
+        """Whether the one-token decode step (``generation/decoder.py``) computes this attention: always (installed
+        only where its own forward runs)."""
+        return True
+
+    @staticmethod
+    def rotary_rows(cos: paddle.Tensor, sin: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """The rotary tables [B, 1, L, D] of each query and key row, from its rotary layer's (``MergedMRoPE``'s, as
+        they are): what the one-token decode step multiplies by."""
+        return cos, sin
+
 
 def install_fast_text_attention(text_model) -> None:
     """Swap the text decoder's rotary embedding and attention classes for the ones above (same parameters and

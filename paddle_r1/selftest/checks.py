@@ -7,6 +7,7 @@ dtype, float32 on CPU) and compares within that dtype's ``Tolerance``.
 from __future__ import annotations
 
 import collections
+import importlib.util
 import contextlib
 import logging
 
@@ -201,7 +202,8 @@ def one_token_decode(ws) -> str:
     """The rollout's one-token decode step (``OneTokenDecoder``: plain tensor operations over the decoder's weights,
     as stored on a GPU, copied transposed on CPU) against the model's own layers (``LayerDecoder``), fed the same
     tokens over the same prefilled prompts: the next-token logits of every step, for the tiny model of every family
-    the step runs (Qwen3-VL's query and key norms included)."""
+    the step runs (Qwen3-VL's query and key norms, ERNIE-4.5's separate products included; a family whose extra
+    package is missing is named and left out)."""
     import paddle
 
     from ..generation.decoder import ONE_TOKEN_RUNS, LayerDecoder, OneTokenDecoder, supports
@@ -211,6 +213,10 @@ def one_token_decode(ws) -> str:
     generations, steps = 2, 6
     found = []
     for family in (f for f in FAMILIES.values() if f.one_token_attention is not None):
+        missing = [need for need in family.requirements if importlib.util.find_spec(need.package) is None]
+        if missing:
+            found.append(f"{family.title} not run: {missing[0].package} is not installed ({missing[0].install})")
+            continue
         model, processor = ws.load(family.model_type)
         model.eval()
         if not supports(model):
