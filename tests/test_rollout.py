@@ -347,3 +347,19 @@ def test_a_family_without_the_one_token_step_decodes_by_its_layers(tiny, tiny_mo
     assert "rollout engine: layers (one_token runs the Qwen2-VL" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="config key 'rollout_engine': one_token .* needs auto or layers"):
         GRPOTrainer(GRPOConfig(**settings, rollout_engine="one_token"), samples=rec_samples)
+
+
+def test_the_trainer_packs_before_the_first_token_unless_completions_are_capped_short(tiny_model_dir, rec_samples,
+                                                                                        tmp_path):
+    """A GRPO rollout packs the decode step's weights before its first token; with max_completion_length within
+    PACK_AFTER_STEPS (too few tokens to repay the packing) it keeps the default, so it never packs."""
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.generation.decoder import PACK_AFTER_STEPS
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    packs = {}
+    for cap in (PACK_AFTER_STEPS + 1, PACK_AFTER_STEPS):
+        config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / str(cap)), num_generations=2,
+                            max_completion_length=cap, max_steps=1, beta=0.0, use_visualdl=False)
+        packs[cap] = GRPOTrainer(config, samples=rec_samples).sampling.pack_after
+    assert packs == {PACK_AFTER_STEPS + 1: 0, PACK_AFTER_STEPS: PACK_AFTER_STEPS}

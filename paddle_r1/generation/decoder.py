@@ -16,7 +16,7 @@ scripts in ``benchmarks/experiments/``; their figures are in ``benchmarks/README
   (``mlp_products.py`` prints both), so a rollout packs only once it has decoded ``pack_after`` tokens
   (``SamplingParams.pack_after``, ``PACK_AFTER_STEPS`` by default): short answers (a served reply, an evaluation)
   never pay for it, and no rollout loses more than that much. A GRPO rollout, whose completions run long, packs before
-  its first token (the trainer passes 0).
+  its first token (the trainer passes 0 unless ``max_completion_length`` is within ``PACK_AFTER_STEPS``).
 - q @ K^T over the cache as a batched ``transpose_y`` product is slower than over keys stored transposed
   (``kv_cache.TransposedKVCache``; ``decode_products.py``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.

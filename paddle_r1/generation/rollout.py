@@ -95,7 +95,7 @@ class SamplingParams:
     logprobs: bool = True
     # tokens the CPU decode step runs on its weights as stored before packing them for MKL (``decoder.py``; packing
     # costs a few tokens' worth of what it saves): short replies never pay for it; the trainer, whose completions run
-    # long, packs before the first token (0)
+    # long, packs before the first token (0) unless max_completion_length is within PACK_AFTER_STEPS
     pack_after: int = PACK_AFTER_STEPS
 
 

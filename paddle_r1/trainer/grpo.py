@@ -24,7 +24,7 @@ from PIL import Image
 
 from ..config.jobs import GRPOConfig
 from ..errors import ConfigError
-from ..generation.decoder import ONE_TOKEN_RUNS, supports as decoder_supports
+from ..generation.decoder import ONE_TOKEN_RUNS, PACK_AFTER_STEPS, supports as decoder_supports
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, config_folders, reward_columns
@@ -143,9 +143,13 @@ class GRPOTrainer(Trainer):
 
     def __init__(self, config: GRPOConfig, samples: Optional[list[dict]] = None, heldout=None):
         self.rewards = RewardManager.from_config(config)  # settings checked before any model loads
+        # a GRPO rollout's completions run long: its decode step packs the weights before the first token (CPU),
+        # unless the completions are capped too short to repay the packing
+        long = config.max_completion_length > PACK_AFTER_STEPS
         self.sampling = SamplingParams(max_new_tokens=config.max_completion_length, temperature=config.temperature,
                                        top_p=config.top_p, top_k=config.top_k, engine=config.rollout_engine,
-                                       logprobs=config.importance_sampling_correction, pack_after=0)
+                                       logprobs=config.importance_sampling_correction,
+                                       pack_after=0 if long else PACK_AFTER_STEPS)
         self.buffer: list[Experience] = []  # this rank's micro-batches of the generation batch
         self.trained: list[Experience] = []  # the micro-batches of the last step, each once
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
