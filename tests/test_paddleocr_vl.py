@@ -124,6 +124,22 @@ def test_the_one_token_step_decodes_as_its_layers(ocr):
         processor, [_prompt_text(processor, "OCR:", 1), _prompt_text(processor, "OCR:", 0)], [_image(2, 56, 140)]))
 
 
+def test_the_one_token_step_runs_each_projections_lora_adapters(ocr_dir):
+    """With (random, non-zero) LoRA adapters on each of ERNIE-4.5's separate projections, the one-token step still
+    decodes as the layers do (``LoRALinear``'s x W + (x A) B * scaling, per projection): left out, they would part."""
+    from paddle_r1.models.lora import apply_lora, lora_layers
+
+    model, processor = load_model(ocr_dir), load_processor(ocr_dir)
+    model.eval()
+    apply_lora(model, rank=2, alpha=4)
+    rng = np.random.default_rng(0)
+    adapted = lora_layers(model)
+    assert {name.rsplit(".", 1)[-1] for name in adapted} >= {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}
+    for layer in adapted.values():
+        layer.lora_B.set_value(paddle.to_tensor(rng.normal(0, 1, layer.lora_B.shape), dtype=layer.lora_B.dtype))
+    assert_one_token_step_decodes_as_layers(model, _batch(processor, [_prompt_text(processor, "OCR:", 0)], []))
+
+
 def test_rotary_rows_merge_the_sections_as_the_attention_does(ocr):
     """``MaskedErnieAttention.rotary_rows``: positions that differ per axis (an image's), rotated by the merged rows,
     equal paddleformers' ``apply_multimodal_rotary_pos_emb`` over the per-axis tables."""
