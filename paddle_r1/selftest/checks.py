@@ -7,8 +7,8 @@ dtype, float32 on CPU) and compares within that dtype's ``Tolerance``.
 from __future__ import annotations
 
 import collections
-import importlib.util
 import contextlib
+import importlib.util
 import logging
 
 import numpy as np
@@ -279,8 +279,8 @@ def lora_merge(ws) -> str:
 
 def qwen3_vl(ws) -> str:
     """A tiny Qwen3-VL (DeepStack, 32-pixel tokens) on this device: its rollout's log-probs (DeepStack features
-    through the full forward) equal the model's own forward over prompt + completion,
-    and their backward reaches every vision weight, DeepStack mergers included, with finite gradients."""
+    through the full forward) equal the model's own forward over prompt + completion, and their backward reaches
+    every vision weight, DeepStack mergers included, with finite gradients."""
     import paddle
 
     model, processor = ws.load(QWEN3_VL.model_type)
