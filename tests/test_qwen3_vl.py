@@ -43,6 +43,19 @@ def test_family_processor_and_coordinates(qwen3, qwen3_dir):
     assert type(processor).__name__ == "Qwen3VLProcessor"
 
 
+def test_its_rms_norms_take_the_fast_path_where_the_fused_kernel_is_missing(qwen3):
+    """On CPU (no fused RMSNorm kernel) the decoder's norms and each head's query and key norms are ``FastRMSNorm``
+    (paddleformers' unfused path spent a profiled step's largest share in ``pow`` and its gradient); the logits
+    stay transformers' (tests/test_parity.py)."""
+    from paddle_r1.models.rms_norm import FastRMSNorm
+
+    model, _ = qwen3
+    text = model.model.language_model
+    norms = [text.norm] + [n for layer in text.layers for n in (layer.input_layernorm, layer.post_attention_layernorm,
+                                                                layer.self_attn.q_norm, layer.self_attn.k_norm)]
+    assert {type(n) for n in norms} == {FastRMSNorm}
+
+
 def test_completion_logprobs_match_its_forward(qwen3, rec_samples):
     """DeepStack features repeated with the prompt's embeddings for its completions, as the forward applies them."""
     assert_completion_logprobs_match_forward(*qwen3, rec_samples)

@@ -48,6 +48,7 @@ from paddleformers.transformers.qwen3_vl.modeling import (
 )
 
 from .causal_mask import SdpaCausality
+from .rms_norm import install_fast_rms_norm
 from .swiglu import install_fused_swiglu
 
 
@@ -141,3 +142,4 @@ class Qwen3VLForConditionalGeneration(Qwen3VLForConditionalGenerationDeprecated)
         for layer in self.model.language_model.layers:
             Qwen3VLTextAttention.install(layer.self_attn)
         install_fused_swiglu(self)
+        install_fast_rms_norm(self)  # the decoder's norms and each head's query and key norms, where unfused
