@@ -1,6 +1,7 @@
 """One GRPO step, paddle_r1 against TRL 1.16, on the same machine in the same run.
 
     python benchmarks/grpo_step.py [--steps 5 --rounds 2] [--trl PY] [--profile step.prof]
+    python benchmarks/grpo_step.py --family qwen3_vl [--steps 4]
     python benchmarks/grpo_step.py --trl PY [--new-tokens 256] [--generations 16] [--image 448]
     python benchmarks/grpo_step.py --trl PY --scaling [--cells 64:8:112,256:8:112] [--steps 3]
 
@@ -14,7 +15,8 @@ timed by wrapping the trainer's own calls (rollout, rewards, reference, policy f
 With ``--trl PY`` the checkpoint is the one the anchor's ``make_hf_tiny.py`` writes with transformers (both
 sides load the same weights) and the anchor's TRL script runs in that interpreter; the two sides alternate
 ``--rounds`` times, so a busy machine slows both. Without it the checkpoint is paddle_r1's tiny model at the same
-sizes. Seconds per step are medians over the steps after each round's first (warm-up).
+sizes, of ``--family`` (default qwen2_5_vl). Seconds per step are medians over the steps after each round's first
+(warm-up).
 ``--new-tokens``, ``--generations`` and ``--image`` (the side of the square image) change the anchor's work on both
 sides. ``--glibc-default`` leaves glibc's blocks over 32 MiB mmap-ed, each on fresh pages (what a CPU job changes:
 ``cpu_math.keep_large_blocks_on_the_heap``), to measure that change.
@@ -74,8 +76,9 @@ def _write_samples(folder: str, count: int, side: int = 112) -> list[dict]:
     return samples
 
 
-def _make_checkpoint(folder: str, torch_python: str | None) -> str:
-    """The anchor's checkpoint written by transformers (with a torch interpreter), else paddle_r1's at its sizes."""
+def _make_checkpoint(folder: str, torch_python: str | None, family: str) -> str:
+    """The anchor's checkpoint written by transformers (with a torch interpreter), else paddle_r1's tiny ``family``
+    model at its sizes."""
     if torch_python:
         subprocess.run([torch_python, os.path.join(HERE, "trl_anchor", "make_hf_tiny.py"), folder, "--weights"],
                        check=True, stdout=subprocess.DEVNULL)
@@ -83,7 +86,7 @@ def _make_checkpoint(folder: str, torch_python: str | None) -> str:
     from anchor import ANCHOR_SIZE  # beside this file
     from paddle_r1.testing.tiny import make_tiny_model
 
-    return make_tiny_model(folder, size=ANCHOR_SIZE)
+    return make_tiny_model(folder, family=family, size=ANCHOR_SIZE)
 
 
 class PhaseClock:
@@ -235,6 +238,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--trl", metavar="PY", help="a torch + transformers 5.3 + trl 1.16 interpreter")
     parser.add_argument("--model", help="an existing checkpoint folder (default: built here)")
+    parser.add_argument("--family", default="qwen2_5_vl",
+                        help="the family of paddle_r1's tiny model, without --trl and --model (default qwen2_5_vl)")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the last paddle_r1 step into FILE")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each side (default 1)")
     parser.add_argument("--generations", type=int, default=GENERATIONS, help="G, completions per prompt (default 8)")
@@ -261,7 +266,7 @@ def main() -> None:
 
     core.set_num_threads(args.threads)
     work = tempfile.mkdtemp()
-    model_dir = args.model or _make_checkpoint(os.path.join(work, "model"), args.trl)
+    model_dir = args.model or _make_checkpoint(os.path.join(work, "model"), args.trl, args.family)
     if args.scaling:
         return scaling(args, model_dir)
     trainer = _paddle_trainer(model_dir, work, args.steps * args.rounds, args.generations, args.new_tokens, args.image,
