@@ -56,6 +56,45 @@ def test_its_rms_norms_take_the_fast_path_where_the_fused_kernel_is_missing(qwen
     assert {type(n) for n in norms} == {FastRMSNorm}
 
 
+def test_its_attention_gives_paddleformers_logits_and_gradients(qwen3, rec_samples):
+    """paddle_r1's Qwen3-VL text attention (the qkv product rotated whole, heads moved densely, each head's query and
+    key normalised first) against paddleformers' own forward and rotary layer: logits and the qkv and query-norm
+    gradients over prompts with images (M-RoPE's axes differ) and left padding."""
+    from paddleformers.transformers.qwen3_vl.modeling import (Qwen3VLTextAttention as Theirs,
+                                                              Qwen3VLTextRotaryEmbedding as TheirRotary)
+
+    from paddle_r1.models.qwen3_vl import Qwen3VLRotaryTables, Qwen3VLTextAttention
+
+    model, processor = qwen3
+    text = model.model.language_model
+    prompt, _ = build_prompt_batch(rec_samples[:3], processor, "{Question}")
+    inputs = dict(input_ids=prompt.input_ids, attention_mask=prompt.attention_mask,
+                  pixel_values=prompt.pixel_values, image_grid_thw=prompt.image_grid_thw)
+
+    def use(rotary, attention):
+        text.rotary_emb.__class__ = rotary
+        for layer in text.layers:
+            layer.self_attn.__class__ = attention
+
+    results = []
+    try:
+        for classes in ((Qwen3VLRotaryTables, Qwen3VLTextAttention), (TheirRotary, Theirs)):
+            use(*classes)
+            model.model.rope_deltas = None
+            logits = model(**inputs).logits
+            (logits * prompt.attention_mask.unsqueeze(-1).astype(logits.dtype)).sum().backward()
+            attention = text.layers[0].self_attn
+            results.append([logits.numpy(), attention.qkv_proj.weight.grad.numpy().copy(),
+                            attention.q_norm.weight.grad.numpy().copy()])
+            model.clear_gradients()
+    finally:
+        use(Qwen3VLRotaryTables, Qwen3VLTextAttention)
+    (ours, our_qkv, our_norm), (theirs, their_qkv, their_norm) = results
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    np.testing.assert_allclose(our_qkv, their_qkv, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(our_norm, their_norm, rtol=1e-4, atol=1e-5)
+
+
 def test_completion_logprobs_match_its_forward(qwen3, rec_samples):
     """DeepStack features repeated with the prompt's embeddings for its completions, as the forward applies them."""
     assert_completion_logprobs_match_forward(*qwen3, rec_samples)

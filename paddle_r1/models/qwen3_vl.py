@@ -17,9 +17,15 @@ What this module changes, and why:
   see no image tokens, so they carry no DeepStack, as in transformers.
 - Gradient checkpointing of the vision blocks: PaddleFormers' recompute helper does not take the per-image
   attention bounds its own forward passes it (a TypeError); the override passes them through.
-- The text attention under sdpa (``Qwen3VLTextAttention``): paddleformers' drops an all-ones mask and asks Paddle for
-  top-left causality, so queries after a KV cache (a text-only prompt's completions in the log-prob pass, a
-  multi-turn episode's next segment) saw only the cache's first keys; ``causal_mask.py`` holds it bottom-right.
+- The text attention (``Qwen3VLTextAttention``) computes as paddle_r1's Qwen2.5-VL attention
+  (``text_attention.attend_over_qkv``: the qkv product rotated whole by tables laid out once per forward, the heads
+  moved densely, grouped query heads over their shared key and value), each head's query and key RMS-normalised
+  first: paddleformers' rotated the query and key per layer over strided views and repeated K and V per group, which
+  took most of a CPU step's attention (``python benchmarks/grpo_step.py --family qwen3_vl``, figures in
+  benchmarks/README.md). Under sdpa, paddleformers' dropped an all-ones mask and asked Paddle for top-left causality,
+  so queries after a KV cache (a text-only prompt's completions in the log-prob pass, a multi-turn episode's next
+  segment) saw only the cache's first keys; ``causal_mask.py`` holds it bottom-right. The norms take
+  ``FastRMSNorm`` where the fused kernel is missing (CPU).
 - Videos: a clip's frame pairs go through the same tower (``get_video_features``) and land, with their DeepStack
   features, on the ``<|video_pad|>`` tokens. The processor writes each pair as its own vision block after its time
   as text (``<1.2 seconds><|vision_start|><|video_pad|>...<|vision_end|>``), and paddleformers' rope index splits the
@@ -43,13 +49,16 @@ from paddleformers.transformers.qwen3_vl.modeling import (
     Qwen3VLForConditionalGenerationDeprecated,
     Qwen3VLModelDeprecated,
     Qwen3VLTextAttention as _PaddleFormersTextAttention,
+    Qwen3VLTextRotaryEmbedding as _PaddleFormersRotary,
     Qwen3VLTextModel as _PaddleFormersTextModel,
     Qwen3VLVisionModel as _PaddleFormersVisionModel,
 )
 
+from .biased_linear import biased_linear
 from .causal_mask import SdpaCausality
 from .rms_norm import install_fast_rms_norm
 from .swiglu import install_fused_swiglu
+from .text_attention import RotaryTables, attend_over_qkv
 
 
 class Qwen3VLVisionModel(_PaddleFormersVisionModel):
@@ -61,8 +70,36 @@ class Qwen3VLVisionModel(_PaddleFormersVisionModel):
                          attn_mask_startend_row_indices)
 
 
+class Qwen3VLRotaryTables(_PaddleFormersRotary):
+    """paddleformers' interleaved M-RoPE tables, once per forward as ``RotaryTables`` [B, 1, L, D]: their layout over
+    a layer's qkv product is made once and shared by every layer (``text_attention.attend_over_qkv``)."""
+
+    def forward(self, x, position_ids):
+        cos, sin = super().forward(x, position_ids)
+        return RotaryTables(cos.unsqueeze(1), sin.unsqueeze(1))
+
+
 class Qwen3VLTextAttention(SdpaCausality, _PaddleFormersTextAttention):
-    """paddleformers' Qwen3-VL text attention, its sdpa mask and ``is_causal`` as ``SdpaCausality`` sets them."""
+    """paddleformers' Qwen3-VL text attention, computed as paddle_r1's Qwen2.5-VL attention is
+    (``text_attention.attend_over_qkv``: the qkv product rotated whole, heads moved densely, grouped query heads
+    over their shared key and value), each head's query and key RMS-normalised before. Under sequence parallelism
+    (its rotary layer then paddleformers') it is paddleformers' forward, its sdpa mask and ``is_causal`` as
+    ``SdpaCausality`` sets them."""
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None,
+                output_attentions=False, use_cache=False, position_embeddings=None, **kwargs):
+        if self.config.sequence_parallel:
+            return super().forward(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
+                                   past_key_values=past_key_values, output_attentions=output_attentions,
+                                   use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
+        batch, length = hidden_states.shape[:2]
+        groups = self.num_key_value_groups
+        mixed = biased_linear(self.qkv_proj, hidden_states).reshape(
+            [batch, length, self.num_key_value_heads, groups + 2, self.head_dim])
+        query, key, value = paddle.split(mixed, [groups, 1, 1], axis=3)
+        mixed = paddle.concat([self.q_norm(query), self.k_norm(key), value], axis=3)
+        return self.o_proj(attend_over_qkv(self, mixed, position_embeddings, attention_mask, past_key_values,
+                                           **kwargs)), None
 
     def decodes_one_token(self) -> bool:
         """Whether the one-token decode step (``generation/decoder.py``) computes this attention: a full one (no
@@ -71,9 +108,9 @@ class Qwen3VLTextAttention(SdpaCausality, _PaddleFormersTextAttention):
 
     @staticmethod
     def rotary_rows(cos: paddle.Tensor, sin: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
-        """The rotary tables [B, 1, L, D] of each query and key row, from its rotary layer's [B, L, D] (interleaved
-        M-RoPE, already merged): what the one-token decode step multiplies by."""
-        return cos.unsqueeze(1), sin.unsqueeze(1)
+        """The rotary tables [B, 1, L, D] of each query and key row, from its rotary layer's (``Qwen3VLRotaryTables``'
+        interleaved M-RoPE, as they are): what the one-token decode step multiplies by."""
+        return cos, sin
 
 
 class Qwen3VLTextModel(_PaddleFormersTextModel):
@@ -139,7 +176,10 @@ class Qwen3VLForConditionalGeneration(Qwen3VLForConditionalGenerationDeprecated)
         self.lm_head = LMHead(config.text_config)
         self.criterion = CriterionLayer(config.text_config)
         self.tie_weights()
-        for layer in self.model.language_model.layers:
+        text = self.model.language_model
+        for layer in text.layers:
             Qwen3VLTextAttention.install(layer.self_attn)
+        if not config.text_config.sequence_parallel:  # the attention's own forward takes its tables
+            text.rotary_emb.__class__ = Qwen3VLRotaryTables
         install_fused_swiglu(self)
         install_fast_rms_norm(self)  # the decoder's norms and each head's query and key norms, where unfused

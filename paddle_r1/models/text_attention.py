@@ -184,33 +184,42 @@ def softmax_float32(scores: paddle.Tensor) -> paddle.Tensor:
     return paddle.nn.functional.softmax(scores, axis=-1, dtype="float32").astype(scores.dtype)
 
 
+def attend_over_qkv(layer, mixed: paddle.Tensor, position_embeddings, attention_mask, past_key_values,
+                    **kwargs) -> paddle.Tensor:
+    """The attention of ``layer`` (paddleformers' Qwen attention's fields: heads, head_dim, scaling, layer_idx,
+    config) over its qkv product ``mixed`` [B, L, kv_heads, groups + 2, D] (per key/value head its query heads, its
+    key, its value), before the output projection: rotated whole by the forward's ``RotaryTables``, the heads moved
+    densely, the cache updated, then grouped eager attention or the configured sdpa with causality as
+    ``sdpa_causality`` holds it (bottom-right after a KV cache). [B, L, heads * D]."""
+    batch, length, kv_heads, slots, head_dim = mixed.shape
+    groups = slots - 2
+    tables = position_embeddings if isinstance(position_embeddings, RotaryTables) else \
+        RotaryTables(*position_embeddings)
+    mixed = rotate(mixed.reshape([batch, length, kv_heads * slots, head_dim]), *tables.over_qkv(kv_heads, groups))
+    query, key, value = paddle.split(mixed.reshape([batch, length, kv_heads, slots, head_dim]), [groups, 1, 1], axis=3)
+    query = transposed(query.reshape([batch, length, kv_heads * groups, head_dim]), [0, 2, 1, 3])
+    key, value = transposed(key.squeeze(3), [0, 2, 1, 3]), transposed(value.squeeze(3), [0, 2, 1, 3])
+    if past_key_values is not None:
+        key, value = past_key_values.update(key, value, layer.layer_idx)
+    if layer.config._attn_implementation == "eager":
+        return grouped_eager_attention(query, key, value, attention_mask, layer.scaling)
+    mask, causal = sdpa_causality(attention_mask, length, key.shape[2], query.dtype)
+    out, _ = ALL_ATTENTION_FUNCTIONS[layer.config._attn_implementation](
+        layer, query, key, value, attention_mask=mask, is_causal=causal,
+        dropout=layer.attention_dropout if layer.training else 0.0, scaling=layer.scaling, **kwargs)
+    return out
+
+
 class FastTextAttention(Qwen2_5_VLAttention):
-    """Qwen2.5-VL text attention over already merged rotary tables (``MergedMRoPE``); under sdpa, causality as
-    ``sdpa_causality`` holds it (bottom-right after a KV cache)."""
+    """Qwen2.5-VL text attention over already merged rotary tables (``MergedMRoPE``; ``attend_over_qkv``)."""
 
     def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None,
                 output_attentions=False, use_cache=False, position_embeddings=None, **kwargs):
         batch, length = hidden_states.shape[:2]
-        groups, kv_heads = self.num_key_value_groups, self.num_key_value_heads
-        tables = position_embeddings if isinstance(position_embeddings, RotaryTables) else \
-            RotaryTables(*position_embeddings)
         mixed = biased_linear(self.qkv_proj, hidden_states).reshape(
-            [batch, length, kv_heads * (groups + 2), self.head_dim])
-        mixed = rotate(mixed, *tables.over_qkv(kv_heads, groups))
-        query, key, value = paddle.split(mixed.reshape([batch, length, kv_heads, groups + 2, self.head_dim]),
-                                         [groups, 1, 1], axis=3)
-        query = transposed(query.reshape([batch, length, self.num_heads, self.head_dim]), [0, 2, 1, 3])
-        key, value = transposed(key.squeeze(3), [0, 2, 1, 3]), transposed(value.squeeze(3), [0, 2, 1, 3])
-        if past_key_values is not None:
-            key, value = past_key_values.update(key, value, self.layer_idx)
-        if self.config._attn_implementation == "eager":
-            out = grouped_eager_attention(query, key, value, attention_mask, self.scaling)
-        else:
-            mask, causal = sdpa_causality(attention_mask, length, key.shape[2], query.dtype)
-            out, _ = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation](
-                self, query, key, value, attention_mask=mask, is_causal=causal, dropout=0.0 if not self.training
-                else self.attention_dropout, scaling=self.scaling, **kwargs)
-        return self.o_proj(out), None
+            [batch, length, self.num_key_value_heads, self.num_key_value_groups + 2, self.head_dim])
+        return self.o_proj(attend_over_qkv(self, mixed, position_embeddings, attention_mask, past_key_values,
+                                           **kwargs)), None
 
     def decodes_one_token(self) -> bool:
         """Whether the one-token decode step (``generation/decoder.py``) computes this attention: always (installed
