@@ -140,6 +140,37 @@ def test_the_one_token_step_runs_each_projections_lora_adapters(ocr_dir):
     assert_one_token_step_decodes_as_layers(model, _batch(processor, [_prompt_text(processor, "OCR:", 0)], []))
 
 
+def test_its_cpu_attention_gives_paddleformers_logits_and_gradients(ocr_dir):
+    """On CPU ERNIE-4.5's attention computes as paddle_r1's Qwen attention (q, k, v laid per key/value head, rotated
+    in one pass by tables merged once per forward): logits and the projections' gradients equal paddleformers' own
+    forward and rotary layer, over an image prompt and a left-padded text-only one."""
+    from paddleformers.transformers.paddleocr_vl.modeling import Ernie4_5Attention, PaddleOCRRotaryEmbedding
+
+    from paddle_r1.models.paddleocr_vl import MaskedErnieAttention, PerAxisRotary
+
+    model, processor = load_model(ocr_dir), load_processor(ocr_dir)
+    prompt = _batch(processor, [_prompt_text(processor, "OCR:", 1), _prompt_text(processor, "OCR:", 0)],
+                    [_image(2, 56, 140)])
+
+    def use(rotary, attention):
+        model.model.rotary_emb.__class__ = rotary
+        for layer in model.model.layers:
+            layer.self_attn.__class__ = attention
+
+    results = []
+    for classes in ((PerAxisRotary, MaskedErnieAttention), (PaddleOCRRotaryEmbedding, Ernie4_5Attention)):
+        use(*classes)
+        logits = model(input_ids=prompt.input_ids, attention_mask=prompt.attention_mask,
+                       pixel_values=prompt.pixel_values, image_grid_thw=prompt.image_grid_thw).logits
+        (logits * prompt.attention_mask.unsqueeze(-1).astype(logits.dtype)).sum().backward()
+        attention = model.model.layers[0].self_attn
+        results.append([logits.numpy()] + [p.weight.grad.numpy().copy() for p in (attention.q_proj, attention.k_proj,
+                                                                                   attention.v_proj)])
+        model.clear_gradients()
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
 def test_rotary_rows_merge_the_sections_as_the_attention_does(ocr):
     """``MaskedErnieAttention.rotary_rows``: positions that differ per axis (an image's), rotated by the merged rows,
     equal paddleformers' ``apply_multimodal_rotary_pos_emb`` over the per-axis tables."""

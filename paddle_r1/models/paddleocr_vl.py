@@ -33,7 +33,8 @@ What this module changes, and why:
   table is written beside the weights (its own file, in the weight index), so that paddleformers' own class loads a
   folder paddle_r1 saved, as it loads the published one.
 
-On CPU the decoder's RMSNorms run ``rms_norm.FastRMSNorm`` (the same numbers). The rollout decodes with the one-token
+On CPU the decoder's RMSNorms run ``rms_norm.FastRMSNorm`` (the same numbers) and its attention paddle_r1's Qwen
+attention (``MaskedErnieAttention``; a GPU keeps paddleformers'). The rollout decodes with the one-token
 step (``generation.decoder.OneTokenDecoder``: ERNIE-4.5's separate query, key, value, gate and up products, the rotary
 tables merged as ``MaskedErnieAttention.rotary_rows`` says).
 """
@@ -48,7 +49,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddleformers.transformers.model_outputs import ModelOutput
-from paddleformers.transformers.paddleocr_vl.modeling import Ernie4_5Attention
+from paddleformers.transformers.paddleocr_vl.modeling import Ernie4_5Attention, PaddleOCRRotaryEmbedding
 from paddleformers.transformers.paddleocr_vl.modeling import (
     PaddleOCRVLForConditionalGeneration as _PaddleFormersPaddleOCRVL,
 )
@@ -56,6 +57,7 @@ from paddleformers.transformers.paddleocr_vl.modeling import (
 from .causal_mask import SdpaCausality
 from .rms_norm import install_fast_rms_norm
 from .swiglu import install_fused_swiglu
+from .text_attention import RotaryTables, attend_over_qkv
 
 PACKING_TABLE = "visual.vision_model.embeddings.packing_position_embedding.weight"
 PACKING_TABLE_ROWS = 32768  # paddleformers' and the published checkpoints'
@@ -63,10 +65,52 @@ PACKING_TABLE_FILE = "packing_position_embedding.safetensors"
 TIED_HEAD = "model.embed_tokens.weight -> lm_head.weight"
 
 
+class PerAxisTables(tuple):
+    """The rotary layer's (cos, sin) [3, B, L, D], one table per position axis, as paddleformers' attention takes them,
+    and their merge over the M-RoPE sections as ``RotaryTables`` [B, 1, L, D], made once per forward for every layer
+    (``merged``)."""
+
+    def merged(self, sections) -> RotaryTables:
+        if not hasattr(self, "_merged"):
+            doubled = list(sections) * 2
+            self._merged = RotaryTables(*(paddle.concat([part[i % 3] for i, part in enumerate(
+                table.split(doubled, axis=-1))], axis=-1).unsqueeze(1) for table in self))
+        return self._merged
+
+
+class PerAxisRotary(PaddleOCRRotaryEmbedding):
+    """paddleformers' ERNIE rotary layer, its tables as ``PerAxisTables``."""
+
+    def forward(self, x, position_ids):
+        return PerAxisTables(super().forward(x, position_ids))
+
+
 class MaskedErnieAttention(SdpaCausality, Ernie4_5Attention):
     """paddleformers' ERNIE-4.5 attention, whose forward passes its ``is_causal`` to sdpa with whatever mask it has
     (Paddle then ignores the mask: padding, the free slots of the rollout's KV cache): under sdpa that flag and the
-    mask are ``SdpaCausality``'s."""
+    mask are ``SdpaCausality``'s. On CPU it computes as paddle_r1's Qwen attention (``text_attention.attend_over_qkv``:
+    the query, key and value laid per key/value head and rotated in one pass by tables merged once per forward, the
+    heads moved densely, grouped query heads over their shared key and value): paddleformers' merged the M-RoPE
+    sections and rotated over strided views in every layer. A GPU keeps paddleformers' forward (its flash-mask row
+    indices, its kernels)."""
+
+    def forward(self, hidden_states, past_key_values=None, attention_mask=None, attn_mask_startend_row_indices=None,
+                position_embeddings=None, output_attentions=False, use_cache=False):
+        if (not hidden_states.place.is_cpu_place() or attn_mask_startend_row_indices is not None
+                or not isinstance(position_embeddings, PerAxisTables) or not self.decodes_one_token()):
+            return super().forward(hidden_states, past_key_values=past_key_values, attention_mask=attention_mask,
+                                   attn_mask_startend_row_indices=attn_mask_startend_row_indices,
+                                   position_embeddings=position_embeddings, output_attentions=output_attentions,
+                                   use_cache=use_cache)
+        batch, length = hidden_states.shape[:2]
+        kv_heads, groups = self.num_key_value_heads, self.num_key_value_groups
+        mixed = paddle.concat([projection(hidden_states).reshape([batch, length, kv_heads, slots, self.head_dim])
+                               for projection, slots in ((self.q_proj, groups), (self.k_proj, 1), (self.v_proj, 1))],
+                              axis=3)
+        dropout = self.config.get("attention_dropout_prob", 0.0) if self.training else 0.0
+        out = attend_over_qkv(self, mixed, position_embeddings.merged(self.rope_scaling["mrope_section"]),
+                              attention_mask, past_key_values, dropout)
+        return self.o_proj(out), None, past_key_values
 
     def decodes_one_token(self) -> bool:
         """Whether the one-token decode step (``generation/decoder.py``) computes this attention: rotated by the
@@ -75,11 +119,9 @@ class MaskedErnieAttention(SdpaCausality, Ernie4_5Attention):
 
     def rotary_rows(self, cos: paddle.Tensor, sin: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
         """The rotary tables [B, 1, L, D] of each query and key row, from its rotary layer's [3, B, L, D] (one per
-        position axis), merged over the M-RoPE sections as its forward merges them in every layer
+        position axis), merged over the M-RoPE sections as paddleformers' forward merges them in every layer
         (``apply_multimodal_rotary_pos_emb``): what the one-token decode step multiplies by."""
-        sections = list(self.rope_scaling["mrope_section"]) * 2
-        return tuple(paddle.concat([part[i % 3] for i, part in enumerate(table.split(sections, axis=-1))],
-                                   axis=-1).unsqueeze(1) for table in (cos, sin))
+        return tuple(PerAxisTables((cos, sin)).merged(self.rope_scaling["mrope_section"]))
 
 
 @dataclass
@@ -97,6 +139,7 @@ class PaddleOCRVLForConditionalGeneration(_PaddleFormersPaddleOCRVL):
             self.tie_weights()  # one parameter, as in transformers: the head trains with the embeddings
         for layer in self.model.layers:
             MaskedErnieAttention.install(layer.self_attn)
+        self.model.rotary_emb.__class__ = PerAxisRotary
         install_fast_rms_norm(self)
         install_fused_swiglu(self)
 

@@ -98,7 +98,8 @@ class Qwen3VLTextAttention(SdpaCausality, _PaddleFormersTextAttention):
             [batch, length, self.num_key_value_heads, groups + 2, self.head_dim])
         query, key, value = paddle.split(mixed, [groups, 1, 1], axis=3)
         mixed = paddle.concat([self.q_norm(query), self.k_norm(key), value], axis=3)
-        return self.o_proj(attend_over_qkv(self, mixed, position_embeddings, attention_mask, past_key_values,
+        dropout = self.attention_dropout if self.training else 0.0
+        return self.o_proj(attend_over_qkv(self, mixed, position_embeddings, attention_mask, past_key_values, dropout,
                                            **kwargs)), None
 
     def decodes_one_token(self) -> bool:

@@ -185,9 +185,9 @@ def softmax_float32(scores: paddle.Tensor) -> paddle.Tensor:
 
 
 def attend_over_qkv(layer, mixed: paddle.Tensor, position_embeddings, attention_mask, past_key_values,
-                    **kwargs) -> paddle.Tensor:
-    """The attention of ``layer`` (paddleformers' Qwen attention's fields: heads, head_dim, scaling, layer_idx,
-    config) over its qkv product ``mixed`` [B, L, kv_heads, groups + 2, D] (per key/value head its query heads, its
+                    dropout: float = 0.0, **kwargs) -> paddle.Tensor:
+    """The attention of ``layer`` (a paddleformers attention's fields: scaling, layer_idx, config) over its qkv
+    product ``mixed`` [B, L, kv_heads, groups + 2, D] (per key/value head its query heads, its
     key, its value), before the output projection: rotated whole by the forward's ``RotaryTables``, the heads moved
     densely, the cache updated, then grouped eager attention or the configured sdpa with causality as
     ``sdpa_causality`` holds it (bottom-right after a KV cache). [B, L, heads * D]."""
@@ -205,8 +205,8 @@ def attend_over_qkv(layer, mixed: paddle.Tensor, position_embeddings, attention_
         return grouped_eager_attention(query, key, value, attention_mask, layer.scaling)
     mask, causal = sdpa_causality(attention_mask, length, key.shape[2], query.dtype)
     out, _ = ALL_ATTENTION_FUNCTIONS[layer.config._attn_implementation](
-        layer, query, key, value, attention_mask=mask, is_causal=causal,
-        dropout=layer.attention_dropout if layer.training else 0.0, scaling=layer.scaling, **kwargs)
+        layer, query, key, value, attention_mask=mask, is_causal=causal, dropout=dropout, scaling=layer.scaling,
+        **kwargs)
     return out
 
 
@@ -218,7 +218,8 @@ class FastTextAttention(Qwen2_5_VLAttention):
         batch, length = hidden_states.shape[:2]
         mixed = biased_linear(self.qkv_proj, hidden_states).reshape(
             [batch, length, self.num_key_value_heads, self.num_key_value_groups + 2, self.head_dim])
-        return self.o_proj(attend_over_qkv(self, mixed, position_embeddings, attention_mask, past_key_values,
+        dropout = self.attention_dropout if self.training else 0.0
+        return self.o_proj(attend_over_qkv(self, mixed, position_embeddings, attention_mask, past_key_values, dropout,
                                            **kwargs)), None
 
     def decodes_one_token(self) -> bool:
