@@ -3,9 +3,9 @@
 A family is named by its config.json ``model_type``, and everything paddle_r1 does differently per family is a field
 of its entry: its model class, the coordinate system of its answers, how a prompt is embedded, where its M-RoPE
 positions and its text decoder sit, its config spelling, what the memory estimate reads from its config.json, the
-layers LoRA adapts by default, its tiny checkpoint, whether the one-token decode step runs it, its processor, and
-what it needs installed. Code outside ``paddle_r1/models/`` asks ``family_of(model, config, config dict or
-model_type)`` and reads a field; it never tests a family's name or probes a model with ``hasattr``
+layers LoRA adapts by default, its tiny checkpoint, the attention the one-token decode step reproduces, its
+processor, and what it needs installed. Code outside ``paddle_r1/models/`` asks ``family_of(model, config, config
+dict or model_type)`` and reads a field; it never tests a family's name or probes a model with ``hasattr``
 (``tests/test_families.py`` holds the package to that).
 
 Why one table and not an entry beside each model module: the model modules import paddle and paddleformers (seconds,
@@ -22,6 +22,7 @@ every field of the new entry is filled.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from typing import Optional
 
@@ -47,6 +48,10 @@ class Requirement:
     package: str  # the importable module (``importlib.util.find_spec``)
     why: str
     install: str  # the command that installs it
+
+    @property
+    def installed(self) -> bool:
+        return importlib.util.find_spec(self.package) is not None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ positions, tied head, sdpa mask and packing table fixed, ``paddleocr_vl.py``), w
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -57,7 +56,7 @@ def model_config(path: str) -> dict:
     if family not in FAMILIES:
         raise ConfigError(f"{config_file}: {not_supported(family)}")
     for need in family_of(family).requirements:
-        if importlib.util.find_spec(need.package) is None:
+        if not need.installed:
             raise ConfigError(f"{config_file}: {family_of(family).title} needs the {need.package} package "
                               f"({need.why}): {need.install}")
     return published_spelling(config, config_file)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import importlib.util
 import logging
 
 import numpy as np
@@ -213,7 +212,7 @@ def one_token_decode(ws) -> str:
     generations, steps = 2, 6
     found = []
     for family in (f for f in FAMILIES.values() if f.one_token_attention is not None):
-        missing = [need for need in family.requirements if importlib.util.find_spec(need.package) is None]
+        missing = [need for need in family.requirements if not need.installed]
         if missing:
             found.append(f"{family.title} not run: {missing[0].package} is not installed ({missing[0].install})")
             continue
