@@ -35,12 +35,16 @@ def prefer_short(completions, **columns):
 
 def run_settings(ws, output_dir: str, prompts_per_device: int, media: str = "image", **extra) -> dict:
     """GRPO config keys of the runs: ``STEPS`` steps of ``prompts_per_device`` prompts (``media``: ``image`` or
-    ``video``) x 2 completions of 8 tokens."""
+    ``video``) x 2 completions of 8 tokens. AdamW's epsilon is 1e-6, not 1e-8: at its first step AdamW moves every
+    weight by about the learning rate times the sign of its gradient, so a gradient that float rounding leaves at
+    +1e-12 in one run and -1e-12 in another (an embedding row whose tokens' contributions cancel) puts the two runs
+    a whole step apart there. One core running both ranks did that (1.2e-3 of the movement against 1.3e-5 with
+    epsilon 1e-6, gradient norms 1e-8 apart either way); the epsilon damps such gradients in both runs alike."""
     return {"model_name_or_path": ws.tiny_model(), "data_path": ws.data(media), **MEDIA_SETTINGS[media],
             "output_dir": output_dir, "dtype": ws.dtype, "reward_funcs": [REWARD], "num_generations": 2,
             "per_device_train_batch_size": 2 * prompts_per_device, "max_completion_length": 8, "max_steps": STEPS,
-            "learning_rate": 5e-3, "beta": 0.04, "max_grad_norm": 1.0, "seed": 1, "save_steps": STEPS,
-            "use_visualdl": False, "disable_tqdm": True, "collective_timeout": 300.0, **extra}
+            "learning_rate": 5e-3, "adam_epsilon": 1e-6, "beta": 0.04, "max_grad_norm": 1.0, "seed": 1,
+            "save_steps": STEPS, "use_visualdl": False, "disable_tqdm": True, "collective_timeout": 300.0, **extra}
 
 
 @dataclass
