@@ -108,14 +108,16 @@ def step_products(paddle, decoder, rows: int):
     kinds = ["qkv", "rotation", "q K (cache)", "p V (cache)", "out", "gate/up", "down"]
     for index, layer in enumerate(decoder.layers):
         keys, values = decoder.cache.keys[index], decoder.cache.values[index]
-        gate_up = layer.up_gate(x)
-        act = paddle.randn([rows, gate_up.shape[-1] // 2])
-        products += [(lambda layer=layer: layer.qkv(x), 2 * rows * hidden * mixed.shape[2] * head_dim * kv_heads),
+        gate_up_width = sum(projection(x).shape[-1] for projection in layer.gate_up)  # fused, or gate and up
+        act = paddle.randn([rows, gate_up_width // 2])
+        products += [(lambda layer=layer: [projection(x) for projection in layer.qkv],
+                      2 * rows * hidden * mixed.shape[2] * head_dim * kv_heads),
                      (lambda: paddle.matmul(mixed, rotation), 2 * mixed.numel().item() * head_dim),
                      (lambda keys=keys: paddle.matmul(query, keys), 2 * query.numel().item() * capacity),
                      (lambda values=values: paddle.matmul(probs, values), 2 * probs.numel().item() * head_dim),
                      (lambda layer=layer: layer.out(attended), 2 * rows * attended.shape[-1] * hidden),
-                     (lambda layer=layer: layer.up_gate(x), 2 * rows * hidden * gate_up.shape[-1]),
+                     (lambda layer=layer: [projection(x) for projection in layer.gate_up],
+                      2 * rows * hidden * gate_up_width),
                      (lambda layer=layer, act=act: layer.down(act), 2 * rows * act.shape[-1] * hidden)]
     head = decoder.head or (lambda h: paddle.matmul(h, lm_head, transpose_y=True))  # packed on CPU, as the step's
     products.append((lambda: head(x), 2 * rows * hidden * lm_head.shape[0]))
