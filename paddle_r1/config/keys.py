@@ -238,6 +238,11 @@ class RolloutKeys:
                               "layers: the model's own layers (any decoder); auto: one_token where it runs, else "
                               "layers",
                               choices=ROLLOUT_ENGINES)
+    rollout_cuda_graphs: bool = key(False, "on a GPU, the one_token decode step replayed as CUDA graphs (one launch a "
+                                    "token instead of a few dozen kernels a layer); each rollout checks its first "
+                                    "replays against the eager step, and a failed check turns the graphs off with a "
+                                    "warning, the tokens unchanged. Not yet run on a GPU: run paddle-r1 selftest "
+                                    "--only cuda_graph_decode first. No effect on a CPU or with rollout_engine layers")
     tools: list[str] = key(help="tools the model may call in a multi-turn rollout: crop, zoom, frames (a span of "
                            "the sample's clip at a higher frame rate; built in) or module.path:function for your own",
                            factory=list)

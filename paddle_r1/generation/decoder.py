@@ -28,8 +28,9 @@ scripts in ``benchmarks/experiments/``; their figures are in ``benchmarks/README
   than ``silu(gate) * up``: ``decode_levers.py``.)
 
 On a GPU its step reads nothing from the host: the slot it writes and the rotary row it takes are tensors on the
-device, so the step can later be captured (CUDA graphs) as it is. On the CPU the float32 cache is written at the
-host's count of slots by MKL's copies (``kv_cache.py``), where no capture applies.
+device, so the step's device work (``compute``, between the host's ``prepare`` and ``count``) is captured and
+replayed as CUDA graphs as it is (``cuda_graphs.py``, ``rollout_cuda_graphs``). On the CPU the float32 cache is
+written at the host's count of slots by MKL's copies (``kv_cache.py``), where no capture applies.
 
 The arithmetic is the model's (``FastTextAttention``, ``FastRMSNorm``, paddleformers' MLP, ``LoRALinear``'s
 adapters; Qwen3-VL's attention RMS-normalises each head's query and key before the rotation, and its DeepStack
@@ -53,6 +54,7 @@ from ..models.families import FAMILIES, ModelFamily, family_of
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
 from ..models.rms_norm import computes_rms_norm
 from ..models.text_attention import rotate, softmax_float32
+from .cuda_graphs import GraphedDecoder, graphs_off
 from .kv_cache import StaticKVCache, TransposedKVCache
 from .packed_products import PackedWeight, packs
 
@@ -61,18 +63,29 @@ PACK_AFTER_STEPS = 8  # tokens decoded before the weights are packed, unless tol
 
 
 def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
-                 max_new_tokens: int, engine: str = "auto", pack_after: int = PACK_AFTER_STEPS):
+                 max_new_tokens: int, engine: str = "auto", pack_after: int = PACK_AFTER_STEPS,
+                 cuda_graphs: bool = False):
     """The decode step for ``model`` with its cache holding ``prompt`` (keys and values already repeated per
     completion; ``prompt_mask`` [rows, prompt_len]) and room for ``max_new_tokens``; the completions' M-RoPE
     positions start at ``next_position`` [rows]. ``engine`` (config key ``rollout_engine``): ``one_token``,
     ``layers``, or ``auto``: ``one_token`` where it runs, else ``layers``. ``pack_after``: tokens ``one_token``
-    decodes before packing its weights (CPU; see the module docstring)."""
+    decodes before packing its weights (CPU; see the module docstring). ``cuda_graphs`` (``rollout_cuda_graphs``):
+    ``one_token``'s steps replayed as CUDA graphs where ``graphs_apply`` says they can be."""
     runs = supports(model)
     if engine == "one_token" and not runs:
         raise ValueError(f"rollout_engine one_token {ONE_TOKEN_RUNS}; use rollout_engine auto or layers here")
     if runs and engine != "layers":
-        return OneTokenDecoder(model, prompt, prompt_mask, next_position, max_new_tokens, pack_after)
+        decoder = OneTokenDecoder(model, prompt, prompt_mask, next_position, max_new_tokens, pack_after)
+        return GraphedDecoder(decoder) if cuda_graphs and graphs_apply(decoder) else decoder
     return LayerDecoder(model, prompt, prompt_mask, next_position, max_new_tokens)
+
+
+def graphs_apply(decoder: "OneTokenDecoder") -> bool:
+    """Whether ``decoder``'s steps can be replayed as CUDA graphs here: on a GPU (its cache written at the device's
+    slot), in a process whose graphs no failed check turned off (``cuda_graphs.graphs_off``)."""
+    cache = decoder.cache
+    return (paddle.is_compiled_with_cuda() and cache.mask.place.is_gpu_place() and cache.writes_at_device_slot
+            and graphs_off() is None)
 
 
 class LayerDecoder:
@@ -272,10 +285,22 @@ class OneTokenDecoder:
         tables and the mask are laid out once per step, not per layer. The step calls Paddle's operators
         (``_C_ops``) without their Python wrappers, whose argument handling cost 5% of the step at the speed anchor's
         sizes on CPU; the kernels and the numbers are the same."""
-        rows, groups, cache = token.shape[0], self.heads // self.kv_heads, self.cache
+        self.prepare(token.shape[0])
+        logits = self.compute(token)
+        self.count()
+        return logits
+
+    def prepare(self, rows: int) -> None:
+        """The host's work before a step: the weights packed at step ``pack_after``, the cache grown when full."""
         if self.steps == self.pack_after:
             self._pack(rows)
-        cache.open_next()
+        self.cache.make_room()
+
+    def compute(self, token: paddle.Tensor) -> paddle.Tensor:
+        """The device's work of a step (what a CUDA graph captures, ``cuda_graphs.GraphedDecoder``): no host reads
+        and no host state changed where the cache writes at its device slot (``writes_at_device_slot``)."""
+        rows, groups, cache = token.shape[0], self.heads // self.kv_heads, self.cache
+        cache.open_slot()
         cos, sin = self._rotation(self.cos, self.value_cos), self._rotation(self.sin, self.value_sin)
         mask = _C_ops.expand(cache.mask, [rows, self.kv_heads, groups, cache.mask.shape[-1]])
         heads_shape, merged_shape = [rows, self.kv_heads, groups + 2, self.head_dim], [rows, self.heads * self.head_dim]
@@ -297,9 +322,13 @@ class OneTokenDecoder:
             down = layer.down(_C_ops.multiply(self.activation(gate), up))
             next_norm = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.text.norm.weight
             hidden, residual = _rms_norm(down, next_norm, self.epsilon, residual)[:2]
-        cache.advance()
-        self.steps += 1
+        cache.advance_slot()
         return self.model.lm_head(hidden) if self.head is None else self.head(hidden)
+
+    def count(self) -> None:
+        """The host's work after a step: its slot and itself counted."""
+        self.cache.count_slot()
+        self.steps += 1
 
     @staticmethod
     def _heads(qkv: list[Projection], hidden: paddle.Tensor, shape: list[int]) -> paddle.Tensor:

@@ -172,7 +172,7 @@ class _Episodes:
         logits, next_position = repeat_rows(logits, self.g), repeat_rows(next_position, self.g)
         mask = repeat_rows(self.prompt.attention_mask, self.g)
         decoder = make_decoder(self.model, RepeatedPrompt(cache, self.g), mask, next_position, capacity,
-                               self.params.engine, self.params.pack_after)
+                               self.params.engine, self.params.pack_after, self.params.cuda_graphs)
         active = list(range(len(self.rows)))
         for turn in range(self.max_turns):
             if turn == 0 and first_turns is not None:
@@ -202,7 +202,7 @@ class _Episodes:
             segment = self._run_tools(active, [calls[j] for j in going])
             logits, mask, next_position = prefill_segment(self.model, cache, mask, segment, next_position)
             decoder = make_decoder(self.model, cache, mask, next_position, capacity, self.params.engine,
-                                   self.params.pack_after)
+                                   self.params.pack_after, self.params.cuda_graphs)
         return self._episodes()
 
     def _given_turn(self, decoder, texts: list[str]) -> tuple[paddle.Tensor, paddle.Tensor]:

@@ -83,7 +83,12 @@ class TransposedKVCache:
     the decode step stream the cache (every layer's keys and values of every slot, masked or not) from memory at
     each token, so the rollout's time per token grew with the completion length (``benchmarks/grpo_step.py
     --new-tokens``); a growing cache runs long rollouts faster (``benchmarks/experiments/decode_levers.py``). Within a
-    block of ``GROWTH`` steps every step has the same shapes (what a captured CUDA-graph step needs, one per block)."""
+    block of ``GROWTH`` steps every step has the same shapes and buffers (what a captured CUDA-graph step needs, one
+    per block: ``blocks`` counts them).
+
+    A step's work is split by where it runs: ``make_room`` and ``count_slot`` are the host's (growing, counting),
+    ``open_slot`` and ``advance_slot`` the device's, and where the cache writes at its device slot
+    (``writes_at_device_slot``: a GPU, a dtype MKL does not copy) they read nothing from the host."""
 
     def __init__(self, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, capacity: int):
         self.length = prompt.get_seq_length()  # slots written, counted on the host (never read from the device)
@@ -102,11 +107,22 @@ class TransposedKVCache:
         self._one = paddle.ones_like(self.slot)
         # on the CPU, writes at the host count by MKL (see the module docstring): the mask's slot from these zeros
         self._open = paddle.zeros([self.mask.shape[0]], dtype=self.mask.dtype) if float32_on_cpu(self.mask) else None
+        self.blocks = 1  # buffers allocated so far: the first, then one per growth
 
-    def open_next(self) -> None:
-        """Let every row attend to the next slot (growing the buffers first when they are full)."""
+    @property
+    def writes_at_device_slot(self) -> bool:
+        """Whether the device's half of a step (``open_slot``, ``write``, ``advance_slot``) reads nothing from the
+        host: it writes at ``slot``, not at the host's count (as MKL's copies do on the CPU)."""
+        return self._open is None
+
+    def make_room(self) -> None:
+        """(Host) Grow the buffers when every slot allocated is written: the next step's buffers are new ones."""
         if self.length == self.mask.shape[-1]:
             self._grow()
+            self.blocks += 1
+
+    def open_slot(self) -> None:
+        """(Device) Let every row attend to the slot this step writes."""
         if self._open is None:
             self.mask[:, :, :, self.slot] = 0.0
         else:
@@ -135,8 +151,20 @@ class TransposedKVCache:
             write_rows(value, values, self.length * head_dim, rows * kv_heads, slots * head_dim)
         return keys, values
 
-    def advance(self) -> None:
+    def advance_slot(self) -> None:
+        """(Device) The next step writes the next slot."""
         self.slot.add_(self._one)
+
+    def rewind_slot(self) -> None:
+        """(Device) Undo ``advance_slot``: the next step writes this step's slot again."""
+        self.slot.subtract_(self._one)
+
+    def set_slot(self, slot: int) -> None:
+        """(Device, from the host) The next step writes ``slot``."""
+        self.slot.fill_(slot)
+
+    def count_slot(self) -> None:
+        """(Host) Count the slot a step wrote."""
         self.length += 1
 
     def filled(self) -> tuple[list, list]:

@@ -97,6 +97,8 @@ class SamplingParams:
     # costs a few tokens' worth of what it saves): short replies never pay for it; the trainer, whose completions run
     # long, packs before the first token (0) unless max_completion_length is within PACK_AFTER_STEPS
     pack_after: int = PACK_AFTER_STEPS
+    # the one-token step replayed as CUDA graphs on a GPU (``cuda_graphs.py``; config key rollout_cuda_graphs)
+    cuda_graphs: bool = False
 
 
 @dataclass
@@ -238,7 +240,7 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
         logits, next_position = repeat_rows(logits, num_generations), repeat_rows(next_position, num_generations)
         prompt_mask = repeat_rows(prompt.attention_mask, num_generations)
         decoder = make_decoder(model, RepeatedPrompt(cache, num_generations), prompt_mask, next_position,
-                               params.max_new_tokens, params.engine, params.pack_after)
+                               params.max_new_tokens, params.engine, params.pack_after, params.cuda_graphs)
         eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
         completion_ids, finished, sampling_logp = sample_tokens(decoder, logits, params, eos, pad_token_id, uniforms,
                                                                 eos_check_every)

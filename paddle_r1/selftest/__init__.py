@@ -35,6 +35,8 @@ CHECKS = [
           f"train with --attn_implementation eager (more memory: see paddle-r1 estimate-memory) and {SEND}"),
     Check("one_token_decode", checks.one_token_decode, False,
           f"train with --rollout_engine layers (slower rollouts, the same completions) and {SEND}"),
+    Check("cuda_graph_decode", checks.cuda_graph_decode, True,
+          f"train with rollout_cuda_graphs false (its default) and {SEND}"),
     Check("lora_merge", checks.lora_merge, False,
           f"train without LoRA, or resume only from checkpoints' adapter/ folders, and {SEND}"),
     Check(QWEN3_VL.model_type, checks.qwen3_vl, False, f"train a Qwen2-VL or Qwen2.5-VL model here and {SEND}"),

@@ -238,6 +238,54 @@ def one_token_decode(ws) -> str:
     return "; ".join(found)
 
 
+def cuda_graph_decode(ws) -> str:
+    """The one-token decode step replayed as CUDA graphs (``rollout_cuda_graphs``: ``cuda_graphs.GraphedDecoder``)
+    against the same step run eagerly, fed the same tokens over the same prefilled prompts for two cache blocks and
+    more (a capture per block): every step's logits, no check inside the decoder turning the graphs off, every step
+    after a block's first replayed; and the milliseconds a step takes each way."""
+    import time
+
+    import paddle
+
+    from ..generation.cuda_graphs import GraphedDecoder, graphs_off
+    from ..generation.decoder import OneTokenDecoder
+    from ..generation.kv_cache import GROWTH
+    from ..generation.rollout import prefill
+    from ..models.forward import RepeatedPrompt, repeat_rows
+
+    generations, steps = 2, 2 * GROWTH + 8
+    model, processor = ws.load()
+    model.eval()
+    prompt = ws.prompts(processor)
+    rows = prompt.size * generations
+    tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [rows, steps]))
+    with paddle.no_grad():
+        cache, _, next_position = prefill(model, prompt)
+        mask, next_position = repeat_rows(prompt.attention_mask, generations), repeat_rows(next_position, generations)
+        eager, graphed = (OneTokenDecoder(model, RepeatedPrompt(cache, generations), mask, next_position, steps)
+                          for _ in range(2))
+        graphed, worst, seconds = GraphedDecoder(graphed), 0.0, {"eager": 0.0, "graphs": 0.0}
+        synchronize = paddle.device.synchronize if ws.machine.gpus else (lambda: None)
+        for i in range(steps):
+            got = {}
+            for name, decoder in (("eager", eager), ("graphs", graphed)):
+                synchronize()
+                start = time.perf_counter()
+                got[name] = _as_float32(decoder.step(tokens[:, i]))
+                seconds[name] += time.perf_counter() - start
+            worst = max(worst, relative_to_largest(got["graphs"], got["eager"]))
+    if graphs_off() is not None:
+        raise CheckFailed(f"the decoder turned its CUDA graphs off: {graphs_off()}")
+    blocks = graphed.cache.blocks
+    if graphed.replays != steps:  # each block's capture replayed once, every other step replayed
+        raise CheckFailed(f"{graphed.replays} of {steps} steps replayed a graph ({blocks} cache blocks)")
+    per_step = {name: 1e3 * total / steps for name, total in seconds.items()}
+    return (f"{steps} steps x {rows} rows, {blocks} graphs: "
+            + within("logits vs the eager step's (relative to the largest)", worst, ws.tolerance.logits)
+            + f"; {per_step['graphs']:.2f} ms a step against {per_step['eager']:.2f} eager (both with the host's "
+            "reads of the logits)")
+
+
 def lora_merge(ws) -> str:
     """LoRA adapters (non-zero) on the decoder, then the checkpoint's model folder: the merged weights, computed on
     the host from the device's tensors (``merged_state_dict``), saved and loaded back as a plain model, give the

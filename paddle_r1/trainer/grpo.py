@@ -149,7 +149,8 @@ class GRPOTrainer(Trainer):
         self.sampling = SamplingParams(max_new_tokens=config.max_completion_length, temperature=config.temperature,
                                        top_p=config.top_p, top_k=config.top_k, engine=config.rollout_engine,
                                        logprobs=config.importance_sampling_correction,
-                                       pack_after=0 if long else PACK_AFTER_STEPS)
+                                       pack_after=0 if long else PACK_AFTER_STEPS,
+                                       cuda_graphs=config.rollout_cuda_graphs)
         self.buffer: list[Experience] = []  # this rank's micro-batches of the generation batch
         self.trained: list[Experience] = []  # the micro-batches of the last step, each once
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
@@ -164,7 +165,11 @@ class GRPOTrainer(Trainer):
         if self.is_main:  # auto falls back without a word otherwise, and the layers' step is several times slower
             engine = "one_token" if one_token and config.rollout_engine != "layers" else "layers"
             why = "" if engine == "one_token" or config.rollout_engine == "layers" else f" (one_token {ONE_TOKEN_RUNS})"
-            print(f"rollout engine: {engine}{why}")
+            graphs = ""
+            if config.rollout_cuda_graphs:
+                graphs = ("; CUDA graphs" if engine == "one_token" and paddle.get_device().startswith("gpu")
+                          else f"; rollout_cuda_graphs ignored: {'no GPU here' if engine == 'one_token' else 'layers'}")
+            print(f"rollout engine: {engine}{why}{graphs}")
         if config.lora and config.reference_update != "none" and self.reference_adapters is None:
             self.reference_adapters = {n: p.detach().clone() for n, p in adapter_state(self.policy).items()}
 
