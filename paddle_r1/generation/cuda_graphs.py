@@ -75,8 +75,8 @@ class GraphedDecoder:
         return self.decoder.cache
 
     def step(self, token: paddle.Tensor) -> paddle.Tensor:
-        """Next-token logits [rows, vocab] after ``token`` [rows]. A replay's logits are the graph's output tensor,
-        rewritten by the next step: read them before it."""
+        """Next-token logits [rows, vocab] after ``token`` [rows] (a replay's: a copy of the graph's output, so no
+        tensor the caller holds lives in a graph's memory pool when the graph is reset)."""
         decoder = self.decoder
         if _Switch.off is not None:
             self._release()
@@ -114,7 +114,7 @@ class GraphedDecoder:
             return self._eager_again(token, f"replaying the decode step failed: {type(error).__name__}: {error}")
         self.replays += 1
         if not self.checks_left:
-            return self.logits
+            return self.logits.clone()
         self.checks_left -= 1
         self.decoder.cache.rewind_slot()
         eager = self.decoder.compute(token)  # its writes stand, whatever the check finds
@@ -138,9 +138,14 @@ class GraphedDecoder:
                        "tokens): %s. Run paddle-r1 selftest --only cuda_graph_decode and send its report", why)
 
     def _release(self) -> None:
-        if self.graph is not None:
-            self.graph.reset()
-        self.graph, self.logits = None, None
+        """Reset the graph, which frees its memory pool, after dropping the output tensor that lives in it."""
+        graph, self.graph, self.logits = self.graph, None, None
+        if graph is not None:
+            graph.reset()
+
+    def __del__(self):
+        if getattr(self, "graph", None) is not None:  # (not set when __init__ refused the decoder)
+            self._release()
 
 
 def _disagreement(replayed: paddle.Tensor, eager: paddle.Tensor) -> Optional[str]:
