@@ -187,6 +187,30 @@ def test_rotary_rows_merge_the_sections_as_the_attention_does(ocr):
     np.testing.assert_array_equal((query * merged_cos + rotate_half(query) * merged_sin).numpy(), want.numpy())
 
 
+def test_the_per_axis_tables_merge_over_the_sections_asked_for_each_time(ocr):
+    """``PerAxisTables.merged`` keeps its merge for the next layer, not for other sections: asked for other
+    sections it merges over those (as fresh tables would), and back again over the first."""
+    from paddle_r1.models.paddleocr_vl import PerAxisTables
+
+    model, _ = ocr
+    text = model.model
+    sections = list(text.layers[0].self_attn.rope_scaling["mrope_section"])
+    other = sections[1:] + sections[:1]
+    assert other != sections
+    positions = paddle.to_tensor(np.random.default_rng(2).integers(0, 50, [3, 1, 5]))
+    tables = text.rotary_emb(paddle.zeros([1]), positions)
+    assert type(tables) is PerAxisTables
+
+    def merged(tables, chosen):
+        return [t.numpy() for t in tables.merged(chosen)]
+    first, then, again = merged(tables, sections), merged(tables, other), merged(tables, sections)
+    fresh = merged(PerAxisTables(tuple(tables)), other)
+    np.testing.assert_array_equal(then[0], fresh[0])
+    np.testing.assert_array_equal(then[1], fresh[1])
+    np.testing.assert_array_equal(again[0], first[0])
+    assert not np.array_equal(then[0], first[0])
+
+
 def test_grpo_steps_save_the_published_layout_that_paddleformers_loads(ocr_dir, rec_samples, tmp_path, capsys):
     """Two GRPO steps (reference log-probs, gradients through the vision tower, merger and decoder); the checkpoint
     holds the published names and config, reloads here to the trained weights, and loads in paddleformers' own

@@ -71,10 +71,12 @@ class PerAxisTables(tuple):
     (``merged``)."""
 
     def merged(self, sections) -> RotaryTables:
-        if not hasattr(self, "_merged"):
+        """The tables merged over ``sections`` (kept for the next layer, which asks for the same sections)."""
+        if getattr(self, "_sections", None) != tuple(sections):
             doubled = list(sections) * 2
             self._merged = RotaryTables(*(paddle.concat([part[i % 3] for i, part in enumerate(
                 table.split(doubled, axis=-1))], axis=-1).unsqueeze(1) for table in self))
+            self._sections = tuple(sections)
         return self._merged
 
 
