@@ -180,7 +180,7 @@ def test_the_trainer_passes_rollout_cuda_graphs_to_its_rollouts_and_says_a_cpu_i
 def test_the_selftest_check_replays_every_step_over_three_blocks_and_fails_on_a_disagreement(tmp_path, monkeypatch,
                                                                                             disturb):
     """``paddle-r1 selftest``'s ``cuda_graph_decode`` (GPU-only) run here with the stand-in graph: 2 x GROWTH + 8
-    steps in 3 cache blocks (blocks of 4 slots here: 16 steps), each step replayed, the logits the eager step's;
+    steps in 3 cache blocks (blocks of 8 slots here: 24 steps), each step replayed, the logits the eager step's;
     replays off by 1% fail it, naming the decoder's own finding."""
     from paddle_r1.selftest import checks
     from paddle_r1.selftest.machine import inspect_machine
@@ -188,7 +188,7 @@ def test_the_selftest_check_replays_every_step_over_three_blocks_and_fails_on_a_
     from paddle_r1.selftest.workspace import Workspace
 
     _on_the_device_slot(monkeypatch)
-    monkeypatch.setattr(kv_cache, "GROWTH", 4)
+    monkeypatch.setattr(kv_cache, "GROWTH", 8)
     monkeypatch.setattr(cuda_graphs, "capture_cuda_graph", _recorder([], disturb=disturb))
     ws = Workspace(str(tmp_path), inspect_machine(), 2)
     if disturb:
