@@ -15,6 +15,11 @@ same slot too (the slot stepped back again; the eager step's writes stand), so a
 its graph fails there. A failed check, or an error while capturing or replaying, turns the graphs off for the rest
 of the process with one warning naming why, and the step is redone eagerly at its slot: the rollout goes on, its
 tokens unchanged.
+
+Not yet run on a GPU, hence off by default: ``paddle-r1 selftest --only cuda_graph_decode`` runs it against the eager
+step there. The step's cache write at its device slot is Paddle's setitem with a tensor index, whose GPU kernel
+(``index_put``) copies its index pointers from host memory at every call; whether a capture takes that copy is the
+first thing the check will show. ``tests/test_cuda_graphs.py`` runs the protocol on the CPU with a stand-in graph.
 """
 from __future__ import annotations
 
