@@ -131,7 +131,7 @@ def test_a_step_that_reads_the_hosts_count_is_caught_and_the_rollout_goes_on_eag
 def test_a_failed_capture_or_check_redoes_the_step_eagerly_and_turns_graphs_off(device_slot_decoders, fault):
     """A capture that raises (a kernel that syncs with the host, say), or a capture whose replay is off by 1% of the
     largest logit: the step is redone eagerly over whatever the replay wrote, so every step's logits are the eager
-    decoder's; the graphs stay off for the process, and ``make_decoder`` no longer offers them."""
+    decoder's; the graphs stay off for the process: a later rollout's decoder captures nothing."""
     steps, graphs = 4, []
     eager, graphed = device_slot_decoders(steps), GraphedDecoder(device_slot_decoders(steps))
     graphed._capture = _recorder(graphs, disturb=0.01 if fault == "replay disagrees" else 0.0,
@@ -143,7 +143,10 @@ def test_a_failed_capture_or_check_redoes_the_step_eagerly_and_turns_graphs_off(
     expected = "capturing the decode step failed: RuntimeError" if fault == "capture raises" else "the captured step"
     assert graphs_off().startswith(expected)
     assert len(graphs) == (0 if fault == "capture raises" else 1)
-    assert not decoders.graphs_apply(eager)
+    later = GraphedDecoder(device_slot_decoders(steps))
+    later._capture = _recorder(graphs)
+    later.step(tokens[:, 0])
+    assert len(graphs) == (0 if fault == "capture raises" else 1) and later.replays == 0
 
 
 def test_graphs_need_a_cache_written_at_the_device_slot_and_a_gpu(tiny, rec_samples, monkeypatch):

@@ -22,7 +22,6 @@ import ctypes
 import os
 import statistics
 import sys
-import time
 import warnings
 
 warnings.filterwarnings("ignore")
@@ -117,17 +116,6 @@ class Prepacked:
         return out
 
 
-def milliseconds(call, runs: int = 40) -> float:
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hidden", type=int, default=1024)
@@ -136,8 +124,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [here, os.path.dirname(os.path.dirname(here))]
     import paddle
+    from decode_products import timings  # beside this file
 
     from paddle_r1.cpu_math import choose_mkl_kernels
     from paddle_r1.generation.packed_products import PackedWeight
@@ -159,8 +149,8 @@ def main() -> None:
                                                                                                     rows, BF16)
         want = mkl(x)
         gap = float((one16(x16) - want).abs().max()) / float(want.abs().max())
-        times = [milliseconds(lambda: mkl(x)), milliseconds(lambda: one32(x)), milliseconds(lambda: one16(x16)),
-                 milliseconds(lambda: one16(x.astype("bfloat16")))]
+        calls = [lambda: mkl(x), lambda: one32(x), lambda: one16(x16), lambda: one16(x.astype("bfloat16"))]
+        times = [1e3 * statistics.median(timings(call, 40, warmup=3)) for call in calls]
         print(f"| {name} [{rows}, {inner}] x [{inner}, {outer}] | " + " | ".join(f"{t:.3f}" for t in times)
               + f" | {times[3] / times[0]:.2f} | {gap:.1e} | {one16.kernel} |")
 

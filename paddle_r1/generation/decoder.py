@@ -84,8 +84,7 @@ def graphs_apply(decoder: "OneTokenDecoder") -> bool:
     """Whether ``decoder``'s steps can be replayed as CUDA graphs here: on a GPU (its cache written at the device's
     slot), in a process whose graphs no failed check turned off (``cuda_graphs.graphs_off``)."""
     cache = decoder.cache
-    return (paddle.is_compiled_with_cuda() and cache.mask.place.is_gpu_place() and cache.writes_at_device_slot
-            and graphs_off() is None)
+    return cache.mask.place.is_gpu_place() and cache.writes_at_device_slot and graphs_off() is None
 
 
 class LayerDecoder:

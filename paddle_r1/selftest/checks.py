@@ -197,6 +197,17 @@ def attention(ws) -> str:
                                       ws.tolerance.gradients)])
 
 
+def _prefilled_decoders(model, prompt, generations: int, steps: int, *classes) -> list:
+    """A decoder of each of ``classes`` over ``prompt`` prefilled once, each prompt's cache rows repeated for
+    ``generations`` completions, with room for ``steps`` tokens (each decoder copies the cache into its own)."""
+    from ..generation.rollout import prefill
+    from ..models.forward import RepeatedPrompt, repeat_rows
+
+    cache, _, next_position = prefill(model, prompt)
+    mask, next_position = repeat_rows(prompt.attention_mask, generations), repeat_rows(next_position, generations)
+    return [cls(model, RepeatedPrompt(cache, generations), mask, next_position, steps) for cls in classes]
+
+
 def one_token_decode(ws) -> str:
     """The rollout's one-token decode step (``OneTokenDecoder``: plain tensor operations over the decoder's weights,
     as stored on a GPU, copied transposed on CPU) against the model's own layers (``LayerDecoder``), fed the same
@@ -206,8 +217,6 @@ def one_token_decode(ws) -> str:
     import paddle
 
     from ..generation.decoder import ONE_TOKEN_RUNS, LayerDecoder, OneTokenDecoder, supports
-    from ..generation.rollout import prefill
-    from ..models.forward import RepeatedPrompt, repeat_rows
 
     generations, steps = 2, 6
     found = []
@@ -225,11 +234,7 @@ def one_token_decode(ws) -> str:
         rows = prompt.size * generations
         tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [rows, steps]))
         with paddle.no_grad():
-            cache, _, next_position = prefill(model, prompt)
-            mask = repeat_rows(prompt.attention_mask, generations)
-            next_position = repeat_rows(next_position, generations)
-            layers, one_token = (cls(model, RepeatedPrompt(cache, generations), mask, next_position, steps)
-                                 for cls in (LayerDecoder, OneTokenDecoder))
+            layers, one_token = _prefilled_decoders(model, prompt, generations, steps, LayerDecoder, OneTokenDecoder)
             worst = max(relative_to_largest(_as_float32(one_token.step(tokens[:, i])),
                                             _as_float32(layers.step(tokens[:, i])))
                         for i in range(steps))
@@ -250,8 +255,6 @@ def cuda_graph_decode(ws) -> str:
     from ..generation.cuda_graphs import GraphedDecoder, graphs_off
     from ..generation.decoder import OneTokenDecoder
     from ..generation.kv_cache import GROWTH
-    from ..generation.rollout import prefill
-    from ..models.forward import RepeatedPrompt, repeat_rows
 
     generations, steps = 2, 2 * GROWTH + 8
     model, processor = ws.load()
@@ -260,10 +263,7 @@ def cuda_graph_decode(ws) -> str:
     rows = prompt.size * generations
     tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [rows, steps]))
     with paddle.no_grad():
-        cache, _, next_position = prefill(model, prompt)
-        mask, next_position = repeat_rows(prompt.attention_mask, generations), repeat_rows(next_position, generations)
-        eager, graphed = (OneTokenDecoder(model, RepeatedPrompt(cache, generations), mask, next_position, steps)
-                          for _ in range(2))
+        eager, graphed = _prefilled_decoders(model, prompt, generations, steps, OneTokenDecoder, OneTokenDecoder)
         graphed, worst, seconds = GraphedDecoder(graphed), 0.0, {"eager": 0.0, "graphs": 0.0}
         synchronize = paddle.device.synchronize if ws.machine.gpus else (lambda: None)
         for i in range(steps):

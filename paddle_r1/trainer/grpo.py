@@ -166,9 +166,13 @@ class GRPOTrainer(Trainer):
             engine = "one_token" if one_token and config.rollout_engine != "layers" else "layers"
             why = "" if engine == "one_token" or config.rollout_engine == "layers" else f" (one_token {ONE_TOKEN_RUNS})"
             graphs = ""
-            if config.rollout_cuda_graphs:
-                graphs = ("; CUDA graphs" if engine == "one_token" and paddle.get_device().startswith("gpu")
-                          else f"; rollout_cuda_graphs ignored: {'no GPU here' if engine == 'one_token' else 'layers'}")
+            if config.rollout_cuda_graphs:  # the one-token step on a GPU takes them (decoder.graphs_apply)
+                if engine != "one_token":
+                    graphs = "; rollout_cuda_graphs ignored: the layers' step is not captured"
+                elif not paddle.get_device().startswith("gpu"):
+                    graphs = "; rollout_cuda_graphs ignored: no GPU here"
+                else:
+                    graphs = "; CUDA graphs"
             print(f"rollout engine: {engine}{why}{graphs}")
         if config.lora and config.reference_update != "none" and self.reference_adapters is None:
             self.reference_adapters = {n: p.detach().clone() for n, p in adapter_state(self.policy).items()}
