@@ -164,6 +164,51 @@ def test_graphs_need_a_cache_written_at_the_device_slot_and_a_gpu(tiny, rec_samp
         GraphedDecoder(decoder)
 
 
+def _kernels_run(write) -> set:
+    """The names of the operators ``write()`` runs (Paddle's profiler on the CPU)."""
+    import paddle.profiler as profiler
+
+    def names(node):
+        yield node.name.split(" ")[0]
+        for child in node.children_node:
+            yield from names(child)
+
+    run = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU], on_trace_ready=lambda prof: None)
+    run.start()
+    write()
+    run.stop()
+    return {name for root in run.profiler_result.get_data().values() for name in names(root)}
+
+
+def test_the_caches_writes_take_the_stride_kernels_and_graphs_refuse_the_flag_that_turns_them_off(
+        device_slot_decoders):
+    """The cache's writes at its device slot are setitem with a [1] device tensor: under FLAGS_use_stride_kernel
+    (the default) Paddle runs its index_elementwise_put kernels, which read no host memory; with the flag off it
+    runs index_put, which copies its index pointers from host memory at each call, and no graph is captured then."""
+    decoder = device_slot_decoders(4)
+    cache = decoder.cache
+    rows, kv_heads, head_dim, _ = cache.keys[0].shape
+    key = paddle.randn([rows, kv_heads, 1, head_dim])
+
+    def write():
+        cache.open_slot()
+        cache.write(0, key, key)
+
+    flag = "FLAGS_use_stride_kernel"
+    assert paddle.get_flags([flag])[flag] and cuda_graphs.capture_hazard() is None
+    assert {"index_elementwise_put_with_tensor_", "index_elementwise_put_"} <= _kernels_run(write)
+    assert "index_put_" not in _kernels_run(write)
+    paddle.set_flags({flag: False})
+    try:
+        assert "index_put_" in _kernels_run(write)
+        assert flag in cuda_graphs.capture_hazard()
+        with pytest.raises(ValueError, match=flag):
+            GraphedDecoder(decoder)
+    finally:
+        paddle.set_flags({flag: True})
+    GraphedDecoder(decoder)
+
+
 def test_the_trainer_passes_rollout_cuda_graphs_to_its_rollouts_and_says_a_cpu_ignores_it(tiny_model_dir, rec_samples,
                                                                                           tmp_path, capsys):
     from paddle_r1.config.jobs import GRPOConfig

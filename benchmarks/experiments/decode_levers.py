@@ -3,18 +3,18 @@ replaced, on this machine.
 
     python benchmarks/experiments/decode_levers.py [--rounds 3] [--length 1024] [--no-cache]
 
-Kernels at the decode step's shapes (16 rows of one token, hidden 256, 4 heads over 2 KV heads of 64, a cache of
-113 slots, vocab 4096), microseconds per call (median of 2,000 calls, warm caches): RMSNorm with the residual add
-before it as one ``fused_rms_norm`` against ``rms_norm(x + residual)``; ``swiglu`` against ``silu(gate) * up``;
-writing one slot of the transposed key cache with a device-side slot (``index_put``) against a host slice
-(``set_value``) and ``put_along_axis_``; the inverse-CDF draw over the vocabulary as one ``searchsorted`` against a
-compare, a cast and a sum. Then the masked scores of one block of 256 queries as a scaled query, a product and an
-add against one ``baddbmm``, seconds; one layer's attention forward and backward over ``--length`` completion tokens
-after a 49-token prompt (16 rows), the whole [L, S] square against ``grouped_eager_attention``'s query blocks, seconds
-(one call after a warm-up); and, unless ``--no-cache``, ``--length - 1`` decode steps of ``OneTokenDecoder``
-(paddle_r1's tiny model at the speed anchor's sizes) over a cache allocated for all of them at once against one growing
-by ``kv_cache.GROWTH`` slots, seconds (one call after a warm-up). Each pair alternates ``--rounds`` times; the table
-gives the medians.
+Kernels at the decode step's shapes (16 rows of one token, hidden 256, 4 heads over 2 KV heads of 64, a cache of 113
+slots, vocab 4096), microseconds per call (median of 2,000 calls, warm caches): RMSNorm with the residual add before it
+as one ``fused_rms_norm`` against ``rms_norm(x + residual)``; ``swiglu`` against ``silu(gate) * up``; writing one slot
+of the transposed key cache with a device-side slot (setitem: ``index_elementwise_put_with_tensor``) against a host
+slice (``set_value``) and ``put_along_axis_``; the inverse-CDF draw over the vocabulary as one ``searchsorted`` against
+a compare, a cast and a sum. Then the masked scores of one block of 256 queries as a scaled query, a product and an add
+against one ``baddbmm``, seconds; one layer's attention forward and backward over ``--length`` completion tokens after a
+49-token prompt (16 rows), the whole [L, S] square against ``grouped_eager_attention``'s query blocks, seconds (one call
+after a warm-up); and, unless ``--no-cache``, ``--length - 1`` decode steps of ``OneTokenDecoder`` (paddle_r1's tiny
+model at the speed anchor's sizes) over a cache allocated for all of them at once against one growing by
+``kv_cache.GROWTH`` slots, seconds (one call after a warm-up). Each pair alternates ``--rounds`` times; the table gives
+the medians.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def kernel_pairs(paddle):
     cdf = paddle.cumsum(paddle.nn.functional.softmax(paddle.randn([16, 4096]) * 3, axis=-1), axis=-1)
     uniform = paddle.rand([16])
 
-    def write_index_put():
+    def write_setitem():
         keys[:, :, :, slot] = key
 
     def write_set_value():
@@ -65,9 +65,9 @@ def kernel_pairs(paddle):
          lambda: rms_norm(hidden + residual, weight, 1e-6)),
         ("gate/up activation, [16, 2048]", "chunk, silu, multiply", silu_times_up, "swiglu",
          lambda: paddle.nn.functional.swiglu(gate_up)),
-        ("write a key slot, [16, 2, 64, 113]", "index_put (device slot)", write_index_put, "set_value (host slice)",
+        ("write a key slot, [16, 2, 64, 113]", "setitem (device slot)", write_setitem, "set_value (host slice)",
          write_set_value),
-        ("write a key slot, [16, 2, 64, 113]", "index_put (device slot)", write_index_put, "put_along_axis_",
+        ("write a key slot, [16, 2, 64, 113]", "setitem (device slot)", write_setitem, "put_along_axis_",
          lambda: keys.put_along_axis_(index, key, axis=3)),
         ("inverse-CDF draw, [16, 4096]", "searchsorted", draw_searchsorted, "compare, cast, sum", draw_compare_sum),
     ]

@@ -1,8 +1,8 @@
-"""The one-token decoder's cache write (``generation/kv_cache.py``, ``TransposedKVCache.write``): this token's key
-and value into the slot held by a device tensor (``slot``, [1] int64, so the step reads nothing from the host), by
-each op that can do it in place without a host read (and, as the floor, a basic-slicing write at a slot the host
-knows, which a captured step could not use), against ``buffer[:, :, slot] = value`` (the advanced-indexing
-setitem, ``index_put`` inside, a GPU's way); and MKL's strided copies at the host's slot, the CPU's way
+"""The one-token decoder's cache write (``generation/kv_cache.py``, ``TransposedKVCache.write``): this token's key and
+value into the slot held by a device tensor (``slot``, [1] int64, so the step reads nothing from the host), by each op
+that can do it in place without a host read (and, as the floor, a basic-slicing write at a slot the host knows, which a
+captured step could not use), against ``buffer[:, :, slot] = value`` (the advanced-indexing setitem, a GPU's way:
+``index_elementwise_put_with_tensor`` inside); and MKL's strided copies at the host's slot, the CPU's way
 (``generation/mkl.py``: ``cblas_scopy`` for the key, ``MKL_Somatcopy`` for the value). Every candidate's result is
 checked equal to the setitem's before it is timed.
 

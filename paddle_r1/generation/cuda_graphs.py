@@ -17,9 +17,13 @@ of the process with one warning naming why, and the step is redone eagerly at it
 tokens unchanged.
 
 Not yet run on a GPU, hence off by default: ``paddle-r1 selftest --only cuda_graph_decode`` runs it against the eager
-step there. The step's cache write at its device slot is Paddle's setitem with a tensor index, whose GPU kernel
-(``index_put``) copies its index pointers from host memory at every call; whether a capture takes that copy is the
-first thing the check will show. ``tests/test_cuda_graphs.py`` runs the protocol on the CPU with a stand-in graph.
+step there. Read against Paddle 3.3's source, the step's writes at its device slot (setitem with a [1] int64 device
+tensor: ``index_elementwise_put_with_tensor`` for the cache, ``index_elementwise_put`` for the mask's 0) pass the
+index's device pointer as a kernel argument and read nothing from the host, and ``slot.add_`` is an elementwise
+kernel; but only under ``FLAGS_use_stride_kernel`` (Paddle's default): with it off, setitem takes ``index_put``, which
+copies its index pointers from pageable host memory at every call, a copy no capture can take, so graphs are not used
+then (``capture_hazard``). ``tests/test_cuda_graphs.py`` runs the protocol on the CPU with a stand-in graph and shows
+which kernel each flag value makes setitem run.
 """
 from __future__ import annotations
 
@@ -43,6 +47,16 @@ class _Switch:
 def graphs_off() -> Optional[str]:
     """Why this process decodes without CUDA graphs after a failed check or capture (None: it does not)."""
     return _Switch.off
+
+
+def capture_hazard() -> Optional[str]:
+    """Why a decode step could not be captured in this process whatever the checks show (None: nothing known): the
+    cache's writes at its device slot read host memory where Paddle's setitem does not take its stride kernels (see
+    the module docstring)."""
+    if not paddle.get_flags(["FLAGS_use_stride_kernel"])["FLAGS_use_stride_kernel"]:
+        return ("FLAGS_use_stride_kernel is off: Paddle's setitem then writes the KV cache with index_put, which "
+                "copies its index pointers from host memory at every step (unset the flag to use CUDA graphs)")
+    return None
 
 
 def capture_cuda_graph(compute: Callable, token: paddle.Tensor):
@@ -69,6 +83,8 @@ class GraphedDecoder:
         if not decoder.cache.writes_at_device_slot:
             raise ValueError("a captured decode step needs its cache written at the device's slot, not the host's "
                              "count (TransposedKVCache.writes_at_device_slot)")
+        if capture_hazard():
+            raise ValueError(f"a decode step cannot be captured here: {capture_hazard()}")
         self.decoder, self._capture = decoder, capture or capture_cuda_graph
         self.graph, self.logits, self.token = None, None, None
         self.block = 0  # the cache block the graph was captured in

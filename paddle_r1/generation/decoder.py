@@ -54,7 +54,7 @@ from ..models.families import FAMILIES, ModelFamily, family_of
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
 from ..models.rms_norm import computes_rms_norm
 from ..models.text_attention import rotate, softmax_float32
-from .cuda_graphs import GraphedDecoder, graphs_off
+from .cuda_graphs import GraphedDecoder, capture_hazard, graphs_off
 from .kv_cache import StaticKVCache, TransposedKVCache
 from .packed_products import PackedWeight, packs
 
@@ -82,9 +82,11 @@ def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next
 
 def graphs_apply(decoder: "OneTokenDecoder") -> bool:
     """Whether ``decoder``'s steps can be replayed as CUDA graphs here: on a GPU (its cache written at the device's
-    slot), in a process whose graphs no failed check turned off (``cuda_graphs.graphs_off``)."""
+    slot), in a process whose graphs no failed check turned off (``cuda_graphs.graphs_off``) and whose setitem reads
+    no host memory (``cuda_graphs.capture_hazard``)."""
     cache = decoder.cache
-    return cache.mask.place.is_gpu_place() and cache.writes_at_device_slot and graphs_off() is None
+    return (cache.mask.place.is_gpu_place() and cache.writes_at_device_slot and graphs_off() is None
+            and capture_hazard() is None)
 
 
 class LayerDecoder:

@@ -6,12 +6,14 @@ A decode step writes its token's slot in place, so no tensor grows (or is copied
 between two growths have the same shapes. The prompt's padding and the slots not yet written are -inf in the mask; a
 step opens its own slot before attending.
 
-``TransposedKVCache`` writes at a slot held in a device tensor, by advanced-indexing setitem (``index_put`` inside).
-No in-place op without a host read does it cheaper: ``put_along_axis_`` takes about as long and ``index_put_`` on a
-transposed view far longer; a basic-slicing write at a host int, which a captured step cannot use, is cheaper. On
-the CPU, where the host count is the slot anyway, float32 buffers are written by MKL's copy routines at that count
-(``mkl.py``: one strided copy per buffer, 0.40x the setitem's time at the decode step's sizes;
-``python benchmarks/experiments/kv_cache_writes.py``, figures in ``benchmarks/README.md``).
+``TransposedKVCache`` writes at a slot held in a device tensor, by advanced-indexing setitem (Paddle's stride kernel
+``index_elementwise_put_with_tensor`` inside: the index's device pointer is a kernel argument, nothing is read from or
+copied out of host memory; ``cuda_graphs.capture_hazard``). No in-place op without a host read does it cheaper:
+``put_along_axis_`` takes about as long and ``index_put_`` on a transposed view far longer; a basic-slicing write at a
+host int, which a captured step cannot use, is cheaper. On the CPU, where the host count is the slot anyway, float32
+buffers are written by MKL's copy routines at that count (``mkl.py``: one strided copy per buffer, 0.40x the setitem's
+time at the decode step's sizes; ``python benchmarks/experiments/kv_cache_writes.py``, figures in
+``benchmarks/README.md``).
 """
 from __future__ import annotations
 

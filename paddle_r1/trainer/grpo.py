@@ -25,6 +25,7 @@ from PIL import Image
 from ..config.jobs import GRPOConfig
 from ..errors import ConfigError
 from ..generation.decoder import ONE_TOKEN_RUNS, PACK_AFTER_STEPS, supports as decoder_supports
+from ..generation.cuda_graphs import capture_hazard
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, config_folders, reward_columns
@@ -171,6 +172,8 @@ class GRPOTrainer(Trainer):
                     graphs = "; rollout_cuda_graphs ignored: the layers' step is not captured"
                 elif not paddle.get_device().startswith("gpu"):
                     graphs = "; rollout_cuda_graphs ignored: no GPU here"
+                elif capture_hazard():
+                    graphs = f"; rollout_cuda_graphs ignored: {capture_hazard()}"
                 else:
                     graphs = "; CUDA graphs"
             print(f"rollout engine: {engine}{why}{graphs}")
