@@ -90,10 +90,13 @@ def _make_checkpoint(folder: str, torch_python: str | None, family: str) -> str:
 
 
 class PhaseClock:
-    """Seconds spent in each phase of the current step, by wrapping the trainer's own calls."""
+    """Seconds spent in each phase of the current step, by wrapping the trainer's own calls, and the most host memory
+    Paddle's allocator held during each phase (``peak_mib``: its whole count, the model and optimizer state included;
+    ``added_mib``: above what it held when the phase began)."""
 
     def __init__(self, trainer):
         self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.peak_mib, self.added_mib = dict.fromkeys(PHASES, 0.0), dict.fromkeys(PHASES, 0.0)
         generator = trainer.generator
         generator.generate = self._timed("rollout", generator.generate)
         trainer.rewards.score = self._timed("rewards", trainer.rewards.score)
@@ -105,12 +108,23 @@ class PhaseClock:
     def _timed(self, phase: str, fn):
         @functools.wraps(fn)
         def timed(*args, **kwargs):
+            from paddle.base import core
+
+            held = core.host_memory_stat_current_value("Allocated", 0)
+            core.host_memory_stat_reset_peak_value("Allocated", 0)
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds[phase] += time.perf_counter() - start
+                peak = core.host_memory_stat_peak_value("Allocated", 0)
+                self.peak_mib[phase] = max(self.peak_mib[phase], peak / 2 ** 20)
+                self.added_mib[phase] = max(self.added_mib[phase], (peak - held) / 2 ** 20)
         return timed
+
+    def memory(self) -> dict:
+        """Per phase: (peak MiB held, MiB added), over the steps so far."""
+        return {phase: (self.peak_mib[phase], self.added_mib[phase]) for phase in PHASES}
 
     def take(self) -> dict:
         seconds, self.seconds = self.seconds, dict.fromkeys(PHASES, 0.0)
@@ -289,10 +303,12 @@ def main() -> None:
     print(f"{PROMPTS} prompts x {args.generations} completions x {args.new_tokens} tokens, {args.image}x{args.image} "
           f"image; medians of "
           f"{len(paddle_rows)} steps ({args.rounds} round(s), warm-up step dropped); {args.threads} thread(s)")
-    print("| | seconds |\n|---|---|")
+    print("| | seconds | Paddle's host memory, peak MiB | added in the phase, MiB |\n|---|---|---|---|")
+    memory = clock.memory()
     for phase in PHASES:
-        print(f"| {phase} | {_median(paddle_rows, phase):.2f} |")
-    print(f"| **paddle_r1 step** | **{step_s:.2f}** |")
+        peak, added = memory[phase]
+        print(f"| {phase} | {_median(paddle_rows, phase):.2f} | {peak:.0f} | {added:.0f} |")
+    print(f"| **paddle_r1 step** | **{step_s:.2f}** | | |")
     print(f"paddle_r1: {tokens_per_s:.0f} completion tokens/s")
     if trl_rows:
         trl_s = statistics.median(r["step_s_median"] for r in trl_rows)

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 from .models.families import MemoryLayout, family_of
+from .models.query_blocks import QUERY_BLOCK, in_blocks
 
 GIB = 2.0**30
 PROMPT_TEXT_TOKENS = 128  # system prompt, chat template and question around the image tokens
@@ -298,28 +299,41 @@ def scores_transient_bytes(w: int) -> int:
     return 3 * w + 4
 
 
+def block_scores_bytes(w: int) -> int:
+    """Bytes per score of a query block in its backward (``text_attention.BlockedAttention``): the product computed
+    again, the mask expanded, their sum, the float32 softmax, the probabilities' gradient and the scores', and the
+    float32 copies the softmax's gradient takes of a 16-bit block."""
+    return 6 * w + 8
+
+
 def expands_kv(shape: ModelShape) -> bool:
     """Whether sdpa without flash attention copies K and V to every query head (grouped-query attention)."""
     return (shape.q_dim or shape.hidden) != shape.kv_dim
 
 
 def decoder_training_bytes(shape: ModelShape, sequences: int, length: int, w: int, attention: str,
-                           recompute: bool) -> tuple[int, int]:
+                           recompute: bool, queries: Optional[int] = None) -> tuple[int, int]:
     """(activations, attention scores) the decoder holds at the peak of a training forward + backward over
     ``sequences`` x ``length`` tokens; ``attention``: ``eager``, ``flash`` or ``math`` (sdpa without flash
     attention: its expanded K/V kept for backward, and [H, L, L] softmax in the weights' dtype). Without recompute
-    the peak is the end of the forward: every layer's kept tensors. With ``recompute`` each layer keeps only its
-    input, and during backward one layer is rebuilt and differentiated: its kept tensors, their gradients and the
-    backward's temporaries (3x), its scores and their gradients (2x). ``benchmarks/memory_estimate.py`` compares
-    both ways with a measured peak on CPU for eager (its figures in benchmarks/README.md)."""
+    the peak comes in the backward of the last layer: every layer's kept tensors and the last one's gradients and
+    the backward's temporaries (2x one layer's). With ``recompute`` each layer keeps only its input, and during
+    backward one layer is rebuilt and differentiated: its kept tensors, their gradients and the backward's
+    temporaries (3x), its scores and their gradients (2x). Eager attention over ``queries`` queries a
+    pass (the completion's tokens, the fewest; default ``length``) that go in blocks (``models/query_blocks.py``)
+    keeps no scores: one block's, computed in the forward and again in the backward, exist at a time.
+    ``benchmarks/memory_estimate.py`` compares both ways with a measured peak on CPU for eager (its figures in
+    benchmarks/README.md)."""
     tokens = sequences * length
     expanded = 2 * (shape.q_dim or shape.hidden) if attention == "math" and expands_kv(shape) else 0
     per_token_layer = (_activation_elements(shape.hidden, shape.kv_dim, shape.intermediate) + expanded) * w
+    activations = tokens * (shape.layers * shape.hidden * w + 3 * per_token_layer) if recompute else \
+        tokens * (shape.layers + 2) * per_token_layer
+    if attention == "eager" and in_blocks(length if queries is None else queries):
+        return activations, sequences * shape.heads * QUERY_BLOCK * length * block_scores_bytes(w)
     per_score = {"eager": scores_kept_bytes(w), "math": w, "flash": 0}[attention]
     scores = sequences * shape.heads * length**2 * per_score
-    if recompute:
-        return tokens * (shape.layers * shape.hidden * w + 3 * per_token_layer), 2 * scores
-    return tokens * shape.layers * per_token_layer, shape.layers * scores
+    return activations, (2 if recompute else shape.layers) * scores
 
 
 def _attention(config) -> str:
@@ -493,7 +507,7 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True,
     completion = config.max_turns * config.max_completion_length + tool_results * (TOOL_TEXT_TOKENS + result_tokens)
     length = prompt_len + completion
     activations, train_scores = decoder_training_bytes(shape, sequences, length, w, path,
-                                                       config.gradient_checkpointing)
+                                                       config.gradient_checkpointing, queries=completion)
     logprob_chunk = min(config.logprob_chunk_size, sequences * completion) * shape.vocab * (w + 12)
 
     vision_trains = not (config.freeze_vision or config.lora)
@@ -521,7 +535,8 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True,
               for growing in {False, one_token_decodes(config, shape)}), key=lambda parts: parts["peak"])
     prefilled = sequences if tool_results else prompts  # later turns prefill their tool results on every row
     per_score = {"eager": scores_transient_bytes(w), "math": 3 * w, "flash": 0}[path]
-    prefill_scores = prefilled * shape.heads * prompt_len**2 * per_score
+    prefill_queries = QUERY_BLOCK if eager and in_blocks(prompt_len) else prompt_len  # eager: a block at a time
+    prefill_scores = prefilled * shape.heads * prefill_queries * prompt_len * per_score
     # sdpa without flash copies one layer's K/V to every query head per call: over the whole cache in a decode step
     expanded = sequences * length * 2 * (shape.q_dim or shape.hidden) * w \
         if path == "math" and expands_kv(shape) else 0
@@ -529,6 +544,9 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True,
     training = activations + train_scores + logprob_chunk + vision
     attention = {"eager": "eager [H, L, L] scores", "flash": "sdpa, flash attention: no score matrix",
                  "math": "sdpa without flash attention (sm < 80): math path's [H, L, L] scores"}[path]
+    blocks = f"eager in blocks of {QUERY_BLOCK} queries: one block's scores at a time"
+    prefill_attention = blocks if eager and in_blocks(prompt_len) else attention
+    train_attention = blocks + ", computed again in the backward" if eager and in_blocks(completion) else attention
     recompute = "each layer recomputed" if config.gradient_checkpointing else "all layers kept"
     return [
         ("weights (policy)", params.total * w / GIB, f"{params.total / 1e9:.2f}B params x {w} B"),
@@ -551,11 +569,11 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True,
          f"{sequences} rows x {prompt_len} tokens, while the decoder is made"),
         ("    decode buffers", kv["decode buffers"] / GIB, f"{sequences} rows, prompt + completion slots"),
         ("    growth copy", kv["growth copy"] / GIB, "the one-token decoder's last growth: half the old buffers"),
-        ("  rollout prefill attention", prefill_scores / GIB, attention),
+        ("  rollout prefill attention", prefill_scores / GIB, prefill_attention),
         ("  rollout K/V expanded to heads", expanded / GIB,
          "sdpa without flash: one layer's cache per decode step" if expanded else "none"),
         ("  train activations", activations / GIB, recompute),
-        ("  train attention scores", train_scores / GIB, attention),
+        ("  train attention scores", train_scores / GIB, train_attention),
         ("  log-prob chunk", logprob_chunk / GIB, f"{config.logprob_chunk_size} tokens x vocab, float32"),
         ("  vision tower", vision / GIB, f"{vision_patches} patches, "
                                          + ("trains" if vision_trains else "frozen: forward only")),

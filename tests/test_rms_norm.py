@@ -61,3 +61,24 @@ def test_a_frozen_weight_gets_no_gradient_and_the_input_its_own(tiny):
         norm.weight.stop_gradient = False
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(*values)
+
+
+def test_an_input_without_gradient_gets_none_and_the_weight_its_own(tiny):
+    """Inputs that take no gradient (embeddings of a frozen table; ``benchmarks/memory_estimate.py``'s random ones)
+    under a trained weight: the written-out backward returns None for the input (Paddle raised on a gradient returned
+    for it) and the weight's gradient paddleformers' norm gives."""
+    norm = tiny[0].model.language_model.norm
+    paddle.seed(2)
+    x = paddle.randn([3, 4, norm.weight.shape[0]])
+    weights = paddle.randn(x.shape)
+    grads = []
+    try:
+        for cls in (FastRMSNorm, RMSNorm):
+            norm.__class__ = cls
+            (norm(x) * weights).sum().backward()
+            grads.append(norm.weight.grad.numpy().copy())
+            assert x.grad is None
+            norm.weight.clear_gradient()
+    finally:
+        norm.__class__ = FastRMSNorm
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6, atol=1e-6)

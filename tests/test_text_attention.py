@@ -1,5 +1,6 @@
 """The text attention paddle_r1 installs over paddleformers' computes what paddleformers' own does."""
 import numpy as np
+import pytest
 import paddle
 from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding
 
@@ -84,20 +85,23 @@ def _causal_mask(rows: int, length: int, keys: int, padding: list[int]) -> paddl
     return paddle.to_tensor(np.where(allowed, 0.0, -np.inf).astype("float32")[:, None])
 
 
-def test_query_blocks_give_the_whole_squares_attention_and_gradients():
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_query_blocks_give_the_whole_squares_attention_and_gradients(dtype):
     """From 2 x QUERY_BLOCK queries on, ``grouped_eager_attention`` attends block by block over the keys up to each
     block's last position: under a causal mask (left padding, a cached prefix of 7 keys) its output and gradients
-    equal the whole square's; under a mask that lets queries see later keys they differ, so the blocks really skip
-    those keys."""
-    from paddle_r1.models.text_attention import QUERY_BLOCK, grouped_attention, grouped_eager_attention
+    (computed by its own backward) equal the whole square's (autograd's); under a mask that lets queries see later
+    keys they differ, so the blocks really skip those keys. float64 takes the softmax's path for a dtype other than
+    float32 (computed in float32, as bfloat16 is on a GPU), which the CPU has no bfloat16 products to run."""
+    from paddle_r1.models.query_blocks import QUERY_BLOCK
+    from paddle_r1.models.text_attention import grouped_attention, grouped_eager_attention
 
     rng = np.random.default_rng(0)
     length, prefix = QUERY_BLOCK * 2 + 5, 7
     keys = prefix + length
 
     shapes = ([2, 4, length, 8], [2, 2, keys, 8], [2, 2, keys, 8])  # query, key, value: 4 heads over 2 KV heads
-    values = [rng.normal(size=shape).astype("float32") for shape in shapes]
-    weights = paddle.to_tensor(rng.normal(size=[2, length, 32]).astype("float32"))
+    values = [rng.normal(size=shape).astype(dtype) for shape in shapes]
+    weights = paddle.to_tensor(rng.normal(size=[2, length, 32]).astype(dtype))
 
     def run(attention, mask):
         q, k, v = (paddle.to_tensor(array, stop_gradient=False) for array in values)
@@ -105,8 +109,57 @@ def test_query_blocks_give_the_whole_squares_attention_and_gradients():
         (out * weights).sum().backward()
         return out.numpy(), q.grad.numpy(), k.grad.numpy(), v.grad.numpy()
 
-    causal = _causal_mask(2, length, keys, padding=[0, 3])
+    causal = _causal_mask(2, length, keys, padding=[0, 3]).astype(dtype)
     for blocked, whole in zip(run(grouped_eager_attention, causal), run(grouped_attention, causal)):
+        assert blocked.dtype == np.dtype(dtype)
         np.testing.assert_allclose(blocked, whole, rtol=1e-5, atol=1e-6)
-    sees_later = paddle.zeros([2, 1, length, keys])
+    sees_later = paddle.zeros([2, 1, length, keys], dtype)
     assert not np.allclose(run(grouped_eager_attention, sees_later)[0], run(grouped_attention, sees_later)[0])
+
+
+def test_query_blocks_keep_no_probabilities_for_the_backward():
+    """After a forward that will be differentiated, the whole square keeps its [B, kv_heads, group x L, S]
+    probabilities (Paddle's host allocator holds them until the backward); the blocks keep none (their backward
+    computes them again), only what the caller already holds."""
+    from paddle.base import core
+
+    from paddle_r1.models.query_blocks import QUERY_BLOCK
+    from paddle_r1.models.text_attention import grouped_attention, grouped_eager_attention
+
+    length = keys = QUERY_BLOCK * 2 + 5
+    probabilities = 2 * 4 * length * keys * 4  # bytes: 2 rows x 4 heads x L x S float32
+    mask = _causal_mask(2, length, keys, padding=[0, 3])
+    q, k, v = (paddle.randn(shape) for shape in ([2, 4, length, 8], [2, 2, keys, 8], [2, 2, keys, 8]))
+    for tensor in (q, k, v):
+        tensor.stop_gradient = False
+
+    def kept(attention) -> int:
+        before = core.host_memory_stat_current_value("Allocated", 0)
+        out = attention(q, k, v, mask, 0.125)
+        held = core.host_memory_stat_current_value("Allocated", 0) - before - 4 * int(np.prod(out.shape))
+        out.sum().backward()
+        return held
+
+    assert kept(grouped_attention) >= probabilities
+    assert kept(grouped_eager_attention) < probabilities / 10
+
+
+def test_query_blocks_give_no_gradient_to_keys_and_values_that_take_none():
+    """Keys and values that take no gradient (a frozen prompt's cache) under a query that does: the blocks' backward
+    returns None for them (Paddle raised on a gradient returned for one) and the query's gradient of the whole
+    square."""
+    from paddle_r1.models.query_blocks import QUERY_BLOCK
+    from paddle_r1.models.text_attention import grouped_attention, grouped_eager_attention
+
+    length = QUERY_BLOCK * 2
+    mask = _causal_mask(1, length, length, padding=[0])
+    paddle.seed(3)
+    q, k, v = (paddle.randn(shape) for shape in ([1, 4, length, 8], [1, 2, length, 8], [1, 2, length, 8]))
+    grads = []
+    for attention in (grouped_eager_attention, grouped_attention):
+        query = q.clone()
+        query.stop_gradient = False
+        attention(query, k, v, mask, 0.125).sum().backward()
+        grads.append(query.grad.numpy())
+        assert k.grad is None and v.grad is None
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)

@@ -70,14 +70,17 @@ class _Float32RMSNorm(PyLayer):
         scale = inverse_rms(x, epsilon)
         normed = x * scale
         ctx.save_for_backward(normed, scale, weight)
+        ctx.input_needs_grad = not x.stop_gradient
         return normed * weight
 
     @staticmethod
     def backward(ctx, grad):
         normed, scale, weight = ctx.saved_tensor()
-        weighted = grad * weight
-        row_mean = row_sums(weighted * normed, 1.0 / normed.shape[-1]).unsqueeze(-1)
-        grad_x = (weighted - normed * row_mean) * scale
+        grad_x = None
+        if ctx.input_needs_grad:  # not for an input that takes no gradient (Paddle refuses one returned)
+            weighted = grad * weight
+            row_mean = row_sums(weighted * normed, 1.0 / normed.shape[-1]).unsqueeze(-1)
+            grad_x = (weighted - normed * row_mean) * scale
         return grad_x, None if weight.stop_gradient else column_sums(grad * normed)
 
 

@@ -31,11 +31,13 @@ import functools
 import numpy as np
 import paddle
 from paddle import _C_ops
+from paddle.autograd import PyLayer
 from paddleformers.nn.attention.interface import ALL_ATTENTION_FUNCTIONS
 from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding
 
 from .biased_linear import biased_linear
 from .causal_mask import sdpa_causality
+from .query_blocks import in_blocks, query_blocks
 from .transposes import transposed
 
 
@@ -122,38 +124,89 @@ def rotate(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.T
     return _C_ops.add(_C_ops.multiply(x, cos), _C_ops.multiply(rotated, sin))
 
 
-QUERY_BLOCK = 256  # query rows per block; blocks from two blocks' worth of queries on
-
-
 def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
     """softmax(q k^T * scaling + mask) v for query [B, H, L, D] and key/value [B, kv_heads, S, D], without
     repeating K and V over each group's heads; returns [B, L, H * D].
 
     With a mask per query (the decoder's, causal: query i sits at key position S - L + i and sees no later key) and
-    at least ``2 * QUERY_BLOCK`` queries, queries go in blocks of ``QUERY_BLOCK``, each over the keys up to its last
-    query's position: the later keys are -inf for the whole block, so each row's softmax and product are the same,
-    but the masked triangle is neither computed nor kept for the backward. Eager attention over the whole [L, S]
-    square grew faster than the rest with the completion length (``benchmarks/grpo_step.py --scaling``). The query
-    blocks are one ``split`` (its gradient one concatenation, where a slice's is a zero tensor of the whole query's
-    size per block) and the last block takes the keys whole. One layer's forward and backward in blocks is faster than
-    the square at 1,024 tokens; at 256 tokens two blocks of 128 were slower than the square (the slices and their
-    gradients cost more than the small triangle): ``python benchmarks/experiments/decode_levers.py --no-cache``, its
-    figures in benchmarks/README.md."""
-    length = query.shape[2]
-    if attention_mask is None or length < 2 * QUERY_BLOCK or attention_mask.shape[2] != length:
+    at least ``2 * QUERY_BLOCK`` queries (``query_blocks.py``), the queries go in blocks (``BlockedAttention``): each
+    block over the keys up
+    to its last query's position (the later keys are -inf for the whole block, so each row's softmax and product are
+    the same, but the masked triangle is never computed), and no block's probabilities kept for the backward, which
+    computes them again. Eager attention over the whole [L, S] square grew faster than the rest with the completion
+    length (``benchmarks/grpo_step.py --scaling``), and its probabilities, kept per layer for the backward, were
+    most of a long completion's training memory. One layer's forward and backward in blocks is faster than the square
+    at 1,024 tokens; at 256 tokens two blocks of 128 were slower than the square (the slices cost more than the small
+    triangle): ``python benchmarks/experiments/decode_levers.py --no-cache``, its figures in benchmarks/README.md."""
+    batch, heads, length, dim = query.shape
+    if attention_mask is None or not in_blocks(length) or attention_mask.shape[2] != length:
         return grouped_attention(query, key, value, attention_mask, scaling)
-    keys, sizes = key.shape[2], [min(QUERY_BLOCK, length - start) for start in range(0, length, QUERY_BLOCK)]
-    blocks, start = [], 0
-    for block, size in zip(paddle.split(query, sizes, axis=2), sizes):
-        visible = keys - length + start + size
-        if visible < keys:
-            block_keys, block_values = key[:, :, :visible], value[:, :, :visible]
-        else:
-            block_keys, block_values = key, value
-        blocks.append(grouped_attention(block, block_keys, block_values,
-                                         attention_mask[:, :, start:start + size, :visible], scaling))
-        start += size
-    return paddle.concat(blocks, axis=1)
+    kv_heads = key.shape[1]
+    grouped = query.reshape([batch, kv_heads, heads // kv_heads, length, dim])
+    out = BlockedAttention.apply(grouped, key, value, attention_mask, scaling)
+    return transposed(out.reshape([batch, heads, length, dim]), [0, 2, 1, 3]).reshape([batch, length, heads * dim])
+
+
+class BlockedAttention(PyLayer):
+    """out = softmax(q k^T * scaling + mask) v, query block by query block, keeping for the backward only its inputs
+    (the mask is the forward's, shared by every layer): query [B, kv_heads, group, L, D], key and value [B, kv_heads,
+    S, D], the additive mask [B, 1, L, S] (causal: a block sees no key after its last query's); out [B, kv_heads,
+    group, L, D].
+
+    Per block, with qs = q * scaling and P = softmax(qs K^T + mask) over its visible keys (computed again in the
+    backward from the saved inputs, as flash attention does):
+
+        dV += P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(P * dP)),   dq = dS K * scaling,   dK += dS^T qs
+
+    the same products autograd takes through ``grouped_attention``'s ops, so the gradients equal the whole square's
+    up to float rounding (``tests/test_text_attention.py``)."""
+
+    @staticmethod
+    def _probabilities(query, key, mask, scaling, start, size, visible):
+        """The block's scaled query [B, kv, group * size, D] and P [B, kv, group * size, visible]."""
+        batch, kv_heads, group, _, dim = query.shape
+        scaled = (query[:, :, :, start:start + size] * scaling).reshape([batch, kv_heads, group * size, dim])
+        scores = paddle.matmul(scaled, key[:, :, :visible], transpose_y=True)
+        scores = scores.reshape([batch, kv_heads, group, size, visible])
+        block_mask = mask[:, :, start:start + size, :visible].unsqueeze(2)
+        scores = (scores + block_mask.expand(scores.shape)).reshape([batch, kv_heads, group * size, visible])
+        return scaled, softmax_float32(scores)
+
+    @staticmethod
+    def forward(ctx, query, key, value, mask, scaling: float):
+        ctx.save_for_backward(query, key, value, mask)
+        ctx.scaling = scaling
+        ctx.needs_grad = [not tensor.stop_gradient for tensor in (query, key, value)]
+        batch, kv_heads, group, length, dim = query.shape
+        blocks = []
+        for start, size, visible in query_blocks(length, key.shape[2]):
+            _, probs = BlockedAttention._probabilities(query, key, mask, scaling, start, size, visible)
+            blocks.append(paddle.matmul(probs, value[:, :, :visible]).reshape([batch, kv_heads, group, size, dim]))
+        return paddle.concat(blocks, axis=3)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        query, key, value, mask = ctx.saved_tensor()
+        scaling = ctx.scaling
+        batch, kv_heads, group, length, dim = query.shape
+        grad_key, grad_value = paddle.zeros_like(key), paddle.zeros_like(value)
+        grad_query = []
+        for start, size, visible in query_blocks(length, key.shape[2]):
+            scaled, probs = BlockedAttention._probabilities(query, key, mask, scaling, start, size, visible)
+            grad_block = grad_out[:, :, :, start:start + size].reshape([batch, kv_heads, group * size, dim])
+            grad_value[:, :, :visible] += paddle.matmul(probs, grad_block, transpose_x=True)
+            grad_probs = paddle.matmul(grad_block, value[:, :, :visible], transpose_y=True)
+            if probs.dtype == paddle.float32:
+                grad_scores = _C_ops.softmax_grad(probs, grad_probs, -1)
+            else:  # as autograd through softmax_float32: the softmax's gradient in float32
+                grad_scores = _C_ops.softmax_grad(probs.astype("float32"), grad_probs.astype("float32"), -1).astype(
+                    probs.dtype)
+            grad_query.append((paddle.matmul(grad_scores, key[:, :, :visible]) * scaling).reshape(
+                [batch, kv_heads, group, size, dim]))
+            grad_key[:, :, :visible] += paddle.matmul(grad_scores, scaled, transpose_x=True)
+        grads = (paddle.concat(grad_query, axis=3), grad_key, grad_value)
+        # None for an input that takes no gradient (Paddle refuses one returned), and for the mask
+        return *(grad if needed else None for grad, needed in zip(grads, ctx.needs_grad)), None
 
 
 def grouped_attention(query, key, value, attention_mask, scaling: float) -> paddle.Tensor:
