@@ -4,7 +4,7 @@ import paddle
 
 from paddle_r1.algorithms.logprobs import chunked_token_logprobs, completion_logprobs, span
 from paddle_r1.generation.generator import build_prompt_batch
-from paddle_r1.generation.rollout import SamplingParams, sample_completions
+from paddle_r1.generation.rollout import Rollout, SamplingParams, sample_completions
 
 
 @pytest.mark.parametrize("chunk_size", [4, 64])  # recomputed chunks; one chunk (no recompute)
@@ -162,6 +162,35 @@ def test_completion_logprobs_gradients_equal_each_row_run_whole(tiny_model_dir, 
     assert got.keys() == expected.keys() and any("visual" in name for name in got)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-3, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_long_completions_attend_in_blocks_with_each_row_runs_gradients(tiny_model_dir, rec_samples, recompute,
+                                                                        monkeypatch):
+    """Completions of 2 x QUERY_BLOCK tokens and more take the blocked attention (``BlockedAttention``, whose backward
+    computes the probabilities again) over the shared prompt's repeated K/V, and under gradient checkpointing over
+    whole rows recomputed in the backward: every parameter's gradient is the one of each row run whole through the
+    model's own forward with the whole square's attention, differentiated by autograd (short rows never reach the
+    blocks: the test above)."""
+    from paddle_r1.models import text_attention
+    from paddle_r1.models.loading import load_model, load_processor
+    from paddle_r1.models.query_blocks import QUERY_BLOCK, in_blocks
+
+    model, processor = load_model(tiny_model_dir, gradient_checkpointing=recompute), load_processor(tiny_model_dir)
+    prompt, _ = build_prompt_batch(rec_samples[:1], processor, "{Question}")
+    rng = np.random.default_rng(1)
+    shape = [2, 2 * QUERY_BLOCK + 3]  # 2 completions, no EOS; plain text tokens (the tiny vocabulary's specials < 20)
+    assert in_blocks(shape[1])
+    rollout = Rollout(prompt, 2, paddle.to_tensor(rng.integers(20, 500, shape)), paddle.ones(shape, "int32"),
+                      paddle.ones([2], "bool"))
+    weights = paddle.to_tensor(rng.normal(size=shape).astype("float32"))
+    with monkeypatch.context() as whole_square:
+        whole_square.setattr(text_attention, "in_blocks", lambda queries: False)
+        expected = _gradients(model, lambda: _per_row_logprobs(model, rollout), weights)
+    got = _gradients(model, lambda: completion_logprobs(model, rollout, chunk_size=256, temperature=1.0), weights)
+    assert got.keys() == expected.keys()
+    for name in expected:  # sums over a thousand tokens: float32 rounding of 1e-5 where they nearly cancel
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-3, atol=2e-5, err_msg=name)
 
 
 def test_span_is_the_slice_with_its_gradient():
