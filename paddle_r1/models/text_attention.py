@@ -128,16 +128,16 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
     """softmax(q k^T * scaling + mask) v for query [B, H, L, D] and key/value [B, kv_heads, S, D], without
     repeating K and V over each group's heads; returns [B, L, H * D].
 
-    With a mask per query (the decoder's, causal: query i sits at key position S - L + i and sees no later key) and
-    at least ``2 * QUERY_BLOCK`` queries (``query_blocks.py``), the queries go in blocks (``BlockedAttention``): each
-    block over the keys up
-    to its last query's position (the later keys are -inf for the whole block, so each row's softmax and product are
-    the same, but the masked triangle is never computed), and no block's probabilities kept for the backward, which
-    computes them again. Eager attention over the whole [L, S] square grew faster than the rest with the completion
-    length (``benchmarks/grpo_step.py --scaling``), and its probabilities, kept per layer for the backward, were
-    most of a long completion's training memory. One layer's forward and backward in blocks is faster than the square
-    at 1,024 tokens; at 256 tokens two blocks of 128 were slower than the square (the slices cost more than the small
-    triangle): ``python benchmarks/experiments/decode_levers.py --no-cache``, its figures in benchmarks/README.md."""
+    With a mask per query (the decoder's, causal: query i sits at key position S - L + i and sees no later key) and at
+    least ``2 * QUERY_BLOCK`` queries (``query_blocks.py``), the queries go in blocks (``BlockedAttention``): each block
+    over the keys up to its last query's position (the later keys are -inf for the whole block, so each row's softmax
+    and product are the same, but the masked triangle is never computed), and no block's probabilities kept for the
+    backward, which computes them again. Eager attention over the whole [L, S] square grew faster than the rest with the
+    completion length (``benchmarks/grpo_step.py --scaling``), and its probabilities, kept per layer for the backward,
+    were a quarter of the anchor's training activations at 1,024 tokens (661 of 2,585 MiB). One layer's forward and
+    backward in blocks is faster than the square at 1,024 tokens; at 256 tokens two blocks of 128 were slower than the
+    square (the slices cost more than the small triangle): ``python benchmarks/experiments/decode_levers.py
+    --no-cache``, its figures in benchmarks/README.md."""
     batch, heads, length, dim = query.shape
     if attention_mask is None or not in_blocks(length) or attention_mask.shape[2] != length:
         return grouped_attention(query, key, value, attention_mask, scaling)
