@@ -163,3 +163,31 @@ def test_query_blocks_give_no_gradient_to_keys_and_values_that_take_none():
         grads.append(query.grad.numpy())
         assert k.grad is None and v.grad is None
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+
+
+def test_rotation_keeps_nothing_of_its_input_and_gives_autograds_gradient():
+    """``rotate`` under gradients (``_Rotation``): the gradient autograd gives through the plain ops, while Paddle's
+    allocator holds after the forward only the output (autograd held at least one more tensor of x's size)."""
+    from paddle.base import core
+
+    from paddle_r1.models.text_attention import _rotated, half_rotation, rotate
+
+    rng = np.random.default_rng(4)
+    shape = [2, 300, 8, 64]
+    half_rotation(64, paddle.float32)  # made once, cached: not counted below
+    cos, sin = (paddle.to_tensor(rng.normal(size=shape).astype("float32")) for _ in range(2))
+    weights = paddle.to_tensor(rng.normal(size=shape).astype("float32"))
+    values = rng.normal(size=shape).astype("float32")
+    size = 4 * int(np.prod(shape))
+    results = []
+    for rotation in (rotate, _rotated):
+        x = paddle.to_tensor(values, stop_gradient=False)
+        before = core.host_memory_stat_current_value("Allocated", 0)
+        out = rotation(x * 2.0, cos, sin)  # x * 2.0: a fresh input whose producer keeps nothing of it
+        held = core.host_memory_stat_current_value("Allocated", 0) - before
+        (out * weights).sum().backward()
+        results.append((out.numpy(), x.grad.numpy(), held))
+    (out, grad, held), (plain_out, plain_grad, plain_held) = results
+    np.testing.assert_array_equal(out, plain_out)
+    np.testing.assert_allclose(grad, plain_grad, rtol=1e-6, atol=1e-6)
+    assert held == size and plain_held >= 2 * size
