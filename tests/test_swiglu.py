@@ -73,3 +73,37 @@ def test_without_gradients_the_cpu_takes_the_unfused_form(tiny):
     fused = mlp(x).numpy()
     assert not np.array_equal(fused, unfused)
     np.testing.assert_allclose(fused, unfused, rtol=1e-5, atol=1e-6)
+
+
+def test_the_down_products_input_is_computed_again_in_the_backward(tiny):
+    """``SwigluDown``: the values and every gradient (the input's, the gate/up weight's, the down weight's) of
+    Paddle's ``swiglu`` then the down ``Linear`` under autograd, while Paddle's allocator holds after the forward only
+    the gate/up product and the output, not the activation (the down product's input, which autograd keeps)."""
+    from paddle.base import core
+
+    mlp = tiny[0].model.language_model.layers[0].mlp
+    gate_up, down = getattr(mlp, mlp.gate_up_proj_name), mlp.down_proj
+    paddle.seed(2)
+    tokens = 300
+    values = (paddle.randn([1, tokens, mlp.hidden_size]) * 3).numpy()
+    weights = paddle.randn([1, tokens, mlp.hidden_size])
+
+    def autograd_form(x):
+        return down(paddle.incubate.nn.functional.swiglu(gate_up(x)))
+
+    results = []
+    for form in (mlp, autograd_form):
+        x = paddle.to_tensor(values, stop_gradient=False)
+        before = core.host_memory_stat_current_value("Allocated", 0)
+        out = form(x)
+        held = core.host_memory_stat_current_value("Allocated", 0) - before
+        (out * weights).sum().backward()
+        results.append([out.numpy(), x.grad.numpy(), gate_up.weight.grad.numpy().copy(),
+                        down.weight.grad.numpy().copy(), held])
+        gate_up.weight.clear_gradient()
+        down.weight.clear_gradient()
+    (*own, held), (*theirs, autograd_held) = results
+    for mine, reference in zip(own, theirs):
+        np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
+    # held: the gate/up product (kept) and the output, nothing of the activation's [tokens, intermediate]
+    assert held == tokens * (2 * mlp.intermediate_size + mlp.hidden_size) * 4 < autograd_held, (held, autograd_held)
