@@ -44,7 +44,9 @@ compares the peak times the ranks on the machine with the machine's RAM.
 Activation sizes count the tensors Paddle's autograd keeps per token of one decoder layer: the two norms'
 inputs, the q/k/v and o projections' inputs, rotary inputs, the attention output, and the gated MLP's
 gate, up, product and down input: 9 h + 4 kv + 4 i elements. An estimate, not a measurement; the real
-peak also depends on the allocator.
+peak also depends on the allocator. paddle_r1's own gradients keep fewer (the rotation's input and the MLP's
+activation: ``text_attention._Rotation``, ``swiglu.SwigluDown``), so the count errs high where they run
+(``benchmarks/memory_estimate.py``).
 """
 from __future__ import annotations
 
