@@ -107,3 +107,32 @@ def test_the_down_products_input_is_computed_again_in_the_backward(tiny):
         np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
     # held: the gate/up product (kept) and the output, nothing of the activation's [tokens, intermediate]
     assert held == tokens * (2 * mlp.intermediate_size + mlp.hidden_size) * 4 < autograd_held, (held, autograd_held)
+
+
+def test_under_auto_cast_the_mlp_takes_paddleformers_forward(tiny, monkeypatch):
+    """Under ``paddle.amp.auto_cast`` the installed MLP runs paddleformers' fused forward (autograd records the
+    casts), not ``SwigluDown``: the same values and gradients (on a CPU auto_cast casts nothing)."""
+    from paddle_r1.models import swiglu
+
+    mlp = tiny[0].model.language_model.layers[0].mlp
+    paddle.seed(3)
+    values = (paddle.randn([1, 9, mlp.hidden_size]) * 3).numpy()
+
+    def run():
+        x = paddle.to_tensor(values, stop_gradient=False)
+        out = mlp(x)
+        out.sum().backward()
+        result = out.numpy(), x.grad.numpy(), mlp.down_proj.weight.grad.numpy().copy()
+        mlp.clear_gradients()
+        return result
+
+    written_out = run()
+
+    def refuse(*args):
+        raise AssertionError("SwigluDown under auto_cast")
+
+    monkeypatch.setattr(swiglu.SwigluDown, "apply", refuse)
+    with paddle.amp.auto_cast(level="O1", dtype="float16"):
+        plain = run()
+    for mine, theirs in zip(written_out, plain):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5)

@@ -191,3 +191,37 @@ def test_rotation_keeps_nothing_of_its_input_and_gives_autograds_gradient():
     np.testing.assert_array_equal(out, plain_out)
     np.testing.assert_allclose(grad, plain_grad, rtol=1e-6, atol=1e-6)
     assert held == size and plain_held >= 2 * size
+
+
+def test_under_auto_cast_autograd_differentiates_the_plain_ops(monkeypatch):
+    """Under ``paddle.amp.auto_cast`` (the float16 recipe on a V100) the rotation and the attention's blocks run as
+    plain ops, whose casts autograd records (the written-out backwards would meet mixed dtypes): the same values and
+    gradients as the written-out ones give outside it (on a CPU auto_cast casts nothing)."""
+    from paddle_r1.models import text_attention
+    from paddle_r1.models.query_blocks import QUERY_BLOCK
+
+    length = 2 * QUERY_BLOCK
+    mask = _causal_mask(1, length, length, padding=[0])
+    paddle.seed(6)
+    q, k, v = (paddle.randn(shape) for shape in ([1, 4, length, 8], [1, 2, length, 8], [1, 2, length, 8]))
+    cos, sin = paddle.randn([1, length, 4, 8]), paddle.randn([1, length, 4, 8])
+
+    def run():
+        query = q.clone()
+        query.stop_gradient = False
+        rotated = text_attention.rotate(query.transpose([0, 2, 1, 3]), cos, sin).transpose([0, 2, 1, 3])
+        out = text_attention.grouped_eager_attention(rotated, k, v, mask, 0.125)
+        out.sum().backward()
+        return out.numpy(), query.grad.numpy()
+
+    written_out = run()
+
+    def refuse(*args):
+        raise AssertionError("a written-out backward under auto_cast")
+
+    monkeypatch.setattr(text_attention._Rotation, "apply", refuse)
+    monkeypatch.setattr(text_attention.BlockedAttention, "apply", refuse)
+    with paddle.amp.auto_cast(level="O1", dtype="float16"):
+        plain = run()
+    for mine, theirs in zip(written_out, plain):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5)

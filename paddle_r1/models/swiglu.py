@@ -20,6 +20,7 @@ import functools
 
 import paddle
 from paddle import _C_ops
+from paddle.amp.auto_cast import amp_state
 from paddle.autograd import PyLayer
 from paddleformers.nn.mlp import MLP
 
@@ -53,8 +54,9 @@ class SwigluDown(PyLayer):
 
 
 class _FusedSwigluMLP:
-    """A fused-swiglu MLP's forward: unfused where no gradient is recorded on the CPU, ``SwigluDown`` where one is and
-    the down projection is a plain ``Linear`` without bias (see the module docstring)."""
+    """A fused-swiglu MLP's forward: unfused where no gradient is recorded on the CPU, ``SwigluDown`` where one is, the
+    down projection is a plain ``Linear`` without bias and no ``paddle.amp.auto_cast`` is on (see the module
+    docstring)."""
 
     def forward(self, x):
         if not (self.fuse_swiglu and self.fuse_up_gate):
@@ -66,7 +68,7 @@ class _FusedSwigluMLP:
                 return self.down_proj(self.act_fn(gate) * up)
             return super().forward(x)
         down = self.down_proj
-        if type(down) is paddle.nn.Linear and down.bias is None:
+        if type(down) is paddle.nn.Linear and down.bias is None and amp_state() is None:  # auto_cast: autograd's casts
             return SwigluDown.apply(gate_up(x), down.weight)
         return super().forward(x)
 

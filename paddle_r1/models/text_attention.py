@@ -31,6 +31,7 @@ import functools
 import numpy as np
 import paddle
 from paddle import _C_ops
+from paddle.amp.auto_cast import amp_state
 from paddle.autograd import PyLayer
 from paddleformers.nn.attention.interface import ALL_ATTENTION_FUNCTIONS
 from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLAttention, Qwen2_5_VLRotaryEmbedding
@@ -120,8 +121,10 @@ def half_rotation(dim: int, dtype) -> paddle.Tensor:
 def rotate(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.Tensor:
     """x * cos + rotate_half(x) * sin, the tables of x's shape (Paddle's operators called without their Python
     wrappers: the decode step calls it per layer and token). Differentiated by ``_Rotation`` where x takes a gradient
-    and the tables do not (a forward's rotary tables)."""
-    if paddle.is_grad_enabled() and not x.stop_gradient and cos.stop_gradient and sin.stop_gradient:
+    and the tables do not (a forward's rotary tables), outside ``paddle.amp.auto_cast`` (whose casts autograd records
+    on the plain ops)."""
+    if (paddle.is_grad_enabled() and not x.stop_gradient and cos.stop_gradient and sin.stop_gradient
+            and amp_state() is None):
         return _Rotation.apply(x, cos, sin)
     return _rotated(x, cos, sin)
 
@@ -172,8 +175,33 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
         return grouped_attention(query, key, value, attention_mask, scaling)
     kv_heads = key.shape[1]
     grouped = query.reshape([batch, kv_heads, heads // kv_heads, length, dim])
-    out = BlockedAttention.apply(grouped, key, value, attention_mask, scaling)
+    if amp_state() is None:
+        out = BlockedAttention.apply(grouped, key, value, attention_mask, scaling)
+    else:  # under auto_cast autograd differentiates the blocks' ops with the casts it records
+        out = _attend_in_blocks(grouped, key, value, attention_mask, scaling)
     return transposed(out.reshape([batch, heads, length, dim]), [0, 2, 1, 3]).reshape([batch, length, heads * dim])
+
+
+def _block_probabilities(query, key, mask, scaling, start, size, visible):
+    """One query block's scaled query [B, kv, group * size, D] and P [B, kv, group * size, visible], query
+    [B, kv, group, L, D]."""
+    batch, kv_heads, group, _, dim = query.shape
+    scaled = (query[:, :, :, start:start + size] * scaling).reshape([batch, kv_heads, group * size, dim])
+    scores = paddle.matmul(scaled, key[:, :, :visible], transpose_y=True)
+    scores = scores.reshape([batch, kv_heads, group, size, visible])
+    block_mask = mask[:, :, start:start + size, :visible].unsqueeze(2)
+    scores = (scores + block_mask.expand(scores.shape)).reshape([batch, kv_heads, group * size, visible])
+    return scaled, softmax_float32(scores)
+
+
+def _attend_in_blocks(query, key, value, mask, scaling: float) -> paddle.Tensor:
+    """softmax(q k^T * scaling + mask) v block by block over ``query_blocks`` ([B, kv, group, L, D] out)."""
+    batch, kv_heads, group, length, dim = query.shape
+    blocks = []
+    for start, size, visible in query_blocks(length, key.shape[2]):
+        _, probs = _block_probabilities(query, key, mask, scaling, start, size, visible)
+        blocks.append(paddle.matmul(probs, value[:, :, :visible]).reshape([batch, kv_heads, group, size, dim]))
+    return paddle.concat(blocks, axis=3)
 
 
 class BlockedAttention(PyLayer):
@@ -191,27 +219,11 @@ class BlockedAttention(PyLayer):
     up to float rounding (``tests/test_text_attention.py``)."""
 
     @staticmethod
-    def _probabilities(query, key, mask, scaling, start, size, visible):
-        """The block's scaled query [B, kv, group * size, D] and P [B, kv, group * size, visible]."""
-        batch, kv_heads, group, _, dim = query.shape
-        scaled = (query[:, :, :, start:start + size] * scaling).reshape([batch, kv_heads, group * size, dim])
-        scores = paddle.matmul(scaled, key[:, :, :visible], transpose_y=True)
-        scores = scores.reshape([batch, kv_heads, group, size, visible])
-        block_mask = mask[:, :, start:start + size, :visible].unsqueeze(2)
-        scores = (scores + block_mask.expand(scores.shape)).reshape([batch, kv_heads, group * size, visible])
-        return scaled, softmax_float32(scores)
-
-    @staticmethod
     def forward(ctx, query, key, value, mask, scaling: float):
         ctx.save_for_backward(query, key, value, mask)
         ctx.scaling = scaling
         ctx.needs_grad = [not tensor.stop_gradient for tensor in (query, key, value)]
-        batch, kv_heads, group, length, dim = query.shape
-        blocks = []
-        for start, size, visible in query_blocks(length, key.shape[2]):
-            _, probs = BlockedAttention._probabilities(query, key, mask, scaling, start, size, visible)
-            blocks.append(paddle.matmul(probs, value[:, :, :visible]).reshape([batch, kv_heads, group, size, dim]))
-        return paddle.concat(blocks, axis=3)
+        return _attend_in_blocks(query, key, value, mask, scaling)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -221,7 +233,7 @@ class BlockedAttention(PyLayer):
         grad_key, grad_value = paddle.zeros_like(key), paddle.zeros_like(value)
         grad_query = []
         for start, size, visible in query_blocks(length, key.shape[2]):
-            scaled, probs = BlockedAttention._probabilities(query, key, mask, scaling, start, size, visible)
+            scaled, probs = _block_probabilities(query, key, mask, scaling, start, size, visible)
             grad_block = grad_out[:, :, :, start:start + size].reshape([batch, kv_heads, group * size, dim])
             grad_value[:, :, :visible] += paddle.matmul(probs, grad_block, transpose_x=True)
             grad_probs = paddle.matmul(grad_block, value[:, :, :visible], transpose_y=True)
