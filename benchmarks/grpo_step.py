@@ -106,10 +106,10 @@ class PhaseClock:
         trainer.update.step = self._timed("optimizer", trainer.update.step)
 
     def _timed(self, phase: str, fn):
+        from paddle.base import core  # imported here: this script tunes the CPU's math before paddle loads
+
         @functools.wraps(fn)
         def timed(*args, **kwargs):
-            from paddle.base import core
-
             held = core.host_memory_stat_current_value("Allocated", 0)
             core.host_memory_stat_reset_peak_value("Allocated", 0)
             start = time.perf_counter()

@@ -537,7 +537,8 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True,
               for growing in {False, one_token_decodes(config, shape)}), key=lambda parts: parts["peak"])
     prefilled = sequences if tool_results else prompts  # later turns prefill their tool results on every row
     per_score = {"eager": scores_transient_bytes(w), "math": 3 * w, "flash": 0}[path]
-    prefill_queries = QUERY_BLOCK if eager and in_blocks(prompt_len) else prompt_len  # eager: a block at a time
+    prefill_in_blocks = eager and in_blocks(prompt_len)
+    prefill_queries = QUERY_BLOCK if prefill_in_blocks else prompt_len  # eager in blocks: a block at a time
     prefill_scores = prefilled * shape.heads * prefill_queries * prompt_len * per_score
     # sdpa without flash copies one layer's K/V to every query head per call: over the whole cache in a decode step
     expanded = sequences * length * 2 * (shape.q_dim or shape.hidden) * w \
@@ -547,7 +548,7 @@ def _rows(config, shape: ModelShape, gpus: int, flash_attention: bool = True,
     attention = {"eager": "eager [H, L, L] scores", "flash": "sdpa, flash attention: no score matrix",
                  "math": "sdpa without flash attention (sm < 80): math path's [H, L, L] scores"}[path]
     blocks = f"eager in blocks of {QUERY_BLOCK} queries: one block's scores at a time"
-    prefill_attention = blocks if eager and in_blocks(prompt_len) else attention
+    prefill_attention = blocks if prefill_in_blocks else attention
     train_attention = blocks + ", computed again in the backward" if eager and in_blocks(completion) else attention
     recompute = "each layer recomputed" if config.gradient_checkpointing else "all layers kept"
     return [

@@ -83,8 +83,8 @@ class GraphedDecoder:
         if not decoder.cache.writes_at_device_slot:
             raise ValueError("a captured decode step needs its cache written at the device's slot, not the host's "
                              "count (TransposedKVCache.writes_at_device_slot)")
-        if capture_hazard():
-            raise ValueError(f"a decode step cannot be captured here: {capture_hazard()}")
+        if (hazard := capture_hazard()) is not None:
+            raise ValueError(f"a decode step cannot be captured here: {hazard}")
         self.decoder, self._capture = decoder, capture or capture_cuda_graph
         self.graph, self.logits, self.token = None, None, None
         self.block = 0  # the cache block the graph was captured in

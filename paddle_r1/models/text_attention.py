@@ -182,11 +182,20 @@ def grouped_eager_attention(query, key, value, attention_mask, scaling: float) -
     return transposed(out.reshape([batch, heads, length, dim]), [0, 2, 1, 3]).reshape([batch, length, heads * dim])
 
 
-def _block_probabilities(query, key, mask, scaling, start, size, visible):
-    """One query block's scaled query [B, kv, group * size, D] and P [B, kv, group * size, visible], query
-    [B, kv, group, L, D]."""
-    batch, kv_heads, group, _, dim = query.shape
-    scaled = (query[:, :, :, start:start + size] * scaling).reshape([batch, kv_heads, group * size, dim])
+def _split_queries(query, keys: int) -> list:
+    """(the block's queries [B, kv, group, size, D], first query, keys visible to it) per ``query_blocks`` block of
+    query [B, kv, group, L, D]: one ``split``, whose gradient under autograd is one concatenation where a slice's is a
+    zero tensor of the whole query's size per block."""
+    plan = list(query_blocks(query.shape[3], keys))
+    blocks = paddle.split(query, [size for _, size, _ in plan], axis=3)
+    return [(block, start, visible) for block, (start, _, visible) in zip(blocks, plan)]
+
+
+def _block_probabilities(block, key, mask, scaling, start, visible):
+    """One query block's scaled query [B, kv, group * size, D] and P [B, kv, group * size, visible], for the block's
+    queries [B, kv, group, size, D] from query ``start`` on."""
+    batch, kv_heads, group, size, dim = block.shape
+    scaled = (block * scaling).reshape([batch, kv_heads, group * size, dim])
     scores = paddle.matmul(scaled, key[:, :, :visible], transpose_y=True)
     scores = scores.reshape([batch, kv_heads, group, size, visible])
     block_mask = mask[:, :, start:start + size, :visible].unsqueeze(2)
@@ -196,12 +205,11 @@ def _block_probabilities(query, key, mask, scaling, start, size, visible):
 
 def _attend_in_blocks(query, key, value, mask, scaling: float) -> paddle.Tensor:
     """softmax(q k^T * scaling + mask) v block by block over ``query_blocks`` ([B, kv, group, L, D] out)."""
-    batch, kv_heads, group, length, dim = query.shape
-    blocks = []
-    for start, size, visible in query_blocks(length, key.shape[2]):
-        _, probs = _block_probabilities(query, key, mask, scaling, start, size, visible)
-        blocks.append(paddle.matmul(probs, value[:, :, :visible]).reshape([batch, kv_heads, group, size, dim]))
-    return paddle.concat(blocks, axis=3)
+    out = []
+    for block, start, visible in _split_queries(query, key.shape[2]):
+        _, probs = _block_probabilities(block, key, mask, scaling, start, visible)
+        out.append(paddle.matmul(probs, value[:, :, :visible]).reshape(block.shape))
+    return paddle.concat(out, axis=3)
 
 
 class BlockedAttention(PyLayer):
@@ -229,11 +237,11 @@ class BlockedAttention(PyLayer):
     def backward(ctx, grad_out):
         query, key, value, mask = ctx.saved_tensor()
         scaling = ctx.scaling
-        batch, kv_heads, group, length, dim = query.shape
         grad_key, grad_value = paddle.zeros_like(key), paddle.zeros_like(value)
         grad_query = []
-        for start, size, visible in query_blocks(length, key.shape[2]):
-            scaled, probs = _block_probabilities(query, key, mask, scaling, start, size, visible)
+        for block, start, visible in _split_queries(query, key.shape[2]):
+            batch, kv_heads, group, size, dim = block.shape
+            scaled, probs = _block_probabilities(block, key, mask, scaling, start, visible)
             grad_block = grad_out[:, :, :, start:start + size].reshape([batch, kv_heads, group * size, dim])
             grad_value[:, :, :visible] += paddle.matmul(probs, grad_block, transpose_x=True)
             grad_probs = paddle.matmul(grad_block, value[:, :, :visible], transpose_y=True)
@@ -242,8 +250,7 @@ class BlockedAttention(PyLayer):
             else:  # as autograd through softmax_float32: the softmax's gradient in float32
                 grad_scores = _C_ops.softmax_grad(probs.astype("float32"), grad_probs.astype("float32"), -1).astype(
                     probs.dtype)
-            grad_query.append((paddle.matmul(grad_scores, key[:, :, :visible]) * scaling).reshape(
-                [batch, kv_heads, group, size, dim]))
+            grad_query.append((paddle.matmul(grad_scores, key[:, :, :visible]) * scaling).reshape(block.shape))
             grad_key[:, :, :visible] += paddle.matmul(grad_scores, scaled, transpose_x=True)
         grads = (paddle.concat(grad_query, axis=3), grad_key, grad_value)
         # None for an input that takes no gradient (Paddle refuses one returned), and for the mask

@@ -172,8 +172,8 @@ class GRPOTrainer(Trainer):
                     graphs = "; rollout_cuda_graphs ignored: the layers' step is not captured"
                 elif not paddle.get_device().startswith("gpu"):
                     graphs = "; rollout_cuda_graphs ignored: no GPU here"
-                elif capture_hazard():
-                    graphs = f"; rollout_cuda_graphs ignored: {capture_hazard()}"
+                elif (hazard := capture_hazard()) is not None:
+                    graphs = f"; rollout_cuda_graphs ignored: {hazard}"
                 else:
                     graphs = "; CUDA graphs"
             print(f"rollout engine: {engine}{why}{graphs}")
