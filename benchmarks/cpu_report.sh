@@ -46,6 +46,12 @@ run() {  # run TITLE COMMAND...: the command's output under its title and comman
     [ "$status" = 0 ] || echo "  failed (exit $status): its output is in $out" >&2
 }
 
+# which MKL each side runs, and its products at the anchor's shapes under each kernel set: where the step's gap to
+# TRL comes from on a new CPU (a minute)
+torch_side=()
+[ -n "$trl" ] && torch_side=(--torch "$trl")
+run "matrix products: Paddle's MKL under each kernel set, and torch's in PY, one thread" \
+    "$python" "$here/experiments/mkl_kernels.py" --rounds "$step_rounds" "${torch_side[@]}"
 if [ -n "$trl" ]; then
     for threads in 1 2; do
         run "GRPO step against TRL 1.16, $threads thread(s)" \
