@@ -112,7 +112,8 @@ def _hf_generate(args, model_dir: str, prompt, work: str) -> dict:
     script = os.path.join(HERE, "trl_anchor", "hf_generate_bench.py")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     result = subprocess.run([args.hf, script, model_dir, inputs_file, str(args.generations), str(args.new_tokens),
-                             str(args.runs)], check=True, capture_output=True, text=True, env=env)
+                             str(args.runs)] + ["--bf16"] * args.bf16, check=True, capture_output=True, text=True,
+                            env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -133,7 +134,7 @@ class VllmSide:
         self.log = open(os.path.join(work, "vllm.log"), "w+")
         command = [args.vllm, os.path.join(HERE, "trl_anchor", "vllm_generate_bench.py"), model_dir, prompts_file,
                    str(args.generations), str(args.new_tokens), str(args.runs), str(args.threads)]
-        options = ["--eager"] * args.vllm_eager + ["--auto-bind"] * args.vllm_auto_bind
+        options = ["--eager"] * args.vllm_eager + ["--auto-bind"] * args.vllm_auto_bind + ["--bf16"] * args.bf16
         self.process = subprocess.Popen(command + options, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.info = self._answer()
@@ -206,6 +207,10 @@ def main() -> None:
     parser.add_argument("--vllm-auto-bind", action="store_true",
                         help="vLLM's own thread binding on the --threads cores: one for its scheduler, the rest for "
                              "its worker (default: its worker's threads on all of them, the scheduler beside)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bfloat16 on every side: paddle_r1's rollout_bf16_products (its decode step's products "
+                             "by bf16 weights, the rest float32), transformers' and vLLM's models wholly in bf16; "
+                             "greedy tokens then differ between the sides")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads, and cores, of every engine (default 1)")
     parser.add_argument("--model", help="an existing Qwen2.5-VL checkpoint folder (default: built here)")
@@ -252,7 +257,8 @@ def main() -> None:
 
     def paddle_r1(engine: str):
         # as the others: no log-probs; the weights packed before the first token, as in the trainer's rollout
-        params = SamplingParams(max_new_tokens=n, temperature=0.0, logprobs=False, pack_after=0, engine=engine)
+        params = SamplingParams(max_new_tokens=n, temperature=0.0, logprobs=False, pack_after=0, engine=engine,
+                                bf16_products=args.bf16)
         return sample_completions(model, prompt, g, params, no_eos, processor.tokenizer.pad_token_id)
 
     # rounds alternate the sides, so a machine busy for a while slows both; each side's seconds per round are the
@@ -264,16 +270,19 @@ def main() -> None:
         engines = []
         for engine in engine_names:
             seconds, rollout = _median_seconds(lambda: paddle_r1(engine), args.runs)
-            engines.append((f"paddle_r1 `sample_completions` (KV cache, rollout_engine {engine})", seconds,
+            products = ", rollout_bf16_products" if args.bf16 else ""
+            engines.append((f"paddle_r1 `sample_completions` (KV cache, rollout_engine {engine}{products})", seconds,
                             rollout.completion_ids.numpy()))
         if args.hf:
             hf = _hf_generate(args, model_dir, prompt, work)
             fixed = ", image positions fixed: transformers#45325" if hf["patched_image_positions"] else ""
-            engines.append((f"transformers {hf['transformers']} `generate` (torch {hf['torch']}, KV cache, "
+            engines.append((f"transformers {hf['transformers']} `generate` (torch {hf['torch']}, {hf['dtype']}, "
+                            "KV cache, "
                             f"{hf['threads']} thread(s){fixed})", hf["median_s"], np.asarray(hf["completion_ids"])))
         if vllm:
             answer, info = vllm.round(), vllm.info
             engines.append((f"vLLM {info['vllm']} `LLM.generate` (CPU build, torch {info['torch']}, "
+                            f"{'bfloat16' if args.bf16 else 'float32'}, "
                             f"{'compiled' if info['compiled'] else 'eager'}, process tree on core(s) {info['cores']}, "
                             f"worker threads bound: {info['bind']})",
                             answer["median_s"], np.asarray(answer["completion_ids"])))

@@ -51,6 +51,11 @@ def _vendor_and_flags(cpuinfo: str) -> tuple[str, set]:
     return vendor, set(flags.split())
 
 
+def cpu_flags(cpuinfo: str) -> set:
+    """The first processor's flags in ``/proc/cpuinfo``'s text (avx2, avx512f, avx512_bf16, amx_bf16, ...)."""
+    return _vendor_and_flags(cpuinfo)[1]
+
+
 def mkl_cpu_type(cpuinfo: str) -> str | None:
     """For an AMD processor, per ``/proc/cpuinfo``'s text: "7" (AVX-512) if it has AVX-512 F, CD, BW, DQ and VL,
     "5" (AVX2) if it has AVX2 and FMA; else None."""

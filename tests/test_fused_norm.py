@@ -66,7 +66,7 @@ def test_one_token_decoder_runs_under_the_fused_norm(gpu_side_model, tiny, rec_s
     prompt, _ = build_prompt_batch(rec_samples[:2], processor, "{Question} Answer with a box.")
     g, steps = 2, 4
     tokens = paddle.to_tensor(np.random.default_rng(0).integers(0, 100, [prompt.size * g, steps]))
-    monkeypatch.setattr(decoders, "packs", lambda weight: False)  # the weights as a GPU uses them
+    monkeypatch.setattr(decoders, "packed", lambda *args, **kwargs: None)  # the weights as a GPU uses them
     with paddle.no_grad():
         cache, _, next_position = prefill(model, prompt)
         mask, next_position = repeat_rows(prompt.attention_mask, g), repeat_rows(next_position, g)

@@ -165,7 +165,7 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
             monkeypatch.setattr(kv_cache, "GROWTH", 2)
         packed = engine != "one_token_plain"
         if not packed:
-            monkeypatch.setattr(decoders, "packs", lambda weight: False)
+            monkeypatch.setattr(decoders, "packed", lambda *args, **kwargs: None)
             monkeypatch.setattr(kv_cache, "float32_on_cpu", lambda tensor: False)
         decoder = (LayerDecoder(model, RepeatedPrompt(cache, g), mask, next_position, steps + 1) if engine == "layers"
                    else OneTokenDecoder(model, RepeatedPrompt(cache, g), mask, next_position, steps + 1,

@@ -3,10 +3,11 @@ prompts handed over in an .npz file (input_ids, attention_mask, pixel_values, im
 written by ``benchmarks/rollout.py`` from paddle_r1's processor), each prompt's row repeated G times. Exactly
 NEW_TOKENS tokens per row: EOS neither stops a row nor is suppressed (as paddle_r1's side, whose EOS list is empty).
 transformers 5.3.0's image positions are corrected first (``reference_image_positions``). Prints one json line:
-per-run seconds after a warm-up, their median, and the completion ids of the last run.
+per-run seconds after a warm-up, their median, and the completion ids of the last run. ``--bf16``: the model in
+bfloat16 (every op, as transformers runs a bf16 checkpoint), else float32.
 Run it in a torch + transformers venv.
 
-    python hf_generate_bench.py CKPT_DIR INPUTS.npz G NEW_TOKENS [RUNS]
+    python hf_generate_bench.py CKPT_DIR INPUTS.npz G NEW_TOKENS RUNS [--bf16]
 """
 import json
 import statistics
@@ -67,7 +68,8 @@ def reference_image_positions(model) -> bool:
 def main() -> None:
     folder, inputs_file, g, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     runs = int(sys.argv[5]) if len(sys.argv) > 5 else 3
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    dtype = torch.bfloat16 if "--bf16" in sys.argv[6:] else torch.float32
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(folder, dtype=dtype).eval()
     patched = reference_image_positions(model)
     with np.load(inputs_file) as arrays:
         inputs = repeated_inputs(arrays, g, model.config)
@@ -87,7 +89,7 @@ def main() -> None:
     completion = out[:, prompt_len:]
     assert completion.shape == (inputs["input_ids"].shape[0], n), completion.shape
     print(json.dumps({"seconds": seconds, "median_s": statistics.median(seconds), "threads": torch.get_num_threads(),
-                      "patched_image_positions": patched, "torch": torch.__version__,
+                      "patched_image_positions": patched, "torch": torch.__version__, "dtype": str(dtype),
                       "transformers": transformers.__version__, "completion_ids": completion.tolist()}))
 
 

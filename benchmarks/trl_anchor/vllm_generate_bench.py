@@ -44,7 +44,7 @@ def confine(threads: int) -> str:
 def main() -> None:
     folder, prompts_file = sys.argv[1], sys.argv[2]
     g, n, runs, threads = (int(x) for x in sys.argv[3:7])
-    eager, auto_bind = "--eager" in sys.argv[7:], "--auto-bind" in sys.argv[7:]
+    eager, auto_bind, bf16 = ("--eager" in sys.argv[7:], "--auto-bind" in sys.argv[7:], "--bf16" in sys.argv[7:])
     protocol = os.fdopen(os.dup(1), "w", buffering=1)  # json lines only; vLLM's own output goes to stderr
     os.dup2(2, 1)
     cores = confine(threads)
@@ -65,7 +65,7 @@ def main() -> None:
     # vLLM sizes its memory with dummy images of this size (else of its processor's largest, 12.8M pixels)
     largest = {"count": max(len(p["images"]) for p in prompts), "width": max(image.width for image in images),
                "height": max(image.height for image in images)}
-    llm = LLM(model=folder, dtype="float32", max_model_len=1024, seed=0, enforce_eager=eager,
+    llm = LLM(model=folder, dtype="bfloat16" if bf16 else "float32", max_model_len=1024, seed=0, enforce_eager=eager,
               limit_mm_per_prompt={"image": largest}, max_num_seqs=max(len(requests), 16))
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
 

@@ -17,6 +17,9 @@ scripts in ``benchmarks/experiments/``; their figures are in ``benchmarks/README
   (``SamplingParams.pack_after``, ``PACK_AFTER_STEPS`` by default): short answers (a served reply, an evaluation)
   never pay for it, and no rollout loses more than that much. A GRPO rollout, whose completions run long, packs before
   its first token (the trainer passes 0 unless ``max_completion_length`` is within ``PACK_AFTER_STEPS``).
+- With ``rollout_bf16_products`` (CPU) the weights are packed by oneDNN in bfloat16 instead (``onednn.py``): the
+  products run on the CPU's bf16 instructions, about twice MKL's float32 rate where it has them; the rest of the step
+  stays float32.
 - q @ K^T over the cache as a batched ``transpose_y`` product is slower than over keys stored transposed
   (``kv_cache.TransposedKVCache``; ``decode_products.py``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
@@ -56,7 +59,7 @@ from ..models.rms_norm import computes_rms_norm
 from ..models.text_attention import rotate, softmax_float32
 from .cuda_graphs import GraphedDecoder, capture_hazard, graphs_off
 from .kv_cache import StaticKVCache, TransposedKVCache
-from .packed_products import PackedWeight, packs
+from .packed_products import packed
 
 
 PACK_AFTER_STEPS = 8  # tokens decoded before the weights are packed, unless told (see the module docstring)
@@ -64,18 +67,20 @@ PACK_AFTER_STEPS = 8  # tokens decoded before the weights are packed, unless tol
 
 def make_decoder(model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
                  max_new_tokens: int, engine: str = "auto", pack_after: int = PACK_AFTER_STEPS,
-                 cuda_graphs: bool = False):
+                 cuda_graphs: bool = False, bf16_products: bool = False):
     """The decode step for ``model`` with its cache holding ``prompt`` (keys and values already repeated per
     completion; ``prompt_mask`` [rows, prompt_len]) and room for ``max_new_tokens``; the completions' M-RoPE
     positions start at ``next_position`` [rows]. ``engine`` (config key ``rollout_engine``): ``one_token``,
     ``layers``, or ``auto``: ``one_token`` where it runs, else ``layers``. ``pack_after``: tokens ``one_token``
-    decodes before packing its weights (CPU; see the module docstring). ``cuda_graphs`` (``rollout_cuda_graphs``):
-    ``one_token``'s steps replayed as CUDA graphs where ``graphs_apply`` says they can be."""
+    decodes before packing its weights (CPU; see the module docstring), in bfloat16 with ``bf16_products``
+    (``rollout_bf16_products``: ``onednn.py``). ``cuda_graphs`` (``rollout_cuda_graphs``): ``one_token``'s steps
+    replayed as CUDA graphs where ``graphs_apply`` says they can be."""
     runs = supports(model)
     if engine == "one_token" and not runs:
         raise ValueError(f"rollout_engine one_token {ONE_TOKEN_RUNS}; use rollout_engine auto or layers here")
     if runs and engine != "layers":
-        decoder = OneTokenDecoder(model, prompt, prompt_mask, next_position, max_new_tokens, pack_after)
+        decoder = OneTokenDecoder(model, prompt, prompt_mask, next_position, max_new_tokens, pack_after,
+                                  bf16_products)
         return GraphedDecoder(decoder) if cuda_graphs and graphs_apply(decoder) else decoder
     return LayerDecoder(model, prompt, prompt_mask, next_position, max_new_tokens)
 
@@ -121,17 +126,17 @@ class Projection:
     weight: paddle.Tensor
     bias: Optional[paddle.Tensor]
     lora: Optional[tuple] = None  # (A [in, r], B [r, out], scaling)
-    packed: Optional[PackedWeight] = None
+    packed: Optional[object] = None  # a PackedWeight or a OneDNNWeight (``packed_products.packed``)
 
     @classmethod
     def of(cls, linear: paddle.nn.Linear) -> "Projection":
         adapters = type(linear) is LoRALinear and not (linear.disable_lora or linear.merged)
         return cls(linear.weight, linear.bias, (linear.lora_A, linear.lora_B, linear.scaling) if adapters else None)
 
-    def pack(self, rows: int) -> None:
-        """Multiply by the weight packed for ``rows``-row products from now on, where ``packs`` takes it."""
-        if packs(self.weight):
-            self.packed = PackedWeight(self.weight, rows)
+    def pack(self, rows: int, bf16: bool = False) -> None:
+        """Multiply by the weight packed for ``rows``-row products from now on, where it can be: in float32, or in
+        bfloat16 with ``bf16`` (``packed_products.packed``)."""
+        self.packed = packed(self.weight, rows, bf16=bf16)
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
         if self.packed is not None:
@@ -221,14 +226,15 @@ def _rms_norm(x: paddle.Tensor, weight: paddle.Tensor, epsilon: float, residual:
     return _C_ops.fused_rms_norm_quant(x, None, residual, weight, None, epsilon, len(x.shape) - 1, -1.0, 0, 0.0, 0.0)
 
 
-def packed_head(head, rows: int) -> Optional[PackedWeight]:
-    """The LM head's weight [vocab, hidden] packed for ``rows``-row products, where it is paddleformers' plain head
-    (no bias, no tensor or sequence parallelism: its forward is then x @ W^T) and ``packs`` it; else None."""
+def packed_head(head, rows: int, bf16: bool = False):
+    """The LM head's weight [vocab, hidden] packed for ``rows``-row products (in bfloat16 with ``bf16``), where it is
+    paddleformers' plain head (no bias, no tensor or sequence parallelism: its forward is then x @ W^T) and
+    ``packed_products.packed`` takes it; else None."""
     config = getattr(head, "config", None)
     plain = (type(head) is LMHead and head.bias is None and config is not None
              and config.get("tensor_model_parallel_size", 1) == 1 and not config.get("sequence_parallel", False)
              and not config.get("use_fused_head_and_loss_fn", False))
-    return PackedWeight(head.weight, rows, transposed=True) if plain and packs(head.weight) else None
+    return packed(head.weight, rows, transposed=True, bf16=bf16) if plain else None
 
 
 class OneTokenDecoder:
@@ -236,7 +242,7 @@ class OneTokenDecoder:
     ``TransposedKVCache``. Made per rollout: the policy's weights change between rollouts."""
 
     def __init__(self, model, prompt: RepeatedPrompt, prompt_mask: paddle.Tensor, next_position: paddle.Tensor,
-                 max_new_tokens: int, pack_after: int = PACK_AFTER_STEPS):
+                 max_new_tokens: int, pack_after: int = PACK_AFTER_STEPS, bf16_products: bool = False):
         text = text_decoder(model)
         attention = text.layers[0].self_attn
         self.model, self.text = model, text
@@ -258,8 +264,8 @@ class OneTokenDecoder:
         self.head_epsilon = attention.q_norm.variance_epsilon if family.memory.qk_norm else None
         capacity = prompt_len + max_new_tokens
         self.cache = TransposedKVCache(prompt, prompt_mask, capacity)
-        self.head: Optional[PackedWeight] = None  # packed with the layers' weights (``_pack``)
-        self.steps, self.pack_after = 0, pack_after
+        self.head = None  # packed with the layers' weights (``_pack``)
+        self.steps, self.pack_after, self.bf16_products = 0, pack_after, bf16_products
         # cos and sin [rows, 1, capacity, head_dim] of the text position each cache slot's token takes (the prompt's
         # slots unused), in one call; a step takes the row of its slot
         probe = paddle.zeros([1], dtype=model.lm_head.weight.dtype)
@@ -355,9 +361,10 @@ class OneTokenDecoder:
         return _C_ops.embedding(token, self.embedding.weight, self.padding_row, False)
 
     def _pack(self, rows: int) -> None:
-        """Every projection's weight and the LM head's packed for ``rows``-row products (see the module docstring)."""
+        """Every projection's weight and the LM head's packed for ``rows``-row products (see the module docstring),
+        in bfloat16 with ``bf16_products``."""
         for layer in self.layers:
             for projection in layer.projections:
-                projection.pack(rows)
-        self.head = packed_head(self.model.lm_head, rows)
+                projection.pack(rows, self.bf16_products)
+        self.head = packed_head(self.model.lm_head, rows, self.bf16_products)
 

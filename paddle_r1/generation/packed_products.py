@@ -19,6 +19,7 @@ import paddle
 from paddle import _C_ops
 
 from .mkl import float32_on_cpu, mkl_library
+from .onednn import OneDNNWeight, onednn
 
 ROW_MAJOR, NO_TRANS, TRANS, PACKED, B_MATRIX = 101, 111, 112, 151, 162  # MKL's CBLAS enum values
 
@@ -26,6 +27,14 @@ ROW_MAJOR, NO_TRANS, TRANS, PACKED, B_MATRIX = 101, 111, 112, 151, 162  # MKL's 
 def packs(weight: paddle.Tensor) -> bool:
     """Whether ``PackedWeight`` can multiply by ``weight``: float32 on the CPU, with MKL's packed API at hand."""
     return weight.ndim == 2 and float32_on_cpu(weight)
+
+
+def packed(weight: paddle.Tensor, rows: int, transposed: bool = False, bf16: bool = False):
+    """``weight`` packed for ``rows``-row products where ``packs`` takes it: by MKL in float32 (``PackedWeight``),
+    or with ``bf16`` by oneDNN in bfloat16 (``onednn.OneDNNWeight``; where Paddle ships oneDNN); else None."""
+    if not packs(weight) or (bf16 and onednn() is None):
+        return None
+    return OneDNNWeight(weight, rows, transposed) if bf16 else PackedWeight(weight, rows, transposed)
 
 
 class PackedWeight:

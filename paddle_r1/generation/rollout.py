@@ -99,6 +99,8 @@ class SamplingParams:
     pack_after: int = PACK_AFTER_STEPS
     # the one-token step replayed as CUDA graphs on a GPU (``cuda_graphs.py``; config key rollout_cuda_graphs)
     cuda_graphs: bool = False
+    # the CPU one-token step's products by its packed weights in bfloat16 (``onednn.py``; rollout_bf16_products)
+    bf16_products: bool = False
 
 
 @dataclass
@@ -240,7 +242,8 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
         logits, next_position = repeat_rows(logits, num_generations), repeat_rows(next_position, num_generations)
         prompt_mask = repeat_rows(prompt.attention_mask, num_generations)
         decoder = make_decoder(model, RepeatedPrompt(cache, num_generations), prompt_mask, next_position,
-                               params.max_new_tokens, params.engine, params.pack_after, params.cuda_graphs)
+                               params.max_new_tokens, params.engine, params.pack_after, params.cuda_graphs,
+                               params.bf16_products)
         eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
         completion_ids, finished, sampling_logp = sample_tokens(decoder, logits, params, eos, pad_token_id, uniforms,
                                                                 eos_check_every)

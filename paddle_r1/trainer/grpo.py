@@ -26,6 +26,7 @@ from ..config.jobs import GRPOConfig
 from ..errors import ConfigError
 from ..generation.decoder import ONE_TOKEN_RUNS, PACK_AFTER_STEPS, supports as decoder_supports
 from ..generation.cuda_graphs import capture_hazard
+from ..generation.onednn import bf16_instructions, onednn
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, config_folders, reward_columns
@@ -151,7 +152,8 @@ class GRPOTrainer(Trainer):
                                        top_p=config.top_p, top_k=config.top_k, engine=config.rollout_engine,
                                        logprobs=config.importance_sampling_correction,
                                        pack_after=0 if long else PACK_AFTER_STEPS,
-                                       cuda_graphs=config.rollout_cuda_graphs)
+                                       cuda_graphs=config.rollout_cuda_graphs,
+                                       bf16_products=config.rollout_bf16_products)
         self.buffer: list[Experience] = []  # this rank's micro-batches of the generation batch
         self.trained: list[Experience] = []  # the micro-batches of the last step, each once
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
@@ -176,7 +178,7 @@ class GRPOTrainer(Trainer):
                     graphs = f"; rollout_cuda_graphs ignored: {hazard}"
                 else:
                     graphs = "; CUDA graphs"
-            print(f"rollout engine: {engine}{why}{graphs}")
+            print(f"rollout engine: {engine}{why}{graphs}{bf16_products_note(config, engine)}")
         if config.lora and config.reference_update != "none" and self.reference_adapters is None:
             self.reference_adapters = {n: p.detach().clone() for n, p in adapter_state(self.policy).items()}
 
@@ -714,3 +716,22 @@ class GRPOTrainer(Trainer):
 
 def _json_number(value) -> Optional[float]:
     return None if np.isnan(value) else float(value)
+
+
+def bf16_products_note(config: GRPOConfig, engine: str) -> str:
+    """What the rollout engine's line says of ``rollout_bf16_products``: where it has no effect, and on a CPU which
+    bf16 instructions oneDNN's kernels run on (none: it emulates them, slower than float32)."""
+    if not config.rollout_bf16_products:
+        return ""
+    if engine != "one_token":
+        return "; rollout_bf16_products ignored: the layers' step runs the model's own layers"
+    if not paddle.get_device().startswith("cpu"):
+        return "; rollout_bf16_products ignored: off the CPU the rollout runs in the model's dtype"
+    if onednn() is None:
+        return "; rollout_bf16_products ignored: this Paddle wheel ships no oneDNN library"
+    found = bf16_instructions()
+    note = (f"; bf16 products ({', '.join(found)})" if found else
+            "; bf16 products emulated: this CPU has no bf16 instructions (avx512_bf16, amx_bf16), slower than float32")
+    if not config.importance_sampling_correction:
+        note += " (importance_sampling_correction is false: the rollout's log-probs differ from the training forward's)"
+    return note
