@@ -60,3 +60,21 @@ def family_models(tiny, tmp_path_factory):
         return loaded[family]
 
     return get
+
+
+@pytest.fixture
+def rollout_key_on_and_off(tiny_model_dir, rec_samples, tmp_path, capsys):
+    """For a boolean rollout key: {on: (the trainer's SamplingParams, what the trainer printed)} for a tiny GRPO
+    run made with the key true and false."""
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    def run(key: str) -> dict:
+        said = {}
+        for on in (True, False):
+            config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / f"{key}-{on}"),
+                                num_generations=2, max_completion_length=4, max_steps=1, beta=0.0,
+                                use_visualdl=False, **{key: on})
+            said[on] = (GRPOTrainer(config, samples=rec_samples).sampling, capsys.readouterr().out)
+        return said
+    return run

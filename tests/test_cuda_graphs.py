@@ -209,19 +209,11 @@ def test_the_caches_writes_take_the_stride_kernels_and_graphs_refuse_the_flag_th
     GraphedDecoder(decoder)
 
 
-def test_the_trainer_passes_rollout_cuda_graphs_to_its_rollouts_and_says_a_cpu_ignores_it(tiny_model_dir, rec_samples,
-                                                                                          tmp_path, capsys):
-    from paddle_r1.config.jobs import GRPOConfig
-    from paddle_r1.trainer.grpo import GRPOTrainer
-
-    settings = dict(model_name_or_path=tiny_model_dir, num_generations=2, max_completion_length=4, max_steps=1,
-                    beta=0.0, use_visualdl=False)
-    asked = {}
-    for on in (True, False):
-        config = GRPOConfig(**settings, output_dir=str(tmp_path / str(on)), rollout_cuda_graphs=on)
-        asked[on] = (GRPOTrainer(config, samples=rec_samples).sampling.cuda_graphs, capsys.readouterr().out)
-    assert asked[True][0] and "rollout engine: one_token; rollout_cuda_graphs ignored: no GPU here" in asked[True][1]
-    assert not asked[False][0] and "rollout_cuda_graphs" not in asked[False][1]
+def test_the_trainer_passes_rollout_cuda_graphs_to_its_rollouts_and_says_a_cpu_ignores_it(rollout_key_on_and_off):
+    said = rollout_key_on_and_off("rollout_cuda_graphs")
+    assert said[True][0].cuda_graphs
+    assert "rollout engine: one_token; rollout_cuda_graphs ignored: no GPU here" in said[True][1]
+    assert not said[False][0].cuda_graphs and "rollout_cuda_graphs" not in said[False][1]
 
 
 @pytest.mark.parametrize("disturb", [0.0, 0.01])

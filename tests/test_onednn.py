@@ -77,19 +77,10 @@ def test_rollout_bf16_products_reach_the_decode_step(tiny, rec_samples):
     np.testing.assert_array_equal(model.lm_head.weight.numpy(), weight)
 
 
-def test_the_trainer_passes_rollout_bf16_products_and_names_the_cpus_instructions(tiny_model_dir, rec_samples,
-                                                                                   tmp_path, capsys):
-    from paddle_r1.config.jobs import GRPOConfig
-    from paddle_r1.trainer.grpo import GRPOTrainer
-
-    settings = dict(model_name_or_path=tiny_model_dir, num_generations=2, max_completion_length=4, max_steps=1,
-                    beta=0.0, use_visualdl=False)
-    said = {}
-    for on in (True, False):
-        config = GRPOConfig(**settings, output_dir=str(tmp_path / str(on)), rollout_bf16_products=on)
-        said[on] = (GRPOTrainer(config, samples=rec_samples).sampling.bf16_products, capsys.readouterr().out)
+def test_the_trainer_passes_rollout_bf16_products_and_names_the_cpus_instructions(rollout_key_on_and_off):
+    said = rollout_key_on_and_off("rollout_bf16_products")
     line = next(line for line in said[True][1].splitlines() if line.startswith("rollout engine: one_token"))
     found = bf16_instructions()
-    assert said[True][0] and (f"; bf16 products ({', '.join(found)})" if found else "emulated") in line
+    assert said[True][0].bf16_products and (f"; bf16 products ({', '.join(found)})" if found else "emulated") in line
     assert "importance_sampling_correction is false" in line
-    assert not said[False][0] and "bf16" not in said[False][1]
+    assert not said[False][0].bf16_products and "bf16" not in said[False][1]
