@@ -132,7 +132,7 @@ class PhaseClock:
 
 
 def _paddle_trainer(model_dir: str, work: str, total_steps: int, generations: int, new_tokens: int, side: int,
-                    tune_cpu_math: bool = True):
+                    tune_cpu_math: bool = True, bf16_products: bool = False):
     from paddle_r1.config.jobs import GRPOConfig
     from paddle_r1.trainer.grpo import GRPOTrainer
 
@@ -142,7 +142,8 @@ def _paddle_trainer(model_dir: str, work: str, total_steps: int, generations: in
                         per_device_train_batch_size=PROMPTS * generations, max_completion_length=new_tokens, beta=0.04,
                         learning_rate=1e-5, temperature=1.0, question_template="{Question}", max_steps=total_steps,
                         save_steps=10**9, use_visualdl=False, disable_tqdm=True, log_completions_steps=0, seed=0,
-                        tune_cpu_math=tune_cpu_math)
+                        tune_cpu_math=tune_cpu_math, rollout_bf16_products=bf16_products,
+                        importance_sampling_correction=bf16_products)
     samples = _write_samples(os.path.join(work, "images"), PROMPTS * (total_steps + 2), side)
     return GRPOTrainer(config, samples=samples)
 
@@ -262,6 +263,9 @@ def main() -> None:
     parser.add_argument("--scaling", action="store_true", help="the grid of --cells against TRL (needs --trl)")
     parser.add_argument("--cells", default=DEFAULT_CELLS, help=f"LENGTH:G:IMAGE,... (default {DEFAULT_CELLS})")
     parser.add_argument("--json", action="store_true", help="paddle_r1 only; print one json line (for --scaling)")
+    parser.add_argument("--bf16-products", action="store_true",
+                        help="paddle_r1 with rollout_bf16_products and importance_sampling_correction (what the key "
+                             "asks for: one more forward per micro-batch); TRL's side stays as it is")
     parser.add_argument("--glibc-default", action="store_true",
                         help="leave glibc's large blocks mmap-ed, as without cpu_math.keep_large_blocks_on_the_heap")
     args = parser.parse_args()
@@ -284,7 +288,7 @@ def main() -> None:
     if args.scaling:
         return scaling(args, model_dir)
     trainer = _paddle_trainer(model_dir, work, args.steps * args.rounds, args.generations, args.new_tokens, args.image,
-                              tune_cpu_math=not args.glibc_default)
+                              tune_cpu_math=not args.glibc_default, bf16_products=args.bf16_products)
     clock = PhaseClock(trainer)
     paddle_rows, trl_rows = [], []
     for round_ in range(args.rounds):

@@ -100,9 +100,13 @@ class OneDNN:
                                                                self.engine, None), "dnnl_reorder_primitive_desc_create")
         return out
 
-    def run(self, primitive: ctypes.c_void_p, args: list[tuple[int, ctypes.c_void_p]]) -> None:
-        array = (_Arg * len(args))(*(_Arg(arg, memory) for arg, memory in args))
-        self.check(self.lib.dnnl_primitive_execute(primitive, self.stream, len(args), array),
+    @staticmethod
+    def arguments(args: list[tuple[int, ctypes.c_void_p]]) -> ctypes.Array:
+        """A primitive's arguments as ``dnnl_primitive_execute`` takes them (made once, reused for every call)."""
+        return (_Arg * len(args))(*(_Arg(arg, memory) for arg, memory in args))
+
+    def run(self, primitive: ctypes.c_void_p, arguments: ctypes.Array) -> None:
+        self.check(self.lib.dnnl_primitive_execute(primitive, self.stream, len(arguments), arguments),
                    "dnnl_primitive_execute")
 
 
@@ -127,6 +131,7 @@ class OneDNNWeight:
         self.inner, self.outer = reversed(weight.shape) if transposed else weight.shape
         kind = {"bfloat16": BFLOAT16, "float32": FLOAT32}[dtype]
         inner, outer, owned = self.inner, self.outer, []  # owned: (destroy, handle), destroyed in reverse order
+        self._free = weakref.finalize(self, _destroy, owned)  # also what was made before a failed call
 
         def keep(destroy: str, handle):
             owned.append((getattr(dnn.lib, destroy), handle))
@@ -154,16 +159,18 @@ class OneDNNWeight:
         pack = keep("dnnl_primitive_destroy", dnn.primitive(packing))
         contiguous = weight.contiguous()
         stored_memory = keep("dnnl_memory_destroy", dnn.memory(stored, ctypes.c_void_p(contiguous.data_ptr())))
-        dnn.run(pack, [(ARG_SRC, stored_memory), (ARG_DST, self._packed)])
+        dnn.run(pack, dnn.arguments([(ARG_SRC, stored_memory), (ARG_DST, self._packed)]))
         self._cast = None  # float32 x -> the bf16 buffer the product reads
         self._x = keep("dnnl_memory_destroy", dnn.memory(source32, ctypes.c_void_p(0)))
+        self._y = keep("dnnl_memory_destroy", dnn.memory(target, ctypes.c_void_p(0)))
+        operand = self._x
         if kind == BFLOAT16:
             casting = keep("dnnl_primitive_desc_destroy", dnn.reorder(source32, source))
             self._cast = keep("dnnl_primitive_destroy", dnn.primitive(casting))
-            self._x16 = keep("dnnl_memory_destroy", dnn.memory(source))
-        self._y = keep("dnnl_memory_destroy", dnn.memory(target, ctypes.c_void_p(0)))
+            operand = keep("dnnl_memory_destroy", dnn.memory(source))
+            self._cast_arguments = dnn.arguments([(ARG_SRC, self._x), (ARG_DST, operand)])
+        self._arguments = dnn.arguments([(ARG_SRC, operand), (ARG_WEIGHTS, self._packed), (ARG_DST, self._y)])
         self._dnn = dnn
-        self._free = weakref.finalize(self, _destroy, owned)
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
         if x.shape != [self.rows, self.inner] or x.dtype != paddle.float32 or not x.place.is_cpu_place():
@@ -173,11 +180,9 @@ class OneDNNWeight:
         dnn, lib = self._dnn, self._dnn.lib
         lib.dnnl_memory_set_data_handle(self._x, x.data_ptr())
         lib.dnnl_memory_set_data_handle(self._y, out.data_ptr())
-        source = self._x
         if self._cast is not None:
-            dnn.run(self._cast, [(ARG_SRC, self._x), (ARG_DST, self._x16)])
-            source = self._x16
-        dnn.run(self._matmul, [(ARG_SRC, source), (ARG_WEIGHTS, self._packed), (ARG_DST, self._y)])
+            dnn.run(self._cast, self._cast_arguments)
+        dnn.run(self._matmul, self._arguments)
         return out
 
 
