@@ -264,8 +264,8 @@ def main() -> None:
     parser.add_argument("--cells", default=DEFAULT_CELLS, help=f"LENGTH:G:IMAGE,... (default {DEFAULT_CELLS})")
     parser.add_argument("--json", action="store_true", help="paddle_r1 only; print one json line (for --scaling)")
     parser.add_argument("--bf16-products", action="store_true",
-                        help="paddle_r1 with rollout_bf16_products and importance_sampling_correction (what the key "
-                             "asks for: one more forward per micro-batch); TRL's side stays as it is")
+                        help="paddle_r1 with rollout_bf16_products and importance_sampling_correction, as the key "
+                             "asks; TRL's side stays as it is")
     parser.add_argument("--glibc-default", action="store_true",
                         help="leave glibc's large blocks mmap-ed, as without cpu_math.keep_large_blocks_on_the_heap")
     args = parser.parse_args()

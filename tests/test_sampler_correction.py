@@ -160,3 +160,28 @@ def test_with_dynamic_sampling_and_a_reused_rollout(tiny_model_dir, rec_samples,
     assert 0 < history[0]["sampling/sampling_logp_difference/max"] < 1e-4
     assert history[0]["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-4)
     assert not any(key.startswith("sampling/") for key in history[1])
+
+
+def test_on_policy_the_correction_reads_the_training_forward_and_runs_no_forward_of_its_own(
+        tiny_model_dir, rec_samples, tmp_path, monkeypatch):
+    """Where every micro-batch is trained before an optimizer step follows its rollout (the default), rho is made from
+    the training forward's log-probs, detached: no forward at rollout time (TRL runs one), and the loss and the
+    sampling/* metrics of two steps equal those of the forward at rollout time (forced here) to float rounding."""
+    from paddle_r1.trainer import grpo
+
+    forwards = []
+    counted = grpo.completion_logprobs
+    monkeypatch.setattr(grpo, "completion_logprobs", lambda *a, **k: (forwards.append(1), counted(*a, **k))[1])
+    runs = {}
+    for from_training in (True, False):
+        monkeypatch.setattr(GRPOTrainer, "_rho_from_training_forward", property(lambda self, on=from_training: on))
+        forwards.clear()
+        config = _config(tiny_model_dir, tmp_path / str(from_training), importance_sampling_correction=True,
+                         importance_sampling_mode="token_truncate", max_steps=2)
+        runs[from_training] = (GRPOTrainer(config, samples=rec_samples).train()["history"], len(forwards))
+    (trained, no_forwards), (at_rollout, rollout_forwards) = runs[True], runs[False]
+    assert no_forwards == 0 and rollout_forwards == 4  # 2 steps x 2 micro-batches
+    for step_trained, step_at_rollout in zip(trained, at_rollout):
+        for key in ("loss", "sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+                    "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/max"):
+            assert step_trained[key] == pytest.approx(step_at_rollout[key], rel=1e-4, abs=1e-6), key

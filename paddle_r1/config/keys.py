@@ -349,9 +349,11 @@ class VariantKeys:
         False, "TRL's vllm_importance_sampling_correction for this project's rollout: the policy loss of each token "
         "times rho, made from d_t = old_t - sampled_t, the training forward's log-prob of the token at rollout time "
         "minus the rollout's own (from the logits it sampled from, at the sampling temperature, after top_k / top_p); "
-        "logs sampling/sampling_logp_difference/mean|max and sampling/importance_sampling_ratio/min|mean|max. Costs a "
-        "forward of the policy per micro-batch; false here (TRL: true with vLLM), the float32 CPU rollout differs by "
-        "~1e-6 nats: turn it on where the rollout's kernels drift from the training forward (bf16 on a GPU)")
+        "logs sampling/sampling_logp_difference/mean|max and sampling/importance_sampling_ratio/min|mean|max. Costs "
+        "nothing where each micro-batch is trained before an optimizer step follows its rollout (the default: rho "
+        "from the training forward's own log-probs), else a forward of the policy per micro-batch at rollout time; "
+        "false here (TRL: true with vLLM), the float32 CPU rollout differs by ~1e-6 nats: turn it on where the "
+        "rollout's kernels drift from the training forward (bf16 on a GPU, rollout_bf16_products on a CPU)")
     importance_sampling_mode: str = key("sequence_mask", "the correction's rho (TRL's vllm_importance_sampling_mode): "
                                         + SAMPLER_CORRECTIONS.choices_help(), choices=SAMPLER_MODES)
     importance_sampling_clip_max: Optional[float] = key(3.0, "the correction's C_max: *_truncate caps rho at it, "

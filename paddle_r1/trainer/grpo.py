@@ -155,6 +155,7 @@ class GRPOTrainer(Trainer):
                                        cuda_graphs=config.rollout_cuda_graphs,
                                        bf16_products=config.rollout_bf16_products)
         self.buffer: list[Experience] = []  # this rank's micro-batches of the generation batch
+        self._uncorrected: list[list[Experience]] = []  # generation batches whose sampler correction is not yet made
         self.trained: list[Experience] = []  # the micro-batches of the last step, each once
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
         self.loss_settings = LossSettings.of(config)
@@ -291,7 +292,10 @@ class GRPOTrainer(Trainer):
                 exp.old_logp = None
         self._count_loss_tokens()
         if cfg.importance_sampling_correction:
-            self._record_sampler_statistics()
+            if self._rho_from_training_forward:  # corrected and logged as its micro-batches are trained
+                self._uncorrected.append(list(self.buffer))
+            else:
+                self._record_sampler_statistics(self.buffer)
 
     def _count_loss_tokens(self) -> None:
         """``Experience.loss_tokens`` of the buffer: its completion tokens over all ranks x gradient_accumulation_steps
@@ -327,35 +331,44 @@ class GRPOTrainer(Trainer):
         cfg = self.config
         return cfg.gradient_accumulation_steps % (self.layout.steps_per_generation * cfg.num_iterations) != 0
 
+    @property
+    def _rho_from_training_forward(self) -> bool:
+        """Whether the sampler's correction takes the policy's log-probs at rollout time from the training forward,
+        detached, instead of a forward at rollout time (TRL's way): where every micro-batch is trained before an
+        optimizer step follows its rollout and the KL is not in the reward, those are the same numbers, and the
+        correction then costs no forward of its own."""
+        return not self._trained_after_an_update and not self._kl_in_reward
+
     def _logprobs(self, exp: Experience) -> None:
         """A micro-batch's loss mask, its log-probs under the policy at rollout time (kept when the batch is trained
-        on after an update, the KL is in the reward or the sampler's correction is on) and under the reference."""
+        on after an update or the KL is in the reward; the sampler's correction is made from them then, else at
+        the training forward: ``_rho_from_training_forward``) and under the reference."""
         cfg = self.config
         exp.mask = exp.rollout.completion_mask
         if cfg.mask_truncated_completions:
             exp.mask = exp.mask * (~exp.rollout.truncated).astype(exp.mask.dtype).unsqueeze(1)
         with paddle.no_grad():
-            if self._trained_after_an_update or self._kl_in_reward or cfg.importance_sampling_correction:
+            if not self._rho_from_training_forward:
                 exp.old_logp = completion_logprobs(self.policy, exp.rollout, cfg.logprob_chunk_size, cfg.temperature)
-            if cfg.importance_sampling_correction:
-                self._sampler_correction(exp)
+                if cfg.importance_sampling_correction:
+                    self._sampler_correction(exp, exp.old_logp)
             exp.ref_logp = self._reference_logprobs(exp.rollout) if cfg.uses_reference else None
 
-    def _sampler_correction(self, exp: Experience) -> None:
-        """rho of the mismatch between the rollout's sampler and the training forward (TRL's vLLM importance
-        sampling, ``loss.sampler_ratio``), and the values TRL logs of it (``_record_sampler_statistics``)."""
+    def _sampler_correction(self, exp: Experience, old_logp: paddle.Tensor) -> None:
+        """rho of the mismatch between the rollout's sampler and the policy at rollout time, ``old_logp`` (TRL's vLLM
+        importance sampling, ``loss.sampler_ratio``), and the values TRL logs of it (``_record_sampler_statistics``)."""
         cfg = self.config
         sampled = exp.rollout.sampling_logp
-        exp.sampler_ratio = sampler_ratio(exp.old_logp, sampled, exp.mask, cfg.importance_sampling_mode,
+        exp.sampler_ratio = sampler_ratio(old_logp, sampled, exp.mask, cfg.importance_sampling_mode,
                                           cfg.importance_sampling_clip_min, cfg.importance_sampling_clip_max)
-        exp.sampler_values = sampler_values(exp.old_logp, sampled, exp.sampler_ratio, exp.mask)
+        exp.sampler_values = sampler_values(old_logp, sampled, exp.sampler_ratio, exp.mask)
 
-    def _record_sampler_statistics(self) -> None:
+    def _record_sampler_statistics(self, generation_batch: list[Experience]) -> None:
         """TRL's sampling/* metrics over this rank's generation batch (its micro-batches' tokens together), then the
         ranks' figures combined as TRL gathers them: the mean of their means, the min of their mins, the max of
         their maxima."""
-        deltas = np.concatenate([e.sampler_values[0] for e in self.buffer])
-        rhos = np.concatenate([e.sampler_values[1] for e in self.buffer])
+        deltas = np.concatenate([e.sampler_values[0] for e in generation_batch])
+        rhos = np.concatenate([e.sampler_values[1] for e in generation_batch])
         combine = {"mean": Mean.one, "max": Max, "min": Min}
         for name, value in sampler_statistics(deltas, rhos).items():
             self.record(name, combine[name.rsplit("/", 1)[1]](value))
@@ -570,6 +583,8 @@ class GRPOTrainer(Trainer):
                 bonus_mask = mask if entropy_mask is None else mask * entropy_mask
                 bonus_sums.append(paddle.stack([(entropy.detach() * bonus_mask).sum(), bonus_mask.sum()]))
                 old_logp = exp.old_logp if exp.old_logp is not None else logp.detach()
+                if cfg.importance_sampling_correction and exp.sampler_ratio is None:  # _rho_from_training_forward
+                    self._sampler_correction(exp, old_logp)
                 loss, loss_stats = grpo_loss(logp, old_logp, exp.ref_logp, exp.advantages, exp.mask, settings,
                                              num_items_in_batch=exp.loss_tokens, entropies=entropy,
                                              entropy_mask=entropy_mask, sampler_ratio=exp.sampler_ratio,
@@ -577,6 +592,7 @@ class GRPOTrainer(Trainer):
             self.backward(loss, last=i == len(batches) - 1)
             losses.append(float(loss))
             stats.append(loss_stats)
+        self._record_corrected_generation_batches()
         update = self.apply_update(losses)
         self._update_reference()
         if control is not None:  # the step's entropy on the bonus's tokens over every rank: sum and count, one reduce
@@ -587,6 +603,14 @@ class GRPOTrainer(Trainer):
         # averages the micro-batches' means instead); one host read
         entropy = Mean(float(paddle.stack(entropy_sums).sum()), local_tokens)
         return self.step_metrics(self._step_stats(losses, stats, update, time.perf_counter() - start, entropy))
+
+    def _record_corrected_generation_batches(self) -> None:
+        """The sampling/* metrics of each generation batch whose micro-batches were all corrected at their training
+        forward (``_rho_from_training_forward``): all of them are trained in the step that made it, as TRL logs it."""
+        corrected = [all(e.sampler_values is not None for e in batch) for batch in self._uncorrected]
+        for generation_batch in [batch for batch, done in zip(self._uncorrected, corrected) if done]:
+            self._record_sampler_statistics(generation_batch)
+        self._uncorrected = [batch for batch, done in zip(self._uncorrected, corrected) if not done]
 
     def _sampling_logp(self, exp: Experience) -> Optional[paddle.Tensor]:
         """The rollout's own log-probs, which the off-policy mask measures from with the sampler's correction on (as
