@@ -52,6 +52,9 @@ torch_side=()
 [ -n "$trl" ] && torch_side=(--torch "$trl")
 run "matrix products: Paddle's MKL under each kernel set, and torch's in PY, one thread" \
     "$python" "$here/experiments/mkl_kernels.py" --rounds "$step_rounds" "${torch_side[@]}"
+# bf16 products where the CPU has bf16 instructions (AVX-512 BF16, AMX): the kernel oneDNN picks and its speed
+run "the decode step's products in bfloat16 (oneDNN) against MKL's float32, 135M sizes, one thread" \
+    "$python" "$here/experiments/bf16_products.py"
 if [ -n "$trl" ]; then
     for threads in 1 2; do
         run "GRPO step against TRL 1.16, $threads thread(s)" \
@@ -61,6 +64,8 @@ if [ -n "$trl" ]; then
         "$python" "$here/rollout.py" --hf "$trl" --rounds "$rollout_rounds"
     run "rollout against transformers' generate, 135M model" \
         "$python" "$here/rollout.py" --hf "$trl" --hidden 1024 --layers 8 --rounds "$step_rounds"
+    run "rollout against transformers' generate, bf16 on both sides (rollout_bf16_products), 135M model" \
+        "$python" "$here/rollout.py" --hf "$trl" --bf16 --hidden 1024 --layers 8 --rounds "$step_rounds"
 fi
 if [ -n "$vllm" ]; then
     for model in 6.9M 135M; do
@@ -72,6 +77,8 @@ if [ -n "$vllm" ]; then
                 "$python" "$here/rollout.py" --vllm "$vllm" $size --threads "$threads" --rounds "$rollout_rounds"
         done
     done
+    run "rollout against vLLM's CPU build, bf16 on both sides (rollout_bf16_products), 135M model, one thread" \
+        "$python" "$here/rollout.py" --vllm "$vllm" --bf16 --hidden 1024 --layers 8 --rounds "$step_rounds"
 fi
 if [ -n "$trl" ] && [ "$quick" = 0 ]; then
     run "the scaling grid against TRL 1.16 (length, G, image)" \
