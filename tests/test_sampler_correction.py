@@ -151,22 +151,28 @@ def test_trls_vllm_keys_are_read_as_the_projects_and_the_rules_hold(tmp_path):
     GRPOConfig(**base, loss_type="vespo", importance_sampling_mode="token_mask").check_own_keys()
 
 
-def test_with_dynamic_sampling_and_a_reused_rollout(tiny_model_dir, rec_samples, tmp_path):
-    """The rollout's log-probs follow the groups dynamic sampling keeps; a rollout reused by num_iterations steps is
-    corrected with the rho made at rollout time, and logged once, at the step that made it (as TRL logs it)."""
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_with_dynamic_sampling_and_a_reused_rollout(tiny_model_dir, rec_samples, tmp_path, num_iterations):
+    """The rollout's log-probs follow the groups dynamic sampling keeps. A rollout reused by num_iterations steps is
+    corrected with the rho made at rollout time, and logged once, at the step that made it (as TRL logs it); one
+    trained once (rho from the training forward) is logged at every step, each making its own."""
     history = GRPOTrainer(_config(tiny_model_dir, tmp_path, importance_sampling_correction=True, dynamic_sampling=True,
-                                  num_iterations=2, max_steps=2, max_num_gen_batches=2),
+                                  num_iterations=num_iterations, max_steps=2, max_num_gen_batches=2),
                           samples=rec_samples).train()["history"]
-    assert 0 < history[0]["sampling/sampling_logp_difference/max"] < 1e-4
-    assert history[0]["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-4)
-    assert not any(key.startswith("sampling/") for key in history[1])
+    for step in history[:3 - num_iterations]:
+        assert 0 < step["sampling/sampling_logp_difference/max"] < 1e-4
+        assert step["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-4)
+    if num_iterations == 2:
+        assert not any(key.startswith("sampling/") for key in history[1])
 
 
+@pytest.mark.parametrize("steps_per_generation", [None, 1])
 def test_on_policy_the_correction_reads_the_training_forward_and_runs_no_forward_of_its_own(
-        tiny_model_dir, rec_samples, tmp_path, monkeypatch):
+        tiny_model_dir, rec_samples, tmp_path, monkeypatch, steps_per_generation):
     """Where every micro-batch is trained before an optimizer step follows its rollout (the default), rho is made from
     the training forward's log-probs, detached: no forward at rollout time (TRL runs one), and the loss and the
-    sampling/* metrics of two steps equal those of the forward at rollout time (forced here) to float rounding."""
+    sampling/* metrics of two steps equal those of the forward at rollout time (forced here) to float rounding; also
+    with two generation batches in a step (steps_per_generation 1), each logged as its own."""
     from paddle_r1.trainer import grpo
 
     forwards = []
@@ -177,7 +183,8 @@ def test_on_policy_the_correction_reads_the_training_forward_and_runs_no_forward
         monkeypatch.setattr(GRPOTrainer, "_rho_from_training_forward", property(lambda self, on=from_training: on))
         forwards.clear()
         config = _config(tiny_model_dir, tmp_path / str(from_training), importance_sampling_correction=True,
-                         importance_sampling_mode="token_truncate", max_steps=2)
+                         importance_sampling_mode="token_truncate", max_steps=2,
+                         steps_per_generation=steps_per_generation)
         runs[from_training] = (GRPOTrainer(config, samples=rec_samples).train()["history"], len(forwards))
     (trained, no_forwards), (at_rollout, rollout_forwards) = runs[True], runs[False]
     assert no_forwards == 0 and rollout_forwards == 4  # 2 steps x 2 micro-batches
