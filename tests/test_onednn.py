@@ -106,3 +106,23 @@ def test_a_dropped_weight_gives_its_packed_copy_back():
         OneDNNWeight(weight, 16)
     gc.collect()
     assert resident_mib() - before < 20
+
+
+def test_a_library_without_the_calls_used_here_counts_as_none(tmp_path, monkeypatch):
+    """A oneDNN that does not load with the calls used here (another build's library: here a real shared library
+    without them, Python's own _ctypes) is no oneDNN, so the products stay float32."""
+    import _ctypes
+
+    from paddle_r1.generation import onednn as module
+
+    libs = tmp_path / "paddle" / "libs"
+    libs.mkdir(parents=True)
+    (libs / "libdnnl.so.3").symlink_to(_ctypes.__file__)
+    monkeypatch.setattr(module.paddle, "__file__", str(tmp_path / "paddle" / "__init__.py"))
+    module.onednn.cache_clear()
+    try:
+        assert module.onednn() is None
+    finally:
+        monkeypatch.undo()
+        module.onednn.cache_clear()
+    assert onednn() is not None

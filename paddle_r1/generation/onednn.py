@@ -112,9 +112,13 @@ class OneDNN:
 
 @functools.lru_cache(maxsize=None)
 def onednn() -> Optional[OneDNN]:
-    """The oneDNN Paddle's CPU wheel ships, or None where it ships none."""
+    """The oneDNN Paddle's CPU wheel ships, or None where it ships none that loads with the calls used here (another
+    build's library may lack one, or fail to make a CPU engine)."""
     path = os.path.join(os.path.dirname(paddle.__file__), "libs", "libdnnl.so.3")
-    return OneDNN(path) if os.path.isfile(path) else None
+    try:
+        return OneDNN(path) if os.path.isfile(path) else None
+    except (OSError, AttributeError, RuntimeError):
+        return None
 
 
 class OneDNNWeight:

@@ -752,7 +752,7 @@ def bf16_products_note(config: GRPOConfig, engine: str) -> str:
     if not paddle.get_device().startswith("cpu"):
         return "; rollout_bf16_products ignored: off the CPU the rollout runs in the model's dtype"
     if onednn() is None:
-        return "; rollout_bf16_products ignored: this Paddle wheel ships no oneDNN library"
+        return "; rollout_bf16_products ignored: this Paddle wheel ships no usable oneDNN library (libs/libdnnl.so.3)"
     found = bf16_instructions()
     note = (f"; bf16 products ({', '.join(found)})" if found else
             "; bf16 products emulated: this CPU has no bf16 instructions (avx512_bf16, amx_bf16), slower than float32")
