@@ -59,17 +59,14 @@ class _FusedSwigluMLP:
     docstring)."""
 
     def forward(self, x):
-        if not (self.fuse_swiglu and self.fuse_up_gate):
-            return super().forward(x)
-        gate_up = getattr(self, self.gate_up_proj_name)
-        if not paddle.is_grad_enabled():
-            if x.place.is_cpu_place():
+        if self.fuse_swiglu and self.fuse_up_gate:
+            gate_up, down = getattr(self, self.gate_up_proj_name), self.down_proj
+            if not paddle.is_grad_enabled() and x.place.is_cpu_place():
                 gate, up = gate_up(x).chunk(2, axis=-1)
-                return self.down_proj(self.act_fn(gate) * up)
-            return super().forward(x)
-        down = self.down_proj
-        if type(down) is paddle.nn.Linear and down.bias is None and amp_state() is None:  # auto_cast: autograd's casts
-            return SwigluDown.apply(gate_up(x), down.weight)
+                return down(self.act_fn(gate) * up)
+            if (paddle.is_grad_enabled() and type(down) is paddle.nn.Linear and down.bias is None
+                    and amp_state() is None):  # under auto_cast: autograd's casts on the plain ops
+                return SwigluDown.apply(gate_up(x), down.weight)
         return super().forward(x)
 
 

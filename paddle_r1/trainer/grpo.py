@@ -155,7 +155,6 @@ class GRPOTrainer(Trainer):
                                        cuda_graphs=config.rollout_cuda_graphs,
                                        bf16_products=config.rollout_bf16_products)
         self.buffer: list[Experience] = []  # this rank's micro-batches of the generation batch
-        self._uncorrected: list[list[Experience]] = []  # generation batches whose sampler correction is not yet made
         self.trained: list[Experience] = []  # the micro-batches of the last step, each once
         self.reference_adapters: Optional[dict] = None  # with LoRA and a reference that follows the policy
         self.loss_settings = LossSettings.of(config)
@@ -282,7 +281,7 @@ class GRPOTrainer(Trainer):
         (``_make_block``), this rank's ``steps_per_generation`` micro-batches of it in ``buffer``, and the
         generation batch's token count over all ranks (dapo's, cispo's and vespo's normaliser, as TRL rescales its
         num_items_in_batch to one optimizer step)."""
-        cfg, layout = self.config, self.layout
+        layout = self.layout
         with self.precision.compute():
             self.buffer = [exp for block in range(layout.blocks)
                            for exp in self._make_block(micro_step + block * layout.block_steps)]
@@ -291,11 +290,6 @@ class GRPOTrainer(Trainer):
             for exp in self.buffer:
                 exp.old_logp = None
         self._count_loss_tokens()
-        if cfg.importance_sampling_correction:
-            if self._rho_from_training_forward:  # corrected and logged as its micro-batches are trained
-                self._uncorrected.append(list(self.buffer))
-            else:
-                self._record_sampler_statistics(self.buffer)
 
     def _count_loss_tokens(self) -> None:
         """``Experience.loss_tokens`` of the buffer: its completion tokens over all ranks x gradient_accumulation_steps
@@ -560,11 +554,13 @@ class GRPOTrainer(Trainer):
         cfg = self.config
         start = time.perf_counter()
         batches = []  # the step's micro-batches, in TRL's cycle over generation batches
+        made = []  # the generation batches this step made
         for i in range(cfg.gradient_accumulation_steps):
             micro_step = self.step * cfg.gradient_accumulation_steps + i
             generates, slot = generation_slot(micro_step, self.layout.steps_per_generation, cfg.num_iterations)
             if generates:
                 self._make_generation_batch(micro_step)
+                made.append(self.buffer)
             batches.append(self.buffer[slot])
         self.trained = list({id(exp): exp for exp in batches}.values())  # each once, for the logs
         local_tokens = float(sum(float(e.mask.sum()) for e in batches))
@@ -592,7 +588,9 @@ class GRPOTrainer(Trainer):
             self.backward(loss, last=i == len(batches) - 1)
             losses.append(float(loss))
             stats.append(loss_stats)
-        self._record_corrected_generation_batches()
+        if cfg.importance_sampling_correction:  # logged once, at the step that made it (as TRL logs it)
+            for generation_batch in made:  # every micro-batch corrected by now (``_rho_from_training_forward``)
+                self._record_sampler_statistics(generation_batch)
         update = self.apply_update(losses)
         self._update_reference()
         if control is not None:  # the step's entropy on the bonus's tokens over every rank: sum and count, one reduce
@@ -603,14 +601,6 @@ class GRPOTrainer(Trainer):
         # averages the micro-batches' means instead); one host read
         entropy = Mean(float(paddle.stack(entropy_sums).sum()), local_tokens)
         return self.step_metrics(self._step_stats(losses, stats, update, time.perf_counter() - start, entropy))
-
-    def _record_corrected_generation_batches(self) -> None:
-        """The sampling/* metrics of each generation batch whose micro-batches were all corrected at their training
-        forward (``_rho_from_training_forward``): all of them are trained in the step that made it, as TRL logs it."""
-        corrected = [all(e.sampler_values is not None for e in batch) for batch in self._uncorrected]
-        for generation_batch in [batch for batch, done in zip(self._uncorrected, corrected) if done]:
-            self._record_sampler_statistics(generation_batch)
-        self._uncorrected = [batch for batch, done in zip(self._uncorrected, corrected) if not done]
 
     def _sampling_logp(self, exp: Experience) -> Optional[paddle.Tensor]:
         """The rollout's own log-probs, which the off-policy mask measures from with the sampler's correction on (as
