@@ -109,6 +109,15 @@ def _ranks_that_drop_the_clips(monkeypatch):
     monkeypatch.setattr(runs, "launch", lambda ws, name, sharding, media: runs.single_run(ws, "image")[0])
 
 
+def _rollout_log_probs_half_a_nat_off(monkeypatch):
+    """A rollout whose log-prob of each drawn token is off by 0.5 nats (its tokens drawn right): the sampler's
+    correction would then reweigh every token by exp(-0.5)."""
+    from paddle_r1.generation import rollout
+
+    drawn = rollout._drawn_logp
+    monkeypatch.setattr(rollout, "_drawn_logp", lambda *args: drawn(*args) - 0.5)
+
+
 @pytest.mark.parametrize("check, breaks, error, advice", [
     ("attention", _broken_attention_kernel, "RuntimeError: CUDA error: no kernel image is available",
      "--attn_implementation eager"),
@@ -121,8 +130,10 @@ def _ranks_that_drop_the_clips(monkeypatch):
      "train float16 without --sharding"),
     ("ranks_data_parallel_video", _ranks_that_drop_the_clips, "CheckFailed: the ranks' prompts showed [(1, 'none'),",
      "train on clips on one GPU"),
+    ("grpo_run", _rollout_log_probs_half_a_nat_off, "CheckFailed: importance_sampling_correction, step 1: "
+     "{'sampling/sampling_logp_difference/mean': 0.49999", "--workdir DIR"),
 ], ids=["attention kernel raises", "attention top-left after a cache", "decode step off by 1e-3",
-        "ranks part on an overflow", "ranks train without the clips"])
+        "ranks part on an overflow", "ranks train without the clips", "rollout log-probs off by 0.5 nats"])
 def test_a_branch_broken_on_purpose_is_a_fail_with_its_error_and_exit_code_1(check, breaks, error, advice, tmp_path,
                                                                              monkeypatch, capsys):
     breaks(monkeypatch)

@@ -121,7 +121,30 @@ def grpo_run(ws) -> str:
         raise CheckFailed("training changed no weight")
     steps = ", ".join(f"loss {row['loss']:.2g} reward {row['reward']:.3f}" for row in run.metrics)
     return (f"{len(run.metrics)} steps ({steps}); {os.path.basename(run.checkpoint)} loads the trained weights "
-            f"exactly (moved up to {moved:.2g} from the initial)")
+            f"exactly (moved up to {moved:.2g} from the initial); {_sampler_correction_run(ws)}")
+
+
+SAMPLER_DRIFT_LIMIT = 0.1  # nats: a rollout's log-probs misaligned with the training forward's differ by several
+
+
+def _sampler_correction_run(ws) -> str:
+    """The same run with ``importance_sampling_correction``: rho made from the training forward's log-probs in this
+    machine's precision (``GRPOTrainer._rho_from_training_forward``), every step's sampling/* metrics finite and the
+    rollout's log-probs within ``SAMPLER_DRIFT_LIMIT`` of the training forward's on average."""
+    from ..config.jobs import GRPOConfig
+    from ..trainer.grpo import GRPOTrainer
+
+    output_dir = ws.fresh("run-1-rank-corrected")
+    GRPOTrainer(GRPOConfig(**run_settings(ws, output_dir, ws.nproc, importance_sampling_correction=True))).train()
+    names = ("sampling/sampling_logp_difference/mean", "sampling/importance_sampling_ratio/mean")
+    for row in _metrics(output_dir):
+        drift, ratio = (row.get(name) for name in names)
+        if drift is None or ratio is None or not (math.isfinite(drift) and math.isfinite(ratio)) \
+                or drift > SAMPLER_DRIFT_LIMIT:
+            raise CheckFailed(f"importance_sampling_correction, step {row['step']}: {dict(zip(names, (drift, ratio)))}"
+                              f" (the mean difference's limit {SAMPLER_DRIFT_LIMIT} nats)")
+    return (f"with importance_sampling_correction the rollout's log-probs {drift:.1e} nats from the training "
+            f"forward's on average, rho {ratio:.4f} (limit {SAMPLER_DRIFT_LIMIT})")
 
 
 # A model big enough that its working memory, not allocator rounding, makes the peak (93M parameters), with a GRPO step
