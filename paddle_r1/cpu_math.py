@@ -56,13 +56,18 @@ def cpu_flags(cpuinfo: str) -> set:
     return _vendor_and_flags(cpuinfo)[1]
 
 
+def has_avx512(cpuinfo: str | None = None) -> bool:
+    """Whether the processor has AVX-512 F, CD, BW, DQ and VL (``/proc/cpuinfo``'s text, this machine's if None)."""
+    return AVX512_SKYLAKE <= cpu_flags(read_cpuinfo() if cpuinfo is None else cpuinfo)
+
+
 def mkl_cpu_type(cpuinfo: str) -> str | None:
     """For an AMD processor, per ``/proc/cpuinfo``'s text: "7" (AVX-512) if it has AVX-512 F, CD, BW, DQ and VL,
     "5" (AVX2) if it has AVX2 and FMA; else None."""
     vendor, flags = _vendor_and_flags(cpuinfo)
     if vendor != "AuthenticAMD":
         return None
-    if AVX512_SKYLAKE <= flags:
+    if has_avx512(cpuinfo):
         return "7"
     return "5" if {"avx2", "fma"} <= flags else None
 

@@ -1,7 +1,7 @@
 """Which MKL kernels paddle_r1 asks for, from /proc/cpuinfo's text (no timing here: benchmarks/grpo_step.py)."""
 import os
 
-from paddle_r1.cpu_math import mkl_cpu_type
+from paddle_r1.cpu_math import has_avx512, mkl_cpu_type
 
 AMD = "vendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse sse2 fma avx avx2\n"
 
@@ -15,6 +15,36 @@ def test_amd_with_skylakes_avx512_gets_mkls_avx512_kernels():
     assert mkl_cpu_type(avx512) == "7"
     assert mkl_cpu_type(avx512.replace(" avx512vl", "")) == "5"  # MKL's AVX-512 kernels use all five
     assert mkl_cpu_type(avx512.replace("AuthenticAMD", "GenuineIntel")) is None
+
+
+def test_avx512_means_skylakes_five_sets():
+    avx512 = AMD.replace(" avx2", " avx2 avx512f avx512cd avx512bw avx512dq avx512vl")
+    assert has_avx512(avx512) and has_avx512(avx512.replace("AuthenticAMD", "GenuineIntel"))
+    assert not has_avx512(AMD) and not has_avx512(avx512.replace(" avx512bw", "")) and not has_avx512("")
+
+
+def test_paddles_fused_rms_norm_cpu_kernel_runs_exactly_where_the_decoder_takes_it():
+    """The decode step fuses its norms only where the kernel runs (``fused_rms_norm_runs``): Paddle's CPU kernel is
+    AVX-512 code whatever the processor, so on a CPU without AVX-512 the call stops its process with an illegal
+    instruction (SIGILL, an exit of -4); with AVX-512 it returns x + residual and the norm. Run in a process of its
+    own: should a Paddle release make the kernel run everywhere, this fails and the separate kernels can go."""
+    import signal
+    import subprocess
+    import sys
+
+    import paddle
+
+    from paddle_r1.generation.decoder import fused_rms_norm_runs
+
+    call = ("import paddle; from paddle import _C_ops; x = paddle.ones([2, 64]); "
+            "out = _C_ops.fused_rms_norm_quant(x, None, x, paddle.ones([64]), None, 1e-6, 1, -1.0, 0, 0.0, 0.0); "
+            "assert float(out[1].sum()) == 256.0 and abs(float(out[0].sum()) - 128.0) < 1e-3, out")
+    result = subprocess.run([sys.executable, "-c", call], capture_output=True, text=True, timeout=300)
+    assert fused_rms_norm_runs(paddle.CPUPlace()) == has_avx512()
+    if has_avx512():
+        assert result.returncode == 0, result.stderr[-2000:]
+    else:
+        assert result.returncode == -signal.SIGILL, (result.returncode, result.stderr[-2000:])
 
 
 def test_intel_and_processors_without_avx2_are_left_to_mkl():

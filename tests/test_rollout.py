@@ -135,7 +135,8 @@ def test_inverse_cdf_draw_matches_the_distribution():
     np.testing.assert_allclose(np.bincount(picks, minlength=4) / n, [0.5, 0.3, 0.15, 0.05], atol=0.03)
 
 
-@pytest.mark.parametrize("engine", ["layers", "one_token_packed", "one_token_plain", "one_token_growing"])
+@pytest.mark.parametrize("engine", ["layers", "one_token_packed", "one_token_plain", "one_token_growing",
+                                    "one_token_separate_norms"])
 def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samples, engine, monkeypatch):
     """Both decode steps over their preallocated caches (prefilled once per prompt, rows repeated) give the logits
     of paddleformers' forward with its growing DynamicCache over the repeated prompt: the model's own layers
@@ -144,7 +145,9 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
     as stored for its first steps and packed for MKL from then on, its cache slots written by MKL (CPU), or as stored
     throughout, its cache written by setitem at the device slot (``one_token_plain``, a GPU's way). In
     ``one_token_growing`` its cache holds room for 2 tokens and grows by 2 at the third step: the fourth slot is still
-    closed then."""
+    closed then. Its norms and residual adds are the fused kernel where it runs (a CPU with AVX-512) and separate
+    kernels elsewhere, and in ``one_token_separate_norms`` on every CPU."""
+    from paddle_r1.cpu_math import has_avx512
     from paddle_r1.generation import decoder as decoders
     from paddle_r1.generation import kv_cache
     from paddle_r1.generation.decoder import LayerDecoder, OneTokenDecoder, supports
@@ -163,6 +166,9 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
         rows = mask.shape[0]
         if engine == "one_token_growing":
             monkeypatch.setattr(kv_cache, "GROWTH", 2)
+        fused_norms = engine != "one_token_separate_norms" and has_avx512()
+        if engine == "one_token_separate_norms":
+            monkeypatch.setattr(decoders, "fused_rms_norm_runs", lambda place: False)
         packed = engine != "one_token_plain"
         if not packed:
             monkeypatch.setattr(decoders, "packed", lambda *args, **kwargs: None)
@@ -172,6 +178,7 @@ def test_static_cache_decode_equals_the_models_own_cached_forward(tiny, rec_samp
                                         pack_after=2))  # steps 0-1 as stored, 2-3 packed
         if engine != "layers":  # the cache written by MKL at the host count, or by setitem at the device slot
             assert (decoder.cache._open is not None) == packed
+            assert decoder.rms_norm is (decoders._fused_rms_norm if fused_norms else decoders._composed_rms_norm)
 
         def packed_now() -> list:
             return [p.packed is not None for p in decoder.layers[0].projections] + [decoder.head is not None]

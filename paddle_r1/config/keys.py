@@ -247,7 +247,8 @@ class RolloutKeys:
                                       "weights in bfloat16 (oneDNN, weights cast and laid out once per rollout; "
                                       "the rest of the step, the prefill and training stay float32): rollouts 1.15x "
                                       "(6.9M parameters) to 1.5x (135M) faster on an AMD Zen 4 with avx512_bf16, "
-                                      "slower on a CPU without bf16 instructions (avx512_bf16, amx_bf16). The "
+                                      "slower on a CPU without bf16 instructions (avx512_bf16, amx_bf16), and "
+                                      "float32 on one without AVX-512 (oneDNN makes no bf16 product there). The "
                                       "sampled tokens then come from slightly other log-probs than the training "
                                       "forward's: set importance_sampling_correction true with it. No effect on a "
                                       "GPU (the rollout runs in the model's dtype) or with rollout_engine layers")

@@ -24,7 +24,8 @@ scripts in ``benchmarks/experiments/``; their figures are in ``benchmarks/README
   (``kv_cache.TransposedKVCache``; ``decode_products.py``).
 - The rotary tables of every step are computed in one call before the loop, not one call per token.
 - Many of the step's kernels were small elementwise ones (``decode_floor.py`` counts them); these are merged:
-  each RMSNorm and the residual add before it are one ``fused_rms_norm`` (Paddle registers its kernel on CPU), the
+  each RMSNorm and the residual add before it are one ``fused_rms_norm`` (Paddle registers its kernel on CPU; on a
+  CPU without AVX-512, where that kernel cannot run, they are separate kernels: ``fused_rms_norm_runs``), the
   query, key and value of a layer are rotated in one pass over its qkv product (the value with cos 1 and sin 0, the
   query's tables carrying the attention's scaling), the qkv bias is added by the product's kernel (``linear``), and
   the rotary rows and the mask are laid out once per step, not per layer. (Paddle's ``swiglu`` kernel was slower
@@ -55,7 +56,8 @@ from paddleformers.peft.lora.lora_layers import LoRALinear
 
 from ..models.families import FAMILIES, ModelFamily, family_of
 from ..models.forward import RepeatedPrompt, text_decoder, text_positions
-from ..models.rms_norm import computes_rms_norm
+from ..cpu_math import has_avx512
+from ..models.rms_norm import computes_rms_norm, rms_norm
 from ..models.text_attention import rotate, softmax_float32
 from .cuda_graphs import GraphedDecoder, capture_hazard, graphs_off
 from .kv_cache import StaticKVCache, TransposedKVCache
@@ -220,10 +222,25 @@ def supports(model) -> bool:
                for layer in text.layers)
 
 
-def _rms_norm(x: paddle.Tensor, weight: paddle.Tensor, epsilon: float, residual: Optional[paddle.Tensor] = None):
+def _fused_rms_norm(x: paddle.Tensor, weight: paddle.Tensor, epsilon: float,
+                    residual: Optional[paddle.Tensor] = None) -> tuple:
     """rms_norm(x + residual) * weight over the last axis, and x + residual (``paddle.incubate.nn.functional.
-    fused_rms_norm``'s kernel, registered on CPU too, called without its wrapper)."""
+    fused_rms_norm``'s kernel, called without its wrapper)."""
     return _C_ops.fused_rms_norm_quant(x, None, residual, weight, None, epsilon, len(x.shape) - 1, -1.0, 0, 0.0, 0.0)
+
+
+def _composed_rms_norm(x: paddle.Tensor, weight: paddle.Tensor, epsilon: float,
+                       residual: Optional[paddle.Tensor] = None) -> tuple:
+    """``_fused_rms_norm``'s two results from separate kernels: rms_norm(x + residual) * weight, and x + residual."""
+    total = x if residual is None else _C_ops.add(x, residual)
+    return rms_norm(total, weight, epsilon), total
+
+
+def fused_rms_norm_runs(place) -> bool:
+    """Whether ``fused_rms_norm``'s kernel runs on ``place``: everywhere Paddle registers it but on a CPU without
+    AVX-512, where its CPU kernel (``RmsNormAvxKernel``, AVX-512 instructions whatever the processor, Paddle 3.3.1)
+    stops the process with an illegal instruction (an AMD EPYC before Zen 4, say)."""
+    return not place.is_cpu_place() or has_avx512()
 
 
 def packed_head(head, rows: int, bf16: bool = False):
@@ -250,6 +267,7 @@ class OneTokenDecoder:
         self.head_dim = attention.head_dim
         self.scaling = attention.scaling
         self.epsilon = text.norm.variance_epsilon
+        self.rms_norm = _fused_rms_norm if fused_rms_norm_runs(text.norm.weight.place) else _composed_rms_norm
         act_fn = text.layers[0].mlp.act_fn  # a layer's call costs more than its kernel at one token a row
         self.activation = _C_ops.silu if type(act_fn) is paddle.nn.Silu else act_fn
         embedding = text.embed_tokens
@@ -287,8 +305,8 @@ class OneTokenDecoder:
     def step(self, token: paddle.Tensor) -> paddle.Tensor:
         """Next-token logits [rows, vocab] after ``token`` [rows], the next completion token of each row.
 
-        Per layer: the norms are fused with the residual adds before them (``fused_rms_norm``, which has a CPU
-        kernel), the query, key and value are rotated together in one pass (the value with cos 1, sin 0); the rotary
+        Per layer: the norms are fused with the residual adds before them (``fused_rms_norm`` where its kernel runs),
+        the query, key and value are rotated together in one pass (the value with cos 1, sin 0); the rotary
         tables and the mask are laid out once per step, not per layer. The step calls Paddle's operators
         (``_C_ops``) without their Python wrappers, whose argument handling cost 5% of the step at the speed anchor's
         sizes on CPU; the kernels and the numbers are the same."""
@@ -312,23 +330,23 @@ class OneTokenDecoder:
         mask = _C_ops.expand(cache.mask, [rows, self.kv_heads, groups, cache.mask.shape[-1]])
         heads_shape, merged_shape = [rows, self.kv_heads, groups + 2, self.head_dim], [rows, self.heads * self.head_dim]
         residual = self._embed(token)  # [rows, hidden]
-        hidden = _rms_norm(residual, self.layers[0].input_norm, self.epsilon)[0]
+        hidden = self.rms_norm(residual, self.layers[0].input_norm, self.epsilon)[0]
         for index, layer in enumerate(self.layers):
             mixed = self._heads(layer.qkv, hidden, heads_shape)
             if layer.query_norm is not None:  # Qwen3: each head's query and key normalised before the rotation
                 query, key, value = _C_ops.split(mixed, [groups, 1, 1], 2)
-                mixed = _C_ops.concat([_rms_norm(query, layer.query_norm, self.head_epsilon)[0],
-                                       _rms_norm(key, layer.key_norm, self.head_epsilon)[0], value], 2)
+                mixed = _C_ops.concat([self.rms_norm(query, layer.query_norm, self.head_epsilon)[0],
+                                       self.rms_norm(key, layer.key_norm, self.head_epsilon)[0], value], 2)
             mixed = rotate(mixed, cos, sin)
             query, key, value = _C_ops.split(mixed, [groups, 1, 1], 2)
             keys, values = cache.write(index, key, value)
             probs = softmax_float32(_C_ops.add(_C_ops.matmul(query, keys, False, False), mask))
             attended = _C_ops.reshape(_C_ops.matmul(probs, values, False, False), merged_shape)
-            hidden, residual = _rms_norm(layer.out(attended), layer.post_norm, self.epsilon, residual)[:2]
+            hidden, residual = self.rms_norm(layer.out(attended), layer.post_norm, self.epsilon, residual)[:2]
             gate, up = self._gate_up(layer.gate_up, hidden)
             down = layer.down(_C_ops.multiply(self.activation(gate), up))
             next_norm = self.layers[index + 1].input_norm if index + 1 < len(self.layers) else self.text.norm.weight
-            hidden, residual = _rms_norm(down, next_norm, self.epsilon, residual)[:2]
+            hidden, residual = self.rms_norm(down, next_norm, self.epsilon, residual)[:2]
         cache.advance_slot()
         return self.model.lm_head(hidden) if self.head is None else self.head(hidden)
 

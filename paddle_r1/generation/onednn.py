@@ -121,6 +121,19 @@ def onednn() -> Optional[OneDNN]:
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def bf16_products_run() -> bool:
+    """Whether oneDNN makes a bfloat16 product on this CPU: it has kernels for CPUs with AVX-512 (native bf16
+    instructions or emulated) and answers "unimplemented" elsewhere, as on an AMD EPYC before Zen 4 (AVX2 only)."""
+    if onednn() is None:
+        return False
+    try:
+        OneDNNWeight(paddle.ones([16, 16]), 2)
+    except RuntimeError:
+        return False
+    return True
+
+
 class OneDNNWeight:
     """``x @ weight`` (float32 [rows, in] -> float32 [rows, out]) for a Paddle linear weight [in, out] (``x @
     weight.T`` for a weight [out, in] stored ``transposed``, as an LM head's), the weight held once in ``dtype``

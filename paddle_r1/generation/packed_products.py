@@ -19,7 +19,7 @@ import paddle
 from paddle import _C_ops
 
 from .mkl import float32_on_cpu, mkl_library
-from .onednn import OneDNNWeight, onednn
+from .onednn import OneDNNWeight, bf16_products_run
 
 ROW_MAJOR, NO_TRANS, TRANS, PACKED, B_MATRIX = 101, 111, 112, 151, 162  # MKL's CBLAS enum values
 
@@ -30,11 +30,13 @@ def packs(weight: paddle.Tensor) -> bool:
 
 
 def packed(weight: paddle.Tensor, rows: int, transposed: bool = False, bf16: bool = False):
-    """``weight`` packed for ``rows``-row products where ``packs`` takes it: by MKL in float32 (``PackedWeight``),
-    or with ``bf16`` by oneDNN in bfloat16 (``onednn.OneDNNWeight``; where Paddle ships oneDNN); else None."""
-    if not packs(weight) or (bf16 and onednn() is None):
+    """``weight`` packed for ``rows``-row products where ``packs`` takes it: with ``bf16`` by oneDNN in bfloat16
+    (``onednn.OneDNNWeight``) where oneDNN makes bf16 products on this CPU, else by MKL in float32
+    (``PackedWeight``); None where ``packs`` does not take it."""
+    if not packs(weight):
         return None
-    return OneDNNWeight(weight, rows, transposed) if bf16 else PackedWeight(weight, rows, transposed)
+    return OneDNNWeight(weight, rows, transposed) if bf16 and bf16_products_run() else PackedWeight(weight, rows,
+                                                                                                   transposed)
 
 
 class PackedWeight:

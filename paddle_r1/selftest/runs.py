@@ -141,7 +141,9 @@ def _sampler_correction_run(ws) -> str:
         drift, ratio = (row.get(name) for name in names)
         if drift is None or ratio is None or not (math.isfinite(drift) and math.isfinite(ratio)) \
                 or drift > SAMPLER_DRIFT_LIMIT:
-            raise CheckFailed(f"importance_sampling_correction, step {row['step']}: {dict(zip(names, (drift, ratio)))}"
+            shown = ", ".join(f"{name} {'missing' if value is None else format(value, '.4g')}"
+                              for name, value in zip(names, (drift, ratio)))
+            raise CheckFailed(f"importance_sampling_correction, step {row['step']}: {shown}"
                               f" (the mean difference's limit {SAMPLER_DRIFT_LIMIT} nats)")
     return (f"with importance_sampling_correction the rollout's log-probs {drift:.1e} nats from the training "
             f"forward's on average, rho {ratio:.4f} (limit {SAMPLER_DRIFT_LIMIT})")

@@ -26,7 +26,7 @@ from ..config.jobs import GRPOConfig
 from ..errors import ConfigError
 from ..generation.decoder import ONE_TOKEN_RUNS, PACK_AFTER_STEPS, supports as decoder_supports
 from ..generation.cuda_graphs import capture_hazard
-from ..generation.onednn import bf16_instructions, onednn
+from ..generation.onednn import bf16_instructions, bf16_products_run, onednn
 from ..generation.rollout import PromptBatch, Rollout, SamplingParams
 from ..models.lora import adapter_state, adapter_values, adapters_disabled
 from ..rewards.manager import RewardManager, config_folders, reward_columns
@@ -733,8 +733,9 @@ def _json_number(value) -> Optional[float]:
 
 
 def bf16_products_note(config: GRPOConfig, engine: str) -> str:
-    """What the rollout engine's line says of ``rollout_bf16_products``: where it has no effect, and on a CPU which
-    bf16 instructions oneDNN's kernels run on (none: it emulates them, slower than float32)."""
+    """What the rollout engine's line says of ``rollout_bf16_products``: where it has no effect (oneDNN makes no bf16
+    product on a CPU without AVX-512), and on a CPU which bf16 instructions oneDNN's kernels run on (none: it emulates
+    them, slower than float32)."""
     if not config.rollout_bf16_products:
         return ""
     if engine != "one_token":
@@ -743,6 +744,8 @@ def bf16_products_note(config: GRPOConfig, engine: str) -> str:
         return "; rollout_bf16_products ignored: off the CPU the rollout runs in the model's dtype"
     if onednn() is None:
         return "; rollout_bf16_products ignored: this Paddle wheel ships no usable oneDNN library (libs/libdnnl.so.3)"
+    if not bf16_products_run():
+        return "; rollout_bf16_products ignored: oneDNN makes no bfloat16 product on this CPU (float32 products)"
     found = bf16_instructions()
     note = (f"; bf16 products ({', '.join(found)})" if found else
             "; bf16 products emulated: this CPU has no bf16 instructions (avx512_bf16, amx_bf16), slower than float32")
