@@ -231,9 +231,13 @@ def _fused_rms_norm(x: paddle.Tensor, weight: paddle.Tensor, epsilon: float,
 
 def _composed_rms_norm(x: paddle.Tensor, weight: paddle.Tensor, epsilon: float,
                        residual: Optional[paddle.Tensor] = None) -> tuple:
-    """``_fused_rms_norm``'s two results from separate kernels: rms_norm(x + residual) * weight, and x + residual."""
+    """``_fused_rms_norm``'s two results from separate kernels: rms_norm(x + residual) * weight, and x + residual
+    (in float32 as ``_C_ops`` calls, without the wrappers ``rms_norm`` goes through: the same numbers, faster)."""
     total = x if residual is None else _C_ops.add(x, residual)
-    return rms_norm(total, weight, epsilon), total
+    if total.dtype != paddle.float32:
+        return rms_norm(total, weight, epsilon), total
+    inverse = _C_ops.rsqrt(_C_ops.scale(_C_ops.mean(_C_ops.multiply(total, total), [-1], True), 1.0, epsilon, True))
+    return _C_ops.multiply(_C_ops.multiply(total, inverse), weight), total
 
 
 def fused_rms_norm_runs(place) -> bool:
