@@ -38,11 +38,14 @@ def main() -> None:
     from decode_products import timings  # beside this file
 
     from paddle_r1.cpu_math import choose_mkl_kernels
-    from paddle_r1.generation.onednn import OneDNNWeight, bf16_instructions
+    from paddle_r1.generation.onednn import OneDNNWeight, bf16_instructions, bf16_products_run
     from paddle_r1.generation.packed_products import PackedWeight
 
     choose_mkl_kernels()
     paddle.core.set_num_threads(args.threads)
+    if not bf16_products_run():
+        print("oneDNN makes no bfloat16 product here (no oneDNN in the wheel, or no AVX-512): nothing to time")
+        return
     h, i, rows = args.hidden, args.intermediate, args.rows
     print(f"{rows} rows, hidden {h}, intermediate {i}, {args.threads} thread(s); bf16 instructions: "
           f"{', '.join(bf16_instructions()) or 'none'}")
