@@ -76,7 +76,7 @@ def _write_samples(folder: str, count: int, side: int = 112) -> list[dict]:
     return samples
 
 
-def _make_checkpoint(folder: str, torch_python: str | None, family: str) -> str:
+def _make_checkpoint(folder: str, torch_python: str | None, family: str = "qwen2_5_vl") -> str:
     """The anchor's checkpoint written by transformers (with a torch interpreter), else paddle_r1's tiny ``family``
     model at its sizes."""
     if torch_python:
