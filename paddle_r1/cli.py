@@ -13,11 +13,12 @@ from .quiet import quiet_libraries
 def _train(args, extra: list[str]) -> int:
     from .config.jobs import GRPOConfig
     from .config.reading.loading import load_config
+
+    resume = ["--resume_from_checkpoint", args.resume] if args.resume else []
+    config = load_config(GRPOConfig, args.config, extra + resume)  # before Paddle's import: a typo stops in a second
     from .evaluation.heldout import heldout_for
     from .trainer.grpo import GRPOTrainer
 
-    resume = ["--resume_from_checkpoint", args.resume] if args.resume else []
-    config = load_config(GRPOConfig, args.config, extra + resume)
     result = GRPOTrainer(config, heldout=heldout_for(config)).train()
     print(f"done: {len(result['history'])} steps; checkpoint {result['checkpoint']}")
     return 0
@@ -26,9 +27,11 @@ def _train(args, extra: list[str]) -> int:
 def _sft(args, extra: list[str]) -> int:
     from .config.jobs import SFTConfig
     from .config.reading.loading import load_config
+
+    config = load_config(SFTConfig, args.config, extra)  # before Paddle's import, as in _train
     from .trainer.sft import SFTTrainer
 
-    result = SFTTrainer(load_config(SFTConfig, args.config, extra)).train()
+    result = SFTTrainer(config).train()
     print(f"done: {len(result['history'])} steps; model folder {result['checkpoint']} "
           "(name it as model_name_or_path in a GRPO config)")
     return 0

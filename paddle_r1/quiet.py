@@ -76,14 +76,31 @@ LIBRARY_WARNINGS = ("No ccache found", "Setuptools is replacing distutils", "To 
                     r"Current global rank \d+ is not in group")
 
 
+# The loggers that report every file paddleformers and Paddle's checkpoint loader touch, at INFO
+CHATTY_LOGGERS = ("PaddleFormers", "paddle.distributed.fleet.utils.log_util")
+
+
+class BelowLevel(logging.Filter):
+    """Drops a logger's records below ``level``. A filter, not the logger's level: paddleformers sets its logger's
+    level to DEBUG when it is imported, and a filter added before that import stays, so the libraries need not be
+    imported to quiet them (a command that stops on a config typo never imports Paddle)."""
+
+    def __init__(self, level: str):
+        super().__init__()
+        self.level = logging.getLevelName(level)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level
+
+
 def quiet_libraries(level: str = "WARNING") -> None:
     import warnings
 
     drop_import_notices()
     for message in LIBRARY_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
-    from paddle.distributed.fleet.utils.log_util import logger as fleet_logger
-    from paddleformers.utils.log import logger
-
-    logger.set_level(level)
-    fleet_logger.setLevel(level)
+    for name in CHATTY_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, BelowLevel)]:
+            logger.removeFilter(old)
+        logger.addFilter(BelowLevel(level))

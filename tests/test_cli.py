@@ -62,6 +62,26 @@ def test_train_stops_on_bad_input_with_one_line(tmp_path, tiny_model_dir, rec_js
     assert "the dataset is empty" in paddle_r1("train", "--config", str(config), cwd=tmp_path).stderr
 
 
+def test_a_config_typo_stops_before_paddle_loads_and_the_libraries_stay_quiet_when_it_does(tmp_path):
+    """``train`` reads its config before importing Paddle: a typo is one line in under a second of imports. The
+    libraries quieted before their import stay quiet: paddleformers' and fleet's INFO lines are dropped, their
+    warnings kept (paddleformers sets its logger to DEBUG when imported)."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model_name_or_path: m\ndata_path: d.jsonl\nnum_generation: 4\n")
+    script = (f"import sys; from paddle_r1.cli import main; code = main(['train', '--config', {str(config)!r}]); "
+              "assert 'paddle' not in sys.modules and 'paddleformers' not in sys.modules, 'imported before'; "
+              "from paddleformers.utils.log import logger; logger.info('library info'); "
+              "logger.warning('library warn'); "
+              "from paddle.distributed.fleet.utils.log_util import logger as fleet; fleet.info('fleet info'); "
+              "fleet.warning('fleet warn'); sys.exit(code)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"paddle-r1 train: error: {config}: unknown config key(s) 'num_generation'" in result.stderr
+    assert "library warn" in result.stderr and "fleet warn" in result.stderr
+    assert "library info" not in result.stderr + result.stdout and "fleet info" not in result.stderr + result.stdout
+
+
 def test_train_and_resume_from_the_command_line(tmp_path, tiny_model_dir, rec_jsonl):
     out = tmp_path / "run"
     args = ["train", "--model_name_or_path", tiny_model_dir, "--data_path", rec_jsonl, "--output_dir", str(out),
