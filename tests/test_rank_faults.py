@@ -101,11 +101,11 @@ def test_uneven_events_on_one_rank_log_the_global_batch(tmp_path, tiny_model_dir
 
 @pytest.mark.timeout(300)
 def test_a_late_rank_is_named_with_its_phase_past_collective_timeout(tmp_path, tiny_model_dir, rec_jsonl):
-    """Rank 1's reward takes 15 s; with collective_timeout 5 rank 0 stops at the step's first collective after the
+    """Rank 1's reward takes 10 s; with collective_timeout 5 rank 0 stops at the step's first collective after the
     rollout and says which rank it waited for and what that rank was doing. (The timeout also bounds the ranks'
     model loading, one after the other: at 2 s a busy machine's load crossed it first.)"""
     settings = _settings(tiny_model_dir, rec_jsonl, tmp_path / "run", reward_funcs=["reward_helpers:slow_on_rank"],
-                         reward_kwargs={"reward_helpers:slow_on_rank": {"seconds": 15.0}}, collective_timeout=5.0,
+                         reward_kwargs={"reward_helpers:slow_on_rank": {"seconds": 10.0}}, collective_timeout=5.0,
                          max_steps=1)
     start = time.monotonic()
     with pytest.raises(Exception) as failure:
@@ -128,15 +128,42 @@ def test_a_rank_later_than_gloos_own_timeout_is_waited_for(tmp_path, tiny_model_
     assert metrics[0]["step_seconds"] > 35 and os.path.isdir(tmp_path / "run" / "checkpoint-1")
 
 
+@pytest.mark.parametrize("heartbeat_timeout", [2.0, 5.0])
+def test_a_rank_whose_heartbeat_stops_is_named_after_heartbeat_timeout(heartbeat_timeout):
+    """Two ranks' watches on a real TCP store; rank 1's heartbeat thread stops (as when its process is killed) and
+    rank 0, waiting for it at a check-in, ends after ``heartbeat_timeout`` seconds without a beat, naming it."""
+    from paddle.base.core import TCPStore
+
+    from paddle_r1.parallel.rank_watch import RankFailure, RankWatch
+
+    port = _free_port()
+    store = TCPStore("127.0.0.1", port, True, 1, 60)  # noqa: F841 (the job's store: it serves while referenced)
+    watches = [RankWatch(rank, 2, collective_timeout=100.0, dead_after=heartbeat_timeout,
+                         endpoint=("127.0.0.1", port)) for rank in (0, 1)]
+    try:
+        watches[1].phase("rewards")
+        watches[1].stop()
+        start = time.monotonic()
+        with pytest.raises(RankFailure) as failure:
+            watches[0].arrive("the step's metrics")
+        waited = time.monotonic() - start
+    finally:
+        watches[0].stop()
+    assert heartbeat_timeout <= waited < heartbeat_timeout + 20, waited
+    message = str(failure.value)
+    assert "waiting at the step's metrics: rank 1 (in phase 'rewards'" in message, message
+    assert f"past heartbeat_timeout = {heartbeat_timeout:g} s" in message, message
+
+
 # ---- whole jobs through paddle.distributed.launch ------------------------------------------------------------
-def _launch_config(tmp_path, tiny_model_dir, rec_jsonl) -> str:
+def _launch_config(tmp_path, tiny_model_dir, rec_jsonl, **extra) -> str:
     """A run that keeps going (many steps, each rank's reward waits 0.3 s) and saves only at its end."""
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(dict(
         model_name_or_path=tiny_model_dir, data_path=rec_jsonl, output_dir=str(tmp_path / "run"),
         reward_funcs=["reward_helpers:slow_on_rank"], reward_kwargs={"reward_helpers:slow_on_rank": {"seconds": 0.3}},
         num_generations=2, per_device_train_batch_size=2, max_completion_length=4, max_steps=500, save_steps=1000,
-        use_visualdl=False, disable_tqdm=True, device="cpu", dtype="float32")))
+        use_visualdl=False, disable_tqdm=True, device="cpu", dtype="float32", **extra)))
     return str(config)
 
 
@@ -225,8 +252,9 @@ def test_killing_the_launcher_ends_its_ranks(tmp_path, tiny_model_dir, rec_jsonl
 @pytest.mark.timeout(400)
 def test_killing_a_rank_of_a_two_node_job_ends_the_other_node(tmp_path, tiny_model_dir, rec_jsonl):
     """Two launchers (``--nnodes 2`` on 127.0.0.1), one rank each; kill -9 of node 1's rank: node 1's launcher
-    fails, and node 0's rank, which shares no launcher with it, ends with an error naming the lost rank."""
-    config = _launch_config(tmp_path, tiny_model_dir, rec_jsonl)
+    fails, and node 0's rank, which shares no launcher with it, ends with an error naming the lost rank, within
+    ``heartbeat_timeout`` (10 s here; the default 60 s would take over a minute)."""
+    config = _launch_config(tmp_path, tiny_model_dir, rec_jsonl, heartbeat_timeout=10)
     master = f"127.0.0.1:{_free_port()}"
     nodes = [_launch(config, tmp_path / f"logs{n}", "--nnodes", "2", "--rank", str(n), "--master", master,
                      "--nproc_per_node", "1") for n in (0, 1)]
@@ -236,12 +264,14 @@ def test_killing_a_rank_of_a_two_node_job_ends_the_other_node(tmp_path, tiny_mod
         assert len(rank0) == len(rank1) == 1, (rank0, rank1)
         os.kill(rank1[0], signal.SIGKILL)
         took = _gone_within(rank0 + rank1, 120)
+        assert took < 45, f"node 0's rank ended {took:.0f} s after rank 1 was killed"
         codes = [node.wait(timeout=60) for node in nodes]
         assert all(code != 0 for code in codes), codes
         assert not [n for n in os.listdir(tmp_path / "run") if n.startswith("checkpoint-")]
         log = open(tmp_path / "logs0" / "workerlog.0", errors="replace").read()
         named = [line for line in log.splitlines() if "RankFailure" in line or "error: rank 0" in line]
         assert named and "rank 1 (" in named[-1] and "stopped" in named[-1], log[-3000:]
+        assert "heartbeat_timeout" not in named[-1] or "heartbeat_timeout = 10 s" in named[-1], named[-1]
         print(named[-1])
         print(f"node 0's rank ended {took:.1f} s after rank 1 was killed")
     finally:

@@ -193,6 +193,10 @@ class OutputKeys:
                                     "ends, naming the late rank and its phase; above the slowest bounded wait a step "
                                     "has (docs/reference.md, Reliability)",
                                     bounds=above(0, "seconds a rank waits for the others"))
+    heartbeat_timeout: float = key(60.0, "seconds without a heartbeat from a rank (each sends one every 2 s) before "
+                                   "a rank waiting for it at a collective ends the job, naming it as stopped: how "
+                                   "fast a rank killed on another node ends the job",
+                                   bounds=at_least(10.0, "five of the heartbeats a rank sends every 2 s"))
     stop_signals: list[str] = key(help="signals that stop the run after the step in progress, with its checkpoint "
                                   "(exit code 128 + the signal's number: 143 for SIGTERM), rather than at once: "
                                   "SIGTERM is what schedulers, Kubernetes and paddle.distributed.launch send; add "

@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 _watch: Optional[RankWatch] = None  # this process's check-ins at the job's store, once it joined a job of many ranks
 
 
-def init_distributed(fleet_strategy=None, collective_timeout: float = 1800.0) -> tuple[int, int]:
+def init_distributed(fleet_strategy=None, collective_timeout: float = 1800.0,
+                     heartbeat_timeout: float = 60.0) -> tuple[int, int]:
     """(rank, world_size); joins the process group when the launcher started several ranks, through fleet
     when ``fleet_strategy(world_size)`` gives a strategy (sharding needs fleet's communicate groups). A rank of
     many ends with its launcher, and checks in before each collective (``rank_watch``)."""
@@ -43,8 +44,8 @@ def init_distributed(fleet_strategy=None, collective_timeout: float = 1800.0) ->
         dist.init_parallel_env()
     rank, world = dist.get_rank(), dist.get_world_size()
     if _watch is None or (_watch.rank, _watch.world_size) != (rank, world):
-        _watch = RankWatch(rank, world, collective_timeout)
-    _watch.collective_timeout = collective_timeout
+        _watch = RankWatch(rank, world, collective_timeout, heartbeat_timeout)
+    _watch.collective_timeout, _watch.dead_after = collective_timeout, heartbeat_timeout
     return rank, world
 
 

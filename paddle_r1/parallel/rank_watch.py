@@ -13,7 +13,8 @@ Three ways a multi-rank run used to go wrong, and what this module does about ea
   in (``phase()``: rollout, rewards, saving, ...), published to the store as it changes.
 - **A rank dies** on another node: the others waited at their next collective until a timeout. Each rank's
   heartbeat thread adds to its counter in the store every ``HEARTBEAT_SECONDS``; a rank waiting for a late rank
-  whose heartbeat has stopped for ``dead_after`` seconds ends with ``RankFailure`` at once ("rank 1 stopped ...").
+  whose heartbeat has stopped for ``dead_after`` seconds (config key ``heartbeat_timeout``, 60 s) ends with
+  ``RankFailure`` at once ("rank 1 stopped ...").
   When rank 0 dies the store goes with it, and every other rank's next call to it fails: also ``RankFailure``. A
   collective already under way when a rank died fails in gloo or NCCL; ``explain`` turns that error into a
   ``RankFailure`` naming the rank whose heartbeat stopped.
@@ -128,7 +129,8 @@ class RankWatch:
                     last_beats[r] = (beats, now)
                 elif now - last_beats[r][1] > self.dead_after:
                     raise RankFailure(f"rank {self.rank}, waiting at {where}: rank {r} ({self._describe(r)}) "
-                                      f"stopped (no heartbeat for {now - last_beats[r][1]:.0f} s); ending this rank")
+                                      f"stopped (no heartbeat for {now - last_beats[r][1]:.0f} s, past "
+                                      f"heartbeat_timeout = {self.dead_after:g} s); ending this rank")
             if now - start > self.collective_timeout:
                 waited = ", ".join(f"rank {r} ({self._describe(r)})" for r in late)
                 raise RankFailure(f"rank {self.rank} waited {now - start:.0f} s at {where} for {waited}: past "

@@ -79,7 +79,8 @@ class Trainer:
         self.config = cfg = config
         self.samples = prepare_job(cfg, samples)
         sharding = self.sharding_stage
-        self.rank, self.world_size = init_distributed(fleet_strategy if sharding else None, cfg.collective_timeout)
+        self.rank, self.world_size = init_distributed(fleet_strategy if sharding else None, cfg.collective_timeout,
+                                                       cfg.heartbeat_timeout)
         cfg.check_ranks(self.world_size)
         self.is_main = self.rank == 0
         # what this device runs (bf16 before sm80 becomes fp16 with a loss scaler), and whether the run fits it

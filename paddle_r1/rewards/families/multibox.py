@@ -17,7 +17,6 @@ from functools import partial
 from typing import Callable, Optional
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from ..registry import BadSolution, register
 from ...models.coords import as_box, is_number
@@ -68,6 +67,8 @@ def matched_score(pred: Groups, truth: Groups, pair_score: Callable, min_score: 
     both are empty. For each label of either side, predicted and true boxes of that label are matched by the
     Hungarian algorithm on cost 1 - pair_score (each reward matches on its own score); matched pairs scoring below
     ``min_score`` count 0."""
+    from scipy.optimize import linear_sum_assignment  # here: importing scipy.optimize takes half a second
+
     count = sum(map(len, pred.values())) + sum(map(len, truth.values()))
     if count == 0:
         return 1.0
