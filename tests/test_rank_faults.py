@@ -155,6 +155,35 @@ def test_a_rank_whose_heartbeat_stops_is_named_after_heartbeat_timeout(heartbeat
     assert f"past heartbeat_timeout = {heartbeat_timeout:g} s" in message, message
 
 
+def _no_delay_of_clients(port: int, make_client) -> list[int]:
+    """TCP_NODELAY of the sockets to ``port`` that ``make_client()`` opened in this process."""
+    from paddle_r1.parallel.rank_watch import _socket_fds
+
+    before = _socket_fds()
+    client = make_client()
+    options = []
+    for fd in _socket_fds() - before:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            if sock.getpeername()[1] == port:
+                options.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+    del client
+    return options
+
+
+def test_the_watch_asks_the_store_without_waiting_for_delayed_acks():
+    """Paddle's own TCPStore client leaves Nagle's algorithm on (an ``add`` then waits 40 ms for the server's
+    delayed ACK; benchmarks/store_latency.py); the watch's clients turn it off. If a Paddle release sets the option
+    itself, the first assertion fails and ``rank_watch.no_delay`` can go."""
+    from paddle.base.core import TCPStore
+
+    from paddle_r1.parallel.rank_watch import _client
+
+    port = _free_port()
+    store = TCPStore("127.0.0.1", port, True, 1, 60)  # noqa: F841 (serves while referenced)
+    assert _no_delay_of_clients(port, lambda: TCPStore("127.0.0.1", port, False, 0, 60)) == [0]
+    assert _no_delay_of_clients(port, lambda: _client("127.0.0.1", port)) == [1]
+
+
 # ---- whole jobs through paddle.distributed.launch ------------------------------------------------------------
 def _launch_config(tmp_path, tiny_model_dir, rec_jsonl, **extra) -> str:
     """A run that keeps going (many steps, each rank's reward waits 0.3 s) and saves only at its end."""
