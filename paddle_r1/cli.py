@@ -13,9 +13,11 @@ from .quiet import quiet_libraries
 def _train(args, extra: list[str]) -> int:
     from .config.jobs import GRPOConfig
     from .config.reading.loading import load_config
+    from .models.model_path import check_model_key
 
     resume = ["--resume_from_checkpoint", args.resume] if args.resume else []
     config = load_config(GRPOConfig, args.config, extra + resume)  # before Paddle's import: a typo stops in a second
+    check_model_key(config.model_name_or_path)  # and so does a wrong model path
     from .evaluation.heldout import heldout_for
     from .trainer.grpo import GRPOTrainer
 
@@ -27,8 +29,10 @@ def _train(args, extra: list[str]) -> int:
 def _sft(args, extra: list[str]) -> int:
     from .config.jobs import SFTConfig
     from .config.reading.loading import load_config
+    from .models.model_path import check_model_key
 
     config = load_config(SFTConfig, args.config, extra)  # before Paddle's import, as in _train
+    check_model_key(config.model_name_or_path)
     from .trainer.sft import SFTTrainer
 
     result = SFTTrainer(config).train()

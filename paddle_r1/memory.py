@@ -228,7 +228,7 @@ def lora_parameters(shape: ModelShape, rank: int) -> int:
 def read_model_config(model_name_or_path: str) -> dict:
     """config.json of a local folder; for a hub id the published fields when known (offline), else the hub's
     config.json through paddleformers (the config alone, no weights)."""
-    from .models.loading import check_model_path
+    from .models.model_path import check_model_path
     from .models.published import PUBLISHED_CONFIGS
 
     check_model_path(model_name_or_path)

@@ -82,6 +82,22 @@ def test_a_config_typo_stops_before_paddle_loads_and_the_libraries_stay_quiet_wh
     assert "library info" not in result.stderr + result.stdout and "fleet info" not in result.stderr + result.stdout
 
 
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_a_wrong_model_path_stops_before_paddle_loads(tmp_path, command):
+    """``train`` and ``sft`` check ``model_name_or_path`` right after reading the config: a folder that is not
+    there is one line, with Paddle never imported (its import alone takes seconds)."""
+    missing = tmp_path / "no_such_model"
+    script = (f"import sys; from paddle_r1.cli import main; code = main([{command!r}, '--model_name_or_path', "
+              f"{str(missing)!r}, '--data_path', 'd.jsonl']); "
+              "assert 'paddle' not in sys.modules and 'paddleformers' not in sys.modules, 'imported before'; "
+              "sys.exit(code)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == \
+        f"paddle-r1 {command}: error: config key 'model_name_or_path': model folder not found: {missing}"
+
 def test_train_and_resume_from_the_command_line(tmp_path, tiny_model_dir, rec_jsonl):
     out = tmp_path / "run"
     args = ["train", "--model_name_or_path", tiny_model_dir, "--data_path", rec_jsonl, "--output_dir", str(out),

@@ -30,7 +30,7 @@ import shutil
 from typing import Optional
 
 from ..models.families import family_of
-from ..models.loading import HUB_ID
+from ..models.model_path import HUB_ID
 from ..models.source_files import CARRIED_OVER, CONFIG, DTYPE_KEYS, hub_file, with_dtype, write_edited
 from .folders import STATE_FILE, list_checkpoints, load_trainer_state, verify_checkpoint
 from .manifest import CheckpointError, has_manifest

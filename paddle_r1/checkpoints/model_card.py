@@ -16,7 +16,7 @@ import os
 
 import yaml
 
-from ..models.loading import HUB_ID
+from ..models.model_path import HUB_ID
 
 CARD = "README.md"
 # the settings that say which algorithm ran, in this order, when the job has them (GRPO's; SFT has the first few)

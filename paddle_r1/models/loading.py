@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from typing import Optional
@@ -23,6 +22,7 @@ import paddle
 from ..errors import ConfigError
 from .config_spelling import published_spelling
 from .families import FAMILIES, family_of, not_supported
+from .model_path import check_model_path
 from .precision import precision_for_this_device
 from .rms_norm import fused_norm_runs
 
@@ -84,19 +84,6 @@ def _hub_config(hub_id: str) -> dict:
 
 def default_coord_system(family: str) -> str:
     return family_of(family).coord_system
-
-
-# a hub id: org/name, each starting with a letter or digit (so "./model" and "/abs/model" are paths)
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
-
-
-def check_model_path(path: str) -> None:
-    """Fail before any hub lookup when ``path`` is no folder and is not a hub id (org/name), or is one whose first
-    part is a local folder (``models/Qwen2.5-VL-3B`` beside a ``models/`` folder means a folder, not the hub)."""
-    if os.path.isdir(path):
-        return
-    if HUB_ID.fullmatch(path) is None or os.path.isdir(path.split("/")[0]):
-        raise FileNotFoundError(f"model folder not found: {path}")
 
 
 MIRROR_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "paddle_r1", "model_mirrors")
