@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import re
 
-from ..errors import ConfigError
-
 # a hub id: org/name, each starting with a letter or digit (so "./model" and "/abs/model" are paths)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
@@ -21,9 +19,11 @@ def check_model_path(path: str) -> None:
 
 
 def check_model_key(path: str) -> None:
-    """The config key ``model_name_or_path``: set, and a folder or a hub id (``check_model_path``)."""
+    """The config key ``model_name_or_path``, when set, is a folder or a hub id (``check_model_path``). The commands
+    call this before importing Paddle; ``trainer.job.check_before_loading`` names an unset key, and checks the
+    trackers and the device before the model folder."""
     if not path:
-        raise ConfigError("config key 'model_name_or_path' is required")
+        return
     try:
         check_model_path(path)
     except FileNotFoundError as e:

@@ -15,7 +15,7 @@ from ..job_data import load_from_config
 from ..models.coords import COORD_SYSTEMS
 from ..models.families import check_video
 from ..models.loading import model_family
-from ..models.model_path import check_model_key, naming_the_model_key
+from ..models.model_path import naming_the_model_key
 from ..telemetry.trackers import check_installed
 
 
@@ -36,7 +36,8 @@ def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
 def check_before_loading(config) -> None:
     """The checks that need this machine, before any model loads: the model keys, the trackers' libraries, the
     device (and the job's rules that depend on it), the model folder and its family, a writable output folder."""
-    check_model_key(config.model_name_or_path)
+    if not config.model_name_or_path:
+        raise ConfigError("config key 'model_name_or_path' is required")
     if config.coord_system is not None and config.coord_system not in COORD_SYSTEMS:
         raise ConfigError(f"config key 'coord_system': {config.coord_system!r} is not one of {COORD_SYSTEMS}")
     check_installed(config.trackers)
@@ -50,7 +51,7 @@ def check_before_loading(config) -> None:
         raise ConfigError(f"config key 'device': {e}", keys=("device",)) from None
     try:
         model_family(config.model_name_or_path)
-    except FileNotFoundError as e:  # no config.json, or a hub id the hub could not give
+    except FileNotFoundError as e:  # no such folder, no config.json in it, or a hub id the hub could not give
         raise naming_the_model_key(e) from None
     check_writable(config.output_dir, "output_dir")
 
