@@ -41,10 +41,8 @@ def request_seconds(calls: int) -> dict:
     server.set("key", "value")
     result = {}
     for side in SIDES:
-        before = rank_watch._socket_fds()
-        client = TCPStore("127.0.0.1", port, False, 0, 60)
-        if side == "TCP_NODELAY":
-            rank_watch.no_delay(rank_watch._socket_fds() - before, port)
+        client = (rank_watch._client("127.0.0.1", port) if side == "TCP_NODELAY"
+                  else TCPStore("127.0.0.1", port, False, 0, 60))
         result[side] = _seconds_per_call(client.add, ("count", 0), calls), _seconds_per_call(client.get, ("key",),
                                                                                              calls)
     return result

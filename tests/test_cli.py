@@ -82,7 +82,6 @@ def test_a_config_typo_stops_before_paddle_loads_and_the_libraries_stay_quiet_wh
     assert "library info" not in result.stderr + result.stdout and "fleet info" not in result.stderr + result.stdout
 
 
-
 @pytest.mark.parametrize("command", ["train", "sft"])
 def test_a_wrong_model_path_stops_before_paddle_loads(tmp_path, command):
     """``train`` and ``sft`` check ``model_name_or_path`` right after reading the config: a folder that is not
@@ -97,6 +96,7 @@ def test_a_wrong_model_path_stops_before_paddle_loads(tmp_path, command):
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1] == \
         f"paddle-r1 {command}: error: config key 'model_name_or_path': model folder not found: {missing}"
+
 
 def test_train_and_resume_from_the_command_line(tmp_path, tiny_model_dir, rec_jsonl):
     out = tmp_path / "run"
