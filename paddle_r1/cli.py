@@ -3,10 +3,12 @@ selftest."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
 from .models.families import DEFAULT_FAMILY, FAMILIES
+from .process_gc import importing_libraries, running_as_program
 from .quiet import quiet_libraries
 
 
@@ -18,8 +20,9 @@ def _train(args, extra: list[str]) -> int:
     resume = ["--resume_from_checkpoint", args.resume] if args.resume else []
     config = load_config(GRPOConfig, args.config, extra + resume)  # before Paddle's import: a typo stops in a second
     check_model_key(config.model_name_or_path)  # and so does a wrong model path
-    from .evaluation.heldout import heldout_for
-    from .trainer.grpo import GRPOTrainer
+    with importing_libraries():
+        from .evaluation.heldout import heldout_for
+        from .trainer.grpo import GRPOTrainer
 
     result = GRPOTrainer(config, heldout=heldout_for(config)).train()
     print(f"done: {len(result['history'])} steps; checkpoint {result['checkpoint']}")
@@ -33,7 +36,8 @@ def _sft(args, extra: list[str]) -> int:
 
     config = load_config(SFTConfig, args.config, extra)  # before Paddle's import, as in _train
     check_model_key(config.model_name_or_path)
-    from .trainer.sft import SFTTrainer
+    with importing_libraries():
+        from .trainer.sft import SFTTrainer
 
     result = SFTTrainer(config).train()
     print(f"done: {len(result['history'])} steps; model folder {result['checkpoint']} "
@@ -73,10 +77,11 @@ def _serve(args, extra: list[str]) -> int:
     from .cpu_math import tune_if_no_gpu
     from .data.video import VideoSampling
     from .serve.limits import ServeLimits
-    from .serve.server import serve
 
     if extra:
         raise SystemExit(f"serve: unexpected arguments {extra}")
+    with importing_libraries():
+        from .serve.server import serve
     tune_if_no_gpu()
     limits = ServeLimits(max_request_bytes=args.max_request_mb << 20, max_images=args.max_images,
                          max_image_pixels=args.max_image_pixels, max_tokens=args.max_tokens, max_n=args.max_n,
@@ -124,7 +129,10 @@ def _demo(args, extra: list[str]) -> int:
     from .config.reading.command_line import parse_overrides
     from .demo import run_demo
 
-    run_demo(args.output_dir, args.family, sft_steps=args.sft_steps, **parse_overrides(extra, GRPOConfig))
+    overrides = parse_overrides(extra, GRPOConfig)
+    with importing_libraries():
+        importlib.import_module(".trainer.grpo", __package__)  # what run_demo imports when it runs
+    run_demo(args.output_dir, args.family, sft_steps=args.sft_steps, **overrides)
     return 0
 
 
@@ -170,6 +178,8 @@ def _selftest(args, extra: list[str]) -> int:
         raise SystemExit(f"selftest: unexpected arguments {extra}")
     if args.nproc < 1:
         raise SystemExit(f"selftest: --nproc {args.nproc}: give 1 or more ranks")
+    with importing_libraries():
+        importlib.import_module(".trainer.grpo", __package__)  # what the checks import when they run
     tune_if_no_gpu()  # the CPU checks on the kernels a CPU training job uses
     return run_selftest(only=args.only, output=args.output, nproc=args.nproc, dtype=args.dtype, workdir=args.workdir,
                         echo=functools.partial(print, flush=True))
@@ -313,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     from .data.samples import DataError
     from .checkpoints.manifest import CheckpointError
 
+    if argv is None:  # the console script, python -m paddle_r1.cli, a launch script's rank
+        running_as_program()
     args, extra = build_parser().parse_known_args(argv)
     quiet_libraries()
     try:

@@ -1,3 +1,4 @@
+import gc
 import warnings
 
 import pytest
@@ -13,6 +14,7 @@ def quiet_libraries():
 
     quiet_libraries()
     tune_cpu_math()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

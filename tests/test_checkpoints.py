@@ -8,7 +8,7 @@ import paddle
 import pytest
 
 from paddle_r1.errors import ConfigError
-from paddle_r1.checkpoints import folders as ckpt
+from paddle_r1.checkpoints import folders as ckpt, training_state
 from paddle_r1.telemetry.metrics import MetricsLogger
 
 
@@ -113,7 +113,7 @@ def _step(model, optimizer, x):
 def _write_two_shards(folder, model, optimizer, first_share=2):
     """What two sharded ranks write: each the moments of its own weights (rank 0 the first ``first_share``
     weights), both the scheduler."""
-    state = ckpt.optimizer_state(optimizer, model)
+    state = training_state.optimizer_state(optimizer, model)
     names = [name for name, _ in model.named_parameters()]
     for rank, own in enumerate((names[:first_share], names[first_share:])):
         share = {k: v for k, v in state.items() if k == "LR_Scheduler" or any(k.startswith(n + "_") for n in own)}
@@ -128,7 +128,7 @@ def test_a_rank_reads_only_its_own_shard_to_host_memory(tmp_path):
     (tmp_path / "optimizer.shard1.pdopt").write_bytes(b"rank 1's file: rank 0 must not open it")
 
     # rank 0 of a sharded run with the saved layout keeps the state of the first two weights
-    state = ckpt.read_optimizer_state(str(tmp_path), ["0.weight", "0.bias"], first_shard=0)
+    state = training_state.read_optimizer_state(str(tmp_path), ["0.weight", "0.bias"], first_shard=0)
     moments = {k: v for k, v in state.items() if k != "LR_Scheduler"}
     assert moments and all(k.startswith(("0.weight_", "0.bias_")) for k in moments)
     assert all(isinstance(v, np.ndarray) for v in moments.values())  # host arrays, not device tensors
@@ -143,7 +143,7 @@ def test_a_sharded_rank_gathers_its_share_from_shards_split_another_way(tmp_path
     _step(model, optimizer, paddle.randn([5, 4]))
     whole = _write_two_shards(str(tmp_path), model, optimizer, first_share=1)  # rank 0 saved "0.weight" only
     share = ["0.weight", "0.bias", "1.weight"]
-    state = ckpt.read_optimizer_state(str(tmp_path), share, first_shard=0)
+    state = training_state.read_optimizer_state(str(tmp_path), share, first_shard=0)
     expected = {k for k in whole if any(k.startswith(n + "_") for n in share)}
     assert set(state) - {"LR_Scheduler"} == expected  # all of the share, nothing of "1.bias"
     for key in expected:
@@ -156,7 +156,7 @@ def test_weights_the_checkpoint_has_no_state_for_are_named(tmp_path):
     _write_two_shards(str(tmp_path), model, optimizer)
     with pytest.raises(ConfigError, match=r"resume_from_checkpoint.*optimizer.shard0.pdopt, optimizer.shard1.pdopt.*"
                                           r"nothing for 1 weight\(s\) this run trains \(2.weight\)"):
-        ckpt.read_optimizer_state(str(tmp_path), ["0.weight", "2.weight"], first_shard=0)
+        training_state.read_optimizer_state(str(tmp_path), ["0.weight", "2.weight"], first_shard=0)
 
 
 def test_shards_merged_for_another_rank_count_resume_exactly(tmp_path):
@@ -170,9 +170,10 @@ def test_shards_merged_for_another_rank_count_resume_exactly(tmp_path):
     resumed, resumed_optimizer = _trained(seed=1)
     resumed.set_state_dict({k: paddle.to_tensor(v) for k, v in weights.items()})
     # one replicated rank keeps the state of every weight: both shards, merged
-    state = ckpt.read_optimizer_state(str(tmp_path), [name for name, _ in resumed.named_parameters()], first_shard=0)
+    names = [name for name, _ in resumed.named_parameters()]
+    state = training_state.read_optimizer_state(str(tmp_path), names, first_shard=0)
     assert all(isinstance(v, np.ndarray) for k, v in state.items() if k != "LR_Scheduler")
-    ckpt.load_optimizer_state(resumed_optimizer, resumed, state)
+    training_state.load_optimizer_state(resumed_optimizer, resumed, state)
     _step(resumed, resumed_optimizer, x)
     for key, value in model.state_dict().items():
         np.testing.assert_array_equal(resumed.state_dict()[key].numpy(), value.numpy(), err_msg=key)

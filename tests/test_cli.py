@@ -82,6 +82,40 @@ def test_a_config_typo_stops_before_paddle_loads_and_the_libraries_stay_quiet_wh
     assert "library info" not in result.stderr + result.stdout and "fleet info" not in result.stderr + result.stdout
 
 
+# Runs paddle-r1 with the arguments after -c's script, as the program (main() reads sys.argv) or as a caller
+# (main(list)); prints the frozen object count, whether the collector is on, and the full collections that ran while
+# the trainer's libraries were being imported
+GC_PROBE = """
+import gc, sys
+while_importing = []
+gc.callbacks.append(lambda phase, info: phase == "start" and info["generation"] == 2
+                    and while_importing.append("paddle" in sys.modules and "paddle_r1.trainer.grpo" not in sys.modules))
+from paddle_r1.cli import main
+mode = sys.argv.pop(1)
+code = main() if mode == "program" else main(sys.argv[1:])
+print(gc.get_freeze_count(), gc.isenabled(), sum(while_importing))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("mode", ["program", "caller"])
+def test_the_program_keeps_the_libraries_out_of_full_collections(tmp_path, tiny_model_dir, mode):
+    """``paddle-r1`` holds the collector while Paddle, PaddleFormers and transformers import, then freezes what they
+    made (``process_gc``); ``main([...])`` called from another program leaves that program's collector as it was."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = subprocess.run([sys.executable, "-c", GC_PROBE, mode, "train", "--model_name_or_path", tiny_model_dir,
+                             "--data_path", str(empty)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": ROOT}, cwd=tmp_path)
+    assert result.returncode == 2 and "the dataset is empty" in result.stderr, result.stderr[-2000:]
+    frozen, enabled, collections_while_importing = result.stdout.split()[-3:]
+    assert enabled == "True"
+    if mode == "program":
+        assert int(frozen) > 100_000 and collections_while_importing == "0"
+    else:
+        assert int(frozen) == 0 and int(collections_while_importing) >= 1
+
+
 @pytest.mark.parametrize("command", ["train", "sft"])
 def test_a_wrong_model_path_stops_before_paddle_loads(tmp_path, command):
     """``train`` and ``sft`` check ``model_name_or_path`` right after reading the config: a folder that is not

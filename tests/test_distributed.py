@@ -161,7 +161,7 @@ def test_stage1_sharding_splits_the_optimizer_state_and_trains_the_same(stage1, 
     sizes = [sum(v.size for v in shard.values()) for shard in shards]
     assert max(sizes) < 0.75 * sum(sizes), sizes  # split roughly evenly, not all on one rank
     # the merged shards are the single process's state (read back as a resume on any number of ranks reads it)
-    from paddle_r1.checkpoints.folders import read_optimizer_state
+    from paddle_r1.checkpoints.training_state import read_optimizer_state
 
     merged = _moments(read_optimizer_state(str(checkpoint)))
     for key, value in full.items():

@@ -10,7 +10,8 @@ import pytest
 from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
 from paddle_r1.models.loading import load_model
-from paddle_r1.checkpoints.folders import list_checkpoints, resolve_checkpoint, rng_state
+from paddle_r1.checkpoints.folders import list_checkpoints, resolve_checkpoint
+from paddle_r1.checkpoints.training_state import rng_state
 from paddle_r1.trainer.grpo import GRPOTrainer
 
 

@@ -67,12 +67,16 @@ def default_dtype(protocol) -> str:
 
 def main(kind: str, argv: list[str] | None = None) -> int:
     from ..cpu_math import tune_if_no_gpu
+    from ..process_gc import importing_libraries, running_as_program
     from ..quiet import quiet_libraries
 
+    if argv is None:  # python eval/test_rec.py ...
+        running_as_program()
     quiet_libraries()  # before .runner imports paddleformers, whose import-time notices it drops
+    with importing_libraries():
+        from .runner import (EvalOptions, Evaluator, accuracy_table, benchmark_file, checkpoint_label,
+                             expand_model_paths, metrics_table, write_results)
     tune_if_no_gpu()
-    from .runner import (EvalOptions, Evaluator, accuracy_table, benchmark_file, checkpoint_label, expand_model_paths,
-                         metrics_table, write_results)
 
     args = build_parser(kind).parse_args(argv)
     protocol = get_protocol(args.protocol)

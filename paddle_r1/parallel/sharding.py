@@ -17,11 +17,11 @@ With gradients split over ranks, the global gradient norm is summed over them: `
 paddle's ``ClipGradByGlobalNorm`` for that case, and it returns the norm the step logs.
 
 Checkpoints: under stage 1 and stage 2 each rank saves its optimizer's ``state_dict()`` as
-``optimizer.shard<rank>.pdopt`` (``checkpoints.folders.save_optimizer``). Both Paddle wrappers return their inner
+``optimizer.shard<rank>.pdopt`` (``checkpoints.training_state.save_optimizer``). Both Paddle wrappers return their inner
 optimizer's state, this rank's share: for stage 2 that is what Paddle's ``save_group_sharded_model`` writes, but it
 writes one ``model.pdopt`` that every rank overwrites. A resume gives ``set_state_dict`` the share of the weights this
 rank keeps under the new run's layout (``optimizer_state.stepping_optimizer_and_owned_weights``, read by
-``checkpoints.folders.read_optimizer_state``), after wrapping: Paddle's note asks for the state before
+``checkpoints.training_state.read_optimizer_state``), after wrapping: Paddle's note asks for the state before
 ``group_sharded_parallel``, but stage 2's wrapping then replaces restored float32 master weights with casts of the
 bfloat16 weights (``GroupShardedOptimizerStage2._generate_master_params``). Stage 2's save and resume have not
 been run (GPU/XPU only); stage 1's, and the share selection both use, are tested on CPU.

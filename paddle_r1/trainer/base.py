@@ -37,6 +37,7 @@ from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_fol
 from ..models.source_files import source_files
 from ..models.precision import check_dtype_runs_here, precision_for_this_device
 from ..checkpoints import folders as ckpt
+from ..checkpoints import training_state
 from ..parallel.distributed import (barrier, decided_by_main, explain_failure, gather_objects, in_rank_order,
                                     init_distributed, phase, replica_io, sum_across_ranks)
 from .job import prepare_job
@@ -226,14 +227,14 @@ class Trainer:
             structured = {p.name: name for name, p in self.policy.named_parameters()}
             weights = [structured[p.name] for p in owned if not p.stop_gradient]
             try:
-                saved = ckpt.read_optimizer_state(path, weights, first_shard=self.rank)
+                saved = training_state.read_optimizer_state(path, weights, first_shard=self.rank)
             except ConfigError:  # weights the checkpoint holds no state for: named as they are
                 raise
             except ValueError as e:  # paddle.load: "can not parse the file" (a manifest-less checkpoint: unverified)
                 raise ckpt.broken(path, f"optimizer state unreadable ({e})") from None
-            ckpt.load_optimizer_state(self.optimizer, self.policy, saved)
+            training_state.load_optimizer_state(self.optimizer, self.policy, saved)
         self.restore_job(path, state)
-        ckpt.load_rng_state(path)
+        training_state.load_rng_state(path)
         if self.is_main:
             position = state["sampler"]
             print(f"resuming from {path}: step {self.step} of {self.total_steps}, data position epoch "
@@ -365,7 +366,7 @@ class Trainer:
         with ckpt.removed_if_disk_fills(tmp_dir):
             self.save_rank_files(tmp_dir)
             if sharded and not cfg.save_only_model:
-                ckpt.save_optimizer(tmp_dir, self.optimizer, self.policy, shard=self.rank)
+                training_state.save_optimizer(tmp_dir, self.optimizer, self.policy, shard=self.rank)
         barrier(self.world_size, f"the ranks' files of checkpoint-{self.step}")
         final = ckpt.checkpoint_dir(cfg.output_dir, self.step)
         if self.is_main:
