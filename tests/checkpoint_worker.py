@@ -3,6 +3,9 @@ import json
 import os
 import shutil
 
+from dp_worker import spawned_rank_as_program
+from paddle_r1.process_gc import importing_libraries
+
 
 def flip_byte(path: str, offset=None) -> None:
     """Flip the lowest bit of one byte on disk (the middle one by default), as a bad sector or cable would."""
@@ -21,12 +24,14 @@ def save_corrupt_and_resume(settings: dict, dump_dir: str) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    import paddle.distributed as dist
+    spawned_rank_as_program()
+    with importing_libraries():
+        import paddle.distributed as dist
 
-    from paddle_r1.config.jobs import GRPOConfig
-    from paddle_r1.trainer.grpo import GRPOTrainer
-    from paddle_r1.checkpoints import manifest
-    from paddle_r1.checkpoints.manifest import CheckpointError
+        from paddle_r1.config.jobs import GRPOConfig
+        from paddle_r1.trainer.grpo import GRPOTrainer
+        from paddle_r1.checkpoints import manifest
+        from paddle_r1.checkpoints.manifest import CheckpointError
 
     GRPOTrainer(GRPOConfig(**settings)).train()
     rank = dist.get_rank()

@@ -1,8 +1,19 @@
 """Entry points for the 2-process data-parallel tests (paddle.distributed.spawn needs importable functions)."""
 import json
+import multiprocessing
 import os
 
 import numpy as np
+
+from paddle_r1.process_gc import importing_libraries, running_as_program
+
+
+def spawned_rank_as_program() -> None:
+    """A rank ``paddle.distributed.spawn`` started is a program of its own: it keeps its libraries out of full
+    collections as paddle-r1's ranks do (``paddle_r1.process_gc``). The same functions called in the test's own
+    process leave its collector alone."""
+    if multiprocessing.parent_process() is not None:
+        running_as_program()
 
 
 def train_and_dump(settings: dict, dump_dir: str) -> None:
@@ -11,12 +22,14 @@ def train_and_dump(settings: dict, dump_dir: str) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    import paddle.distributed as dist
+    spawned_rank_as_program()
+    with importing_libraries():
+        import paddle.distributed as dist
 
-    from paddle_r1.config.jobs import GRPOConfig
-    from paddle_r1.evaluation.heldout import heldout_for
-    from paddle_r1.trainer.grpo import GRPOTrainer
-    from paddle_r1.parallel.sharding import ReplicatedUpdate
+        from paddle_r1.config.jobs import GRPOConfig
+        from paddle_r1.evaluation.heldout import heldout_for
+        from paddle_r1.trainer.grpo import GRPOTrainer
+        from paddle_r1.parallel.sharding import ReplicatedUpdate
 
     settings = dict(settings)
     ReplicatedUpdate.bucket_bytes = settings.pop("bucket_bytes", ReplicatedUpdate.bucket_bytes)
@@ -93,11 +106,13 @@ def reduce_and_dump(dump_dir: str) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    import paddle
-    import paddle.distributed as dist
-    from paddle.distributed.fleet.utils import recompute
+    spawned_rank_as_program()
+    with importing_libraries():
+        import paddle
+        import paddle.distributed as dist
+        from paddle.distributed.fleet.utils import recompute
 
-    from paddle_r1.parallel.distributed import GradientReducer
+        from paddle_r1.parallel.distributed import GradientReducer
 
     dist.init_parallel_env()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -164,7 +179,9 @@ def reduce_and_dump(dump_dir: str) -> None:
 def overflow_each(stages: list, dtype: str, out: str) -> None:
     """``selftest.overflow.overflow_steps`` for each sharding stage in turn, in one process group, reports in
     ``out/<stage or replicated>/``."""
-    from paddle_r1.selftest.overflow import overflow_steps
+    spawned_rank_as_program()
+    with importing_libraries():
+        from paddle_r1.selftest.overflow import overflow_steps
 
     for stage in stages:
         overflow_steps(stage, dtype, os.path.join(out, stage or "replicated"))

@@ -207,7 +207,7 @@ def config_file(tmp_path_factory):
     return tmp_path_factory.mktemp("fuzz") / "config.yaml"
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_key_reads_from_the_command_line_as_from_yaml(config_file, data):
