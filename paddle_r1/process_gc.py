@@ -6,7 +6,10 @@ full collection walks every one of them (0.17 s on a 2-core AMD EPYC Zen 3). The
 collections, and Paddle's checkpoint loader (``paddle.distributed.flex_checkpoint``'s ``load_state_dict``) calls
 ``gc.collect()`` on every model load: 0.83 s of a 5.5-second ``paddle-r1 train`` of the tiny model. A command holds
 the collector while it imports its libraries (``importing_libraries``), then moves everything alive into the permanent
-generation (``gc.freeze``), which collections skip; what the run makes afterwards is collected as before.
+generation (``gc.freeze``), which collections skip; what the run makes afterwards is collected as before. At exit
+they are handed back (``gc.unfreeze``), so that the interpreter's last collection finalizes them as it would have:
+left frozen, a Paddle object held in one of their cycles (a process group, its threads) outlived the interpreter and
+could abort the process as it ended.
 
 Only in a process that is the program: ``paddle_r1.cli.main`` and the eval scripts' ``main`` called without argv (the
 console script, ``python -m paddle_r1.cli``, the launch scripts' ranks, ``python eval/test_rec.py``) call
@@ -16,6 +19,7 @@ it is.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 
@@ -40,3 +44,4 @@ def importing_libraries():
     finally:
         gc.freeze()
         gc.enable()
+        atexit.register(gc.unfreeze)  # before the interpreter's own teardown: handlers run last registered first

@@ -14,7 +14,16 @@ def quiet_libraries():
 
     quiet_libraries()
     tune_cpu_math()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def imports_out_of_full_collections(quiet_libraries):
+    """As paddle-r1's own processes do (``paddle_r1.process_gc``): what the test modules' imports made is frozen, so
+    the full collection Paddle's checkpoint loader asks for on every model load walks only what the tests made
+    (0.2 s a load otherwise); handed back when the session ends."""
     gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")
