@@ -7,8 +7,9 @@ held-out images from different seeds), a tiny Qwen2.5-VL checkpoint from that se
 images (paddle_r1.trainer.sft), then GRPO from the SFT folder on small and larger images with the ``counting``
 and ``format`` rewards, with a held-out evaluation (greedy, ``eval/score``: the fraction counted right) before
 the first step and every ``eval_steps``. Prints one table: seed, held-out score after SFT (= before GRPO) and
-after GRPO, then the mean gain and its spread (std over seeds). ``--quick`` is the one-seed version the tests
-run (tests/test_learning.py). ``--task ocr``, ``--task temporal`` and ``--task video_count`` are the same proof on
+after GRPO, then the mean gain and its spread (std over seeds). ``--quick`` is a shorter GRPO (about 90 s a seed on
+2 cores; ``--quick --seeds 0`` for one; the test suite runs this script's machinery on a few steps only,
+tests/test_learning.py). ``--task ocr``, ``--task temporal`` and ``--task video_count`` are the same proof on
 other tasks (``PRESETS``).
 """
 from __future__ import annotations
@@ -54,8 +55,8 @@ class Preset:
 
 
 FULL = Preset()
-# One seed, small enough for the test suite (tests/test_learning.py): the same SFT, then GRPO with 8 prompts x 4
-# completions per step and no evaluation between the first and the last.
+# The quick check after a change: the same SFT, then GRPO with 8 prompts x 4 completions per step and no
+# evaluation between the first and the last.
 QUICK = replace(FULL, num_train=256, num_heldout=100,
                 grpo={**FULL.grpo, "per_device_train_batch_size": 32, "num_generations": 4, "max_steps": 60,
                       "eval_steps": 60})
@@ -170,7 +171,7 @@ def main(argv=None) -> int:
                              "(tiny Qwen2.5-VL: when does the red circle appear in a clip, temporal_iou) or "
                              "video_count (tiny Qwen2.5-VL: how many times does the red circle flash, Video-R1 "
                              "numerical)")
-    parser.add_argument("--quick", action="store_true", help="the short one-seed run of tests/test_learning.py")
+    parser.add_argument("--quick", action="store_true", help="a shorter GRPO (about 90 s a seed on 2 cores)")
     parser.add_argument("--plot", default=None, help="also write a PNG of the seeds' GRPO curves here")
     parser.add_argument("--dynamic_sampling", action="store_true",
                         help="GRPO with DAPO's dynamic sampling (grpo.dynamic_sampling=true)")
