@@ -155,6 +155,37 @@ def test_a_rank_whose_heartbeat_stops_is_named_after_heartbeat_timeout(heartbeat
     assert f"past heartbeat_timeout = {heartbeat_timeout:g} s" in message, message
 
 
+def test_a_collective_that_failed_inside_the_backward_is_named_after_the_stopped_rank():
+    """A gradient all-reduce that fails inside the backward's hooks reaches the trainer as Paddle's SystemError
+    caused by gloo's TIMEOUT: with rank 1's heartbeat stopped, rank 0 names it and quotes the TIMEOUT, not the
+    SystemError (the two-node kill test meets this when the kill lands in the backward)."""
+    from paddle.base.core import TCPStore
+
+    from paddle_r1.parallel.rank_watch import RankFailure, RankWatch
+
+    port = _free_port()
+    store = TCPStore("127.0.0.1", port, True, 1, 60)  # noqa: F841 (the job's store: it serves while referenced)
+    watches = [RankWatch(rank, 2, collective_timeout=100.0, endpoint=("127.0.0.1", port)) for rank in (0, 1)]
+    try:
+        watches[1].phase("backward")
+        watches[1].stop()
+        try:
+            try:
+                raise RuntimeError("[gloo/transport/tcp/pair.cc:584] TIMEOUT self_rank = 0 pair_rank = 1\nmore")
+            except RuntimeError as timeout:
+                raise SystemError("<built-in function run_backward> returned a result with an exception set") \
+                    from timeout
+        except SystemError as wrapped:
+            explained = watches[0].explain(wrapped)
+    finally:
+        watches[0].stop()
+    assert isinstance(explained, RankFailure), explained
+    message = str(explained)
+    assert "rank 1 (in phase 'backward'" in message and "stopped" in message, message
+    assert message.endswith("The collective's error: [gloo/transport/tcp/pair.cc:584] TIMEOUT self_rank = 0 "
+                            "pair_rank = 1"), message
+
+
 def _no_delay_of_clients(port: int, make_client) -> list[int]:
     """TCP_NODELAY of the sockets to ``port`` that ``make_client()`` opened in this process."""
     from paddle_r1.parallel.rank_watch import _socket_fds

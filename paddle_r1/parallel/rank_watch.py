@@ -172,8 +172,9 @@ class RankWatch:
             pause = min(pause * 2, 0.05)
 
     def explain(self, error: Exception) -> Exception:
-        """A collective that failed (gloo's ``TIMEOUT`` or a closed connection): when another rank's heartbeat has
-        stopped, a ``RankFailure`` naming it; else ``error`` as it is."""
+        """A collective that failed (gloo's ``TIMEOUT`` or a closed connection, possibly as the cause of the error
+        the backward raised): when another rank's heartbeat has stopped, a ``RankFailure`` naming it and quoting the
+        first line of the innermost error; else ``error`` as it is."""
         if isinstance(error, RankFailure):
             return error
         try:
@@ -186,7 +187,11 @@ class RankWatch:
         if not stopped:
             return error
         names = ", ".join(f"rank {r} ({self._describe(r)})" for r in stopped)
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        innermost = error
+        while innermost.__cause__ is not None or innermost.__context__ is not None:
+            innermost = innermost.__cause__ or innermost.__context__
+        text = str(innermost).strip()
+        first_line = text.splitlines()[0] if text else type(innermost).__name__
         return RankFailure(f"rank {self.rank}: a collective failed because {names} stopped (no heartbeat for "
                            f"{3 * HEARTBEAT_SECONDS:.0f} s); ending this rank. The collective's error: {first_line}")
 

@@ -446,7 +446,9 @@ class Trainer:
                     last_saved = self.save()
             if last_saved is None or not last_saved.endswith(f"checkpoint-{self.step}"):
                 last_saved = self.save()
-        except RuntimeError as e:  # a collective that failed: named after the rank that stopped, when one did
+        except (RuntimeError, SystemError) as e:  # a collective that failed: named after the rank that stopped,
+            # when one did (a gradient all-reduce that fails inside the backward's hooks reaches here as Paddle's
+            # SystemError "run_backward returned a result with an exception set", caused by the collective's error)
             failure = explain_failure(e)
             if failure is e:
                 raise
