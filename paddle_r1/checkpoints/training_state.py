@@ -1,7 +1,7 @@
 """The training state a checkpoint holds beside the model, written and read with Paddle: the optimizer's (AdamW
 moments, master weights and the LR scheduler, keyed by structured parameter names so that they survive a new process;
 under sharding one file per rank) and the RNGs'. Kept apart from ``folders.py`` so that listing, verifying and
-reading checkpoints (``paddle-r1 view``, the evaluation scripts' checkpoint sweeps) do not import Paddle."""
+reading checkpoints does not import Paddle (``paddle-r1 view`` reads a run's folders and never needs it)."""
 from __future__ import annotations
 
 import os
