@@ -109,9 +109,9 @@ def build(name: str, root: str) -> tuple[str, str]:
     if spec.ranks == 1:
         train(settings)
     else:
-        import paddle.distributed as dist
+        from forked_ranks import spawn_ranks
 
-        dist.spawn(train, args=(settings,), nprocs=spec.ranks, backend="gloo")
+        spawn_ranks(train, args=(settings,), nprocs=spec.ranks)
     if spec.export is None:
         return source, model_folder(name, root)
     from paddle_r1.checkpoints.export import export_checkpoint

@@ -185,3 +185,15 @@ def overflow_each(stages: list, dtype: str, out: str) -> None:
 
     for stage in stages:
         overflow_steps(stage, dtype, os.path.join(out, stage or "replicated"))
+
+
+def dump_environment(names: list, dump_dir: str) -> None:
+    """This rank's values of the environment variables ``names`` and Paddle's ``PADDLE_TRAINER_ID``, and whether the
+    trainer's modules were imported before this function ran (``forked_ranks``' preloaded server)."""
+    import sys
+
+    rank = os.environ["PADDLE_TRAINER_ID"]
+    report = {"values": {name: os.environ.get(name) for name in names}, "trainer_id": rank,
+              "trainer_preloaded": "paddle_r1.trainer.grpo" in sys.modules}
+    with open(os.path.join(dump_dir, f"rank{rank}_environment.json"), "w") as f:
+        json.dump(report, f)

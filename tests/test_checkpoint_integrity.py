@@ -7,10 +7,10 @@ import os
 import re
 import shutil
 
-import paddle.distributed as dist
 import pytest
 
 from checkpoint_worker import flip_byte, save_corrupt_and_resume
+from forked_ranks import spawn_ranks
 from paddle_r1.cli import main as paddle_r1_main
 from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.evaluation.cli import main as eval_main
@@ -45,7 +45,7 @@ def sharded(tmp_path_factory, tiny_model_dir, rec_jsonl):
     dump = tmp_path_factory.mktemp("sharded")
     settings = dict(model_name_or_path=tiny_model_dir, data_path=rec_jsonl, output_dir=str(dump / "run"), beta=0.0,
                     sharding="stage1", **RUN)
-    dist.spawn(save_corrupt_and_resume, args=(settings, str(dump)), nprocs=2, backend="gloo")
+    spawn_ranks(save_corrupt_and_resume, args=(settings, str(dump)))
     return dump
 
 

@@ -8,10 +8,10 @@ import os
 
 import numpy as np
 import paddle
-import paddle.distributed as dist
 import pytest
 
 from dp_worker import reduce_and_dump, train_and_dump, train_commands, train_each_and_dump
+from forked_ranks import spawn_ranks
 from test_source_keys import paddlemix_rec_args
 
 
@@ -37,8 +37,8 @@ def single(tmp_path_factory, tiny_model_dir, rec_jsonl):
 
 
 def _two_ranks(tmp_path, tiny_model_dir, rec_jsonl, **extra):
-    dist.spawn(train_and_dump, args=(_settings(tiny_model_dir, rec_jsonl, tmp_path / "run", prompts=1, **extra),
-                                     str(tmp_path)), nprocs=2, backend="gloo")
+    spawn_ranks(train_and_dump, args=(_settings(tiny_model_dir, rec_jsonl, tmp_path / "run", prompts=1, **extra),
+                                     str(tmp_path)))
     return tmp_path
 
 
@@ -122,7 +122,7 @@ def test_late_and_missing_gradients_are_reduced_like_after_the_backward(tmp_path
     """The reducer against averaging each finished gradient after the backward, on a small model whose ranks
     differ (``dp_worker.reduce_and_dump``): a layer not declared repeated runs in 3 recomputed chunks on rank 0
     and once on rank 1, a layer has a gradient on rank 0 only, one has none anywhere."""
-    dist.spawn(reduce_and_dump, args=(str(tmp_path),), nprocs=2, backend="gloo")
+    spawn_ranks(reduce_and_dump, args=(str(tmp_path),))
     ranks = [json.load(open(tmp_path / f"rank{r}_reducer.json")) for r in (0, 1)]
     for rank, report in enumerate(ranks):
         first, second = report["steps"]
@@ -208,7 +208,7 @@ def resumed_on_two_ranks(tmp_path_factory, saved, mid_iteration, tiny_model_dir,
             for old in LAYOUTS for new in LAYOUTS if LAYOUTS[new][0] == 2]
     jobs.append((_resume_settings(tiny_model_dir, rec_jsonl, out / "mid_iteration", mid_iteration, "2 ranks",
                                   num_iterations=2), str(out / "mid_iteration")))
-    dist.spawn(train_each_and_dump, args=(jobs,), nprocs=2, backend="gloo")
+    spawn_ranks(train_each_and_dump, args=(jobs,))
     return out
 
 
@@ -397,7 +397,7 @@ def across_ranks(tmp_path_factory, tiny_model_dir, rec_mixture, tied_mixture):
                 vlm_r1_rec_command(model, tied_mixture, str(out / "dynamic_whole_groups"), per_device=2,
                                    gradient_accumulation_steps=1, **DYNAMIC),
                 vlm_r1_rec_command(model, mixture, str(out / "entropy_control"), save_steps=2, **ENTROPY_CONTROL)]
-    dist.spawn(train_commands, args=(commands, str(out)), nprocs=2, backend="gloo")
+    spawn_ranks(train_commands, args=(commands, str(out)))
     from paddle_r1.cli import main
 
     assert main(["train", *paddlemix_rec_command(model, mixture, str(out / "paddlemix_one"), per_device=4,

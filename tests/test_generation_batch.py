@@ -20,10 +20,10 @@ import os
 import shutil
 
 import numpy as np
-import paddle.distributed as dist
 import pytest
 
 from dp_worker import train_each_and_dump
+from forked_ranks import spawn_ranks
 from paddle_r1.checkpoints.resume import BatchLayout, steps_to_finish_epochs
 from paddle_r1.config.jobs import GRPOConfig
 from paddle_r1.errors import ConfigError
@@ -315,7 +315,7 @@ def over_ranks(tmp_path_factory, tiny_model_dir, rec_jsonl):
             job("mid_batch", steps_per_generation=2, save_steps=1, **over_steps),
             job("resumed", steps_per_generation=2, resume_from_checkpoint=str(out / "mid_batch" / "run" /
                                                                               "checkpoint-1"), **over_steps)]
-    dist.spawn(train_each_and_dump, args=(jobs,), nprocs=2, backend="gloo")
+    spawn_ranks(train_each_and_dump, args=(jobs,))
     train_each_and_dump([job("ranks_single", per_device_train_batch_size=6, max_steps=1),
                          job("ranks_corrected_single", per_device_train_batch_size=6, max_steps=1,
                              importance_sampling_correction=True),

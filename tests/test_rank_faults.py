@@ -11,11 +11,11 @@ import sys
 import time
 
 import numpy as np
-import paddle.distributed as dist
 import pytest
 import yaml
 
 from dp_worker import train_and_dump
+from forked_ranks import spawn_ranks
 
 from paddle_r1.trainer.sampler import PromptSampler
 
@@ -58,6 +58,28 @@ def uneven_data(tmp_path_factory, rec_jsonl):
     return str(path)
 
 
+GLOO_TIMEOUT_TEST = "test_a_rank_later_than_gloos_own_timeout_is_waited_for"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def rank_later_than_gloos_timeout(request, tmp_path_factory, tiny_model_dir, rec_jsonl):
+    """The 2-rank run of ``test_a_rank_later_than_gloos_own_timeout_is_waited_for``, started with the file's first
+    test and joined by that test, the file's last: the 35 s rank 1 sleeps pass while the other tests run. Not
+    started when that test is not selected; its ranks are ended when the file is done."""
+    if not any(item.name == GLOO_TIMEOUT_TEST for item in request.session.items):
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("gloo_timeout")
+    settings = _settings(tiny_model_dir, rec_jsonl, folder / "run", reward_funcs=["reward_helpers:slow_on_rank"],
+                         reward_kwargs={"reward_helpers:slow_on_rank": {"seconds": 35.0}}, max_steps=1)
+    ranks = spawn_ranks(train_and_dump, args=(settings, str(folder)), join=False)
+    yield ranks, folder
+    for process in ranks.processes:
+        if process.is_alive():
+            process.terminate()
+        process.join()
+
+
 def _nanstd(values):
     kept = np.asarray([v for v in values if v is not None], dtype="float64")
     return float(kept.std(ddof=1))
@@ -80,8 +102,7 @@ def _truth(rows: list[dict]) -> dict:
 def test_uneven_events_on_one_rank_log_the_global_batch(tmp_path, tiny_model_dir, uneven_data):
     """Before: step 1 logged means of mismatched keys (a skip count averaged with a non-finite count), step 2
     died in gloo (``op.preamble.length <= op.nbytes``), and completions.jsonl held rank 0's rows only."""
-    dist.spawn(train_and_dump, args=(_settings(tiny_model_dir, uneven_data, tmp_path / "run"), str(tmp_path)),
-               nprocs=2, backend="gloo")
+    spawn_ranks(train_and_dump, args=(_settings(tiny_model_dir, uneven_data, tmp_path / "run"), str(tmp_path)))
     metrics = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     rows = [json.loads(line) for line in open(tmp_path / "run" / "completions.jsonl")]
     assert [m["step"] for m in metrics] == [1, 2]
@@ -109,23 +130,12 @@ def test_a_late_rank_is_named_with_its_phase_past_collective_timeout(tmp_path, t
                          max_steps=1)
     start = time.monotonic()
     with pytest.raises(Exception) as failure:
-        dist.spawn(train_and_dump, args=(settings, str(tmp_path)), nprocs=2, backend="gloo")
+        spawn_ranks(train_and_dump, args=(settings, str(tmp_path)))
     message = str(failure.value)
     assert "RankFailure" in message and "rank 0 waited" in message, message
     assert "for rank 1 (in phase 'rewards'" in message and "collective_timeout = 5 s" in message, message
     assert time.monotonic() - start < 120
     assert not os.path.isdir(tmp_path / "run" / "checkpoint-1")
-
-
-@pytest.mark.timeout(300)
-def test_a_rank_later_than_gloos_own_timeout_is_waited_for(tmp_path, tiny_model_dir, rec_jsonl):
-    """Rank 1's reward takes 35 s, past gloo's fixed 30 s that used to end the job with a bare TIMEOUT; under the
-    default collective_timeout (1800 s) both ranks finish the step and save."""
-    settings = _settings(tiny_model_dir, rec_jsonl, tmp_path / "run", reward_funcs=["reward_helpers:slow_on_rank"],
-                         reward_kwargs={"reward_helpers:slow_on_rank": {"seconds": 35.0}}, max_steps=1)
-    dist.spawn(train_and_dump, args=(settings, str(tmp_path)), nprocs=2, backend="gloo")
-    metrics = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
-    assert metrics[0]["step_seconds"] > 35 and os.path.isdir(tmp_path / "run" / "checkpoint-1")
 
 
 @pytest.mark.parametrize("heartbeat_timeout", [2.0, 5.0])
@@ -337,3 +347,14 @@ def test_killing_a_rank_of_a_two_node_job_ends_the_other_node(tmp_path, tiny_mod
     finally:
         for node in nodes:
             _kill_group(node)
+
+
+@pytest.mark.timeout(300)
+def test_a_rank_later_than_gloos_own_timeout_is_waited_for(rank_later_than_gloos_timeout):
+    """Rank 1's reward takes 35 s, past gloo's fixed 30 s that used to end the job with a bare TIMEOUT; under the
+    default collective_timeout (1800 s) both ranks finish the step and save."""
+    ranks, folder = rank_later_than_gloos_timeout
+    while not ranks.join():
+        pass
+    metrics = [json.loads(line) for line in open(folder / "run" / "metrics.jsonl")]
+    assert metrics[0]["step_seconds"] > 35 and os.path.isdir(folder / "run" / "checkpoint-1")

@@ -62,11 +62,11 @@ def test_an_overflow_on_one_rank_is_skipped_by_every_rank_at_the_same_lowered_sc
     """``selftest.overflow``: 3 steps on 2 gloo ranks with a GradScaler (float32 weights: Paddle's CPU build runs its
     kernels), the middle one with an infinite gradient on rank 1 only (under stage 1 after the reduce, in its own
     share: what NCCL's reduce leaves a float16 overflow in the sum)."""
-    import paddle.distributed as dist
     from dp_worker import overflow_each
+    from forked_ranks import spawn_ranks
 
     stages = ["stage1", ""]
-    dist.spawn(overflow_each, args=(stages, "float32", str(tmp_path)), nprocs=2, backend="gloo")
+    spawn_ranks(overflow_each, args=(stages, "float32", str(tmp_path)))
     for stage in stages:
         ranks = [json.load(open(tmp_path / (stage or "replicated") / f"rank{r}.json"))["steps"] for r in range(2)]
         assert [[s["applied"] for s in steps] for steps in ranks] == [[True, False, True]] * 2, stage

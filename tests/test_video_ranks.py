@@ -4,10 +4,10 @@ process gives on the same global batch."""
 import json
 
 import numpy as np
-import paddle.distributed as dist
 import pytest
 
 from dp_worker import train_each_and_dump
+from forked_ranks import spawn_ranks
 from test_video import write_clip
 
 
@@ -30,7 +30,7 @@ def video_ranks(tmp_path_factory, tiny_model_dir):
 
     t_grpo = dict(temporal_grpo=True, temporal_grpo_ratio=1.0)
     jobs = [job("plain", 2), job("t_grpo", 2, **t_grpo), job("stage1", 2, sharding="stage1")]
-    dist.spawn(train_each_and_dump, args=(jobs,), nprocs=2, backend="gloo")
+    spawn_ranks(train_each_and_dump, args=(jobs,))
     train_each_and_dump([job("plain_one", 4), job("t_grpo_one", 4, **t_grpo)])
     return out
 
