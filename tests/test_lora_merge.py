@@ -15,17 +15,22 @@ from paddle_r1.testing.tiny import make_tiny_model
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
-def test_default_targets_are_every_projection_of_the_text_decoder(model_type, tmp_path):
+def test_default_targets_are_every_projection_of_the_text_decoder(model_type, tmp_path, capfd, caplog):
     """Without ``lora_target_modules`` the family's ``lora_targets`` adapt every linear layer of its text decoder's
     layers (fused or not, as paddleformers builds that family) and nothing else: not the vision tower, its merger,
-    nor the LM head."""
+    nor the LM head. The adapters go on without paddleformers' notice about the tensor-parallel size."""
     family = FAMILIES[model_type]
     model = load_model(make_tiny_model(str(tmp_path / model_type), family=model_type))
     layers = ".".join(family.text_decoder_at) + ".layers."
     projections = {name for name, layer in model.named_sublayers()
                    if isinstance(layer, paddle.nn.Linear) and name.startswith(layers)}
+    capfd.readouterr()
+    caplog.clear()
     apply_lora(model, rank=2, alpha=4)
     assert projections and set(lora_layers(model)) == projections
+    printed = capfd.readouterr()
+    logged = [record.getMessage() for record in caplog.records]
+    assert not [text for text in [printed.out, printed.err, *logged] if "tensor_model_parallel_size" in text], logged
 
 
 def _safetensors_dtypes(folder):

@@ -31,8 +31,10 @@ def apply_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modu
     from paddleformers.peft import LoRAConfig, LoRAModel
 
     targets = target_modules or family_of(model).lora_targets
-    config = LoRAConfig(target_modules=list(targets), r=rank, lora_alpha=alpha,
-                        lora_dropout=dropout, merge_weights=False, dtype=_dtype_name(model))
+    # the model's tensor-parallel size, which LoRAModel would otherwise copy over with a warning on every run
+    config = LoRAConfig(target_modules=list(targets), r=rank, lora_alpha=alpha, lora_dropout=dropout,
+                        merge_weights=False, dtype=_dtype_name(model),
+                        tensor_model_parallel_size=model.config.tensor_model_parallel_size)
     wrapper = LoRAModel(model, config)  # replaces the layers inside `model` and freezes everything else
     if not lora_layers(model):
         raise ConfigError(f"config key 'lora_target_modules': {config.target_modules} matched no linear layer",
