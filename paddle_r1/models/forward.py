@@ -102,7 +102,11 @@ def rope_positions(model, input_ids: paddle.Tensor, attention_mask: paddle.Tenso
     pair the positions of a one-frame image where its block stands, after its time written as text. Text after a
     video continues from the largest position before it + 1, and so does the decode (``next_position``)."""
     owner = _sublayer(model, family_of(model).rope_index_at)
-    seconds = {} if family_of(model).video_time != "seconds" else {"second_per_grid_ts": second_per_grid_ts}
+    seconds = {}
+    if family_of(model).video_time == "seconds":
+        # as Python floats (each a float32 value): the same float32 products as with the tensor, without Paddle's
+        # log line on multiplying an int64 tensor by a float32 one
+        seconds["second_per_grid_ts"] = None if second_per_grid_ts is None else second_per_grid_ts.tolist()
     positions, _ = owner.get_rope_index(input_ids, image_grid_thw, video_grid_thw, attention_mask=attention_mask,
                                         **seconds)
     next_position = positions.max(axis=0).max(axis=-1) + 1
