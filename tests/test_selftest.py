@@ -11,6 +11,7 @@ import pytest
 
 from paddle_r1.cli import main
 from paddle_r1.selftest import CHECKS
+from test_cli import assert_no_library_notices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_CUDA = "no CUDA device: paddle.is_compiled_with_cuda() is False"
@@ -29,6 +30,7 @@ def cpu_selftest(tmp_path_factory):
 def test_cpu_selftest_passes_every_cpu_check_and_skips_each_gpu_check_with_its_reason(cpu_selftest):
     result, report, workdir = cpu_selftest
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_no_library_notices(result)
     checks = {check["name"]: check for check in report["checks"]}
     assert list(checks) == [check.name for check in CHECKS]
     assert all(set(check) >= {"name", "status", "seconds", "figure", "error"} for check in report["checks"])
