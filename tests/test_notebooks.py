@@ -15,9 +15,13 @@ import pytest
 from ipykernel.kernelspec import write_kernel_spec
 from nbclient import NotebookClient
 
+from test_cli import LIBRARY_NOTICES
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 KERNEL = "paddle_r1_test"
+# what a cell must not show: the commands' library notices, and the warnings importing Paddle raises in the kernel
+NOTICES = LIBRARY_NOTICES + ("No ccache found", "Setuptools is replacing distutils")
 
 # the smallest run that still goes through every cell: no SFT warm start, 2 GRPO steps, 2 x 2 completions
 CI_PARAMETERS = {"SFT_STEPS": 0, "STEPS": 2, "SAVE_STEPS": 1, "NUM_TRAIN": 8, "NUM_TEST": 4, "NUM_GENERATIONS": 2,
@@ -78,6 +82,9 @@ def test_notebook_runs_top_to_bottom(path, kernel_env, tmp_path):
     # exit status, which the notebooks check)
     NotebookClient(nb, kernel_name=KERNEL, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
     assert repository_entries() == before, "a notebook wrote into the repository"
+    shown = [(index, line) for index, cell in enumerate(nb.cells) for output in cell.get("outputs", [])
+             if output.get("output_type") == "stream" for line in output.get("text", "").splitlines()]
+    assert not [(index, line) for index, line in shown if any(notice in line for notice in NOTICES)], shown
 
 
 def repository_entries() -> set:
