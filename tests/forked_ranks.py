@@ -6,7 +6,8 @@ train. ``spawn_ranks`` asks it for its ``forkserver`` start method instead, with
 server (``multiprocessing.set_forkserver_preload``): the server imports them once per test process and every rank
 is a fork of it, as fresh as a new interpreter but for the imports. The one difference a test could see, the
 environment (a forked rank has the server's, taken when the first ranks were started), is undone: each rank runs
-under the caller's environment at the call, with the variables Paddle set for that rank on top.
+under the caller's environment at the call, with the variables Paddle set for that rank on top (and the proxies
+its wrapper removes, removed).
 
 Ranks launched as the users launch them (``paddle-r1 train`` under ``paddle.distributed.launch``) are the other
 tests' business: those start real programs.
@@ -33,8 +34,13 @@ def spawn_ranks(func, args=(), nprocs: int = 2, **options):
 
 
 def _under_environment(environment: dict, func, args: tuple):
+    """What Paddle's wrapper did to the inherited environment (the rank's variables set, the proxies removed), done
+    to the caller's instead."""
+    from paddle.distributed.spawn import _remove_risky_env
+
     rank_variables = {key: value for key, value in os.environ.items() if _INHERITED_ENVIRONMENT.get(key) != value}
     os.environ.clear()
     os.environ.update(environment)
     os.environ.update(rank_variables)
+    _remove_risky_env()
     return func(*args)
