@@ -165,14 +165,17 @@ def test_a_rank_whose_heartbeat_stops_is_named_after_heartbeat_timeout(heartbeat
     assert f"past heartbeat_timeout = {heartbeat_timeout:g} s" in message, message
 
 
-def test_a_collective_that_failed_inside_the_backward_is_named_after_the_stopped_rank():
+def test_a_collective_that_failed_inside_the_backward_is_named_after_the_stopped_rank(monkeypatch):
     """A gradient all-reduce that fails inside the backward's hooks reaches the trainer as Paddle's SystemError
     caused by gloo's TIMEOUT: with rank 1's heartbeat stopped, rank 0 names it and quotes the TIMEOUT, not the
-    SystemError (the two-node kill test meets this when the kill lands in the backward)."""
+    SystemError (the two-node kill test meets this when the kill lands in the backward). Heartbeats every 0.5 s
+    instead of 2: ``explain`` watches for three of them."""
     from paddle.base.core import TCPStore
 
+    from paddle_r1.parallel import rank_watch
     from paddle_r1.parallel.rank_watch import RankFailure, RankWatch
 
+    monkeypatch.setattr(rank_watch, "HEARTBEAT_SECONDS", 0.5)
     port = _free_port()
     store = TCPStore("127.0.0.1", port, True, 1, 60)  # noqa: F841 (the job's store: it serves while referenced)
     watches = [RankWatch(rank, 2, collective_timeout=100.0, endpoint=("127.0.0.1", port)) for rank in (0, 1)]
