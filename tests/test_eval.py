@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 from test_cli import assert_no_library_notices
 
-from paddle_r1.evaluation.runner import accuracy_table, checkpoint_label, expand_model_paths
+from paddle_r1.evaluation.inputs import checkpoint_label, expand_model_paths
+from paddle_r1.evaluation.runner import accuracy_table
 from paddle_r1.evaluation.tasks import TASKS, task_for_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,11 +93,39 @@ def test_sweep_over_a_runs_checkpoints(tmp_path, tiny_model_dir, rec_benchmark):
     assert lines[-2].startswith("| step 2 |") and lines[-1].startswith("| step 10 |")
 
 
-def test_missing_benchmark_file_is_one_clear_line(tmp_path, tiny_model_dir):
-    result = run_script("test_rec.py", "--model_path", tiny_model_dir, "--data_root", str(tmp_path),
-                        "--test_datasets", "refcoco_val")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == f"error: no refcoco_val.json or refcoco_val.jsonl in {tmp_path}"
+def run_script_seeing_imports(script, *args):
+    """``run_script`` under ``-X importtime``: the modules the script imported, and the result with those lines
+    taken out of its stderr."""
+    result = subprocess.run([sys.executable, "-X", "importtime", os.path.join(ROOT, "eval", script), *args],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    lines = result.stderr.splitlines()
+    result.stderr = "\n".join(line for line in lines if not line.startswith("import time:"))
+    return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}, result
+
+
+@pytest.mark.parametrize("script, datasets, error", [
+    ("test_rec.py", ["refcoco_val", "refcoco_vall"], "no refcoco_vall.json or refcoco_vall.jsonl in {data_root}"),
+    ("test_r1-v.py", ["refcoco_val"], "cannot tell the task of dataset 'refcoco_val'; pass --task counting|geoqa"),
+], ids=["missing file", "unknown task"])
+def test_a_wrong_dataset_stops_before_any_model_loads(tmp_path, tiny_model_dir, rec_benchmark, script, datasets,
+                                                      error):
+    """Named after an existing one, over two checkpoints: nothing is evaluated and Paddle is never imported."""
+    data_root, image_root = rec_benchmark
+    out = tmp_path / "out"
+    modules, result = run_script_seeing_imports(
+        script, "--model_path", tiny_model_dir, tiny_model_dir, "--data_root", data_root, "--image_root", image_root,
+        "--test_datasets", *datasets, "--max_new_tokens", "4", "--output_dir", str(out))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "error: " + error.format(data_root=data_root)
+    assert not out.exists()
+    assert "paddle_r1.evaluation.cli" in modules and "paddle" not in modules
+
+
+def test_a_wrong_option_is_answered_before_paddle_loads():
+    modules, result = run_script_seeing_imports("test_rec.py", "--model_path", "m", "--data_root", "d",
+                                                "--test_datasets", "x", "--visualise", "2")
+    assert result.returncode == 2 and "unrecognized arguments: --visualise 2" in result.stderr
+    assert "paddle" not in modules
 
 
 def _columns(n, **values):

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from .inputs import benchmark_file, checkpoint_label, expand_model_paths
 from .protocols import PROTOCOLS, get_protocol
 from .tasks import SCRIPT_TASKS, TASKS, task_for_dataset
 from ..checkpoints.folders import verify_checkpoint
@@ -72,27 +73,32 @@ def main(kind: str, argv: list[str] | None = None) -> int:
 
     if argv is None:  # python eval/test_rec.py ...
         running_as_program()
-    quiet_libraries()  # before .runner imports paddleformers, whose import-time notices it drops
-    with importing_libraries():
-        from .runner import (EvalOptions, Evaluator, accuracy_table, benchmark_file, checkpoint_label,
-                             expand_model_paths, metrics_table, write_results)
-    tune_if_no_gpu()
-
-    args = build_parser(kind).parse_args(argv)
+    args = build_parser(kind).parse_args(argv)  # --help and a wrong option answer before Paddle loads
     protocol = get_protocol(args.protocol)
     steps = args.steps if args.steps is not None else protocol.steps
-    write = protocol.write or write_results
-    options = EvalOptions(data_root=args.data_root, image_root=args.image_root, method=args.method,
-                          question_template=args.question_template, batch_size=args.batch_size,
-                          sample_num=args.sample_num if args.sample_num is not None else protocol.sample_num,
-                          seed=args.seed, max_new_tokens=args.max_new_tokens, coord_system=args.coord_system,
-                          output_dir=args.output_dir or protocol.output_dir, visualize=getattr(args, "visualize", 0),
-                          dtype=args.dtype or default_dtype(protocol), protocol=protocol.name,
-                          video={key: getattr(args, key, None) for key in VIDEO_KEYS})
     try:
+        # every model folder verified and every dataset's file and task found before the first model loads
         model_paths = expand_model_paths(args.model_path)
-        for model_path in model_paths:  # all of them before the first is evaluated
+        for model_path in model_paths:
             verify_checkpoint(model_path, model_only=True)
+        tasks = {}
+        for dataset in args.test_datasets:
+            data_file = benchmark_file(args.data_root, dataset)
+            tasks[dataset] = (TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task, kind, data_file)
+                              ).under(protocol.name, args.method)
+
+        quiet_libraries()  # before .runner imports paddleformers, whose import-time notices it drops
+        with importing_libraries():
+            from .runner import EvalOptions, Evaluator, accuracy_table, metrics_table, write_results
+        tune_if_no_gpu()
+        write = protocol.write or write_results
+        options = EvalOptions(data_root=args.data_root, image_root=args.image_root, method=args.method,
+                              question_template=args.question_template, batch_size=args.batch_size,
+                              sample_num=args.sample_num if args.sample_num is not None else protocol.sample_num,
+                              seed=args.seed, max_new_tokens=args.max_new_tokens, coord_system=args.coord_system,
+                              output_dir=args.output_dir or protocol.output_dir,
+                              visualize=getattr(args, "visualize", 0), dtype=args.dtype or default_dtype(protocol),
+                              protocol=protocol.name, video={key: getattr(args, key, None) for key in VIDEO_KEYS})
         table: dict[str, dict[str, float]] = {}
         metrics: dict[str, dict[tuple, dict]] = {}  # per task: (label, dataset) -> its own metrics
         for model_path in model_paths:
@@ -100,10 +106,7 @@ def main(kind: str, argv: list[str] | None = None) -> int:
             model_name = args.model_name if args.model_name and len(model_paths) == 1 else \
                 (args.model_name + "_" if args.model_name else "") + checkpoint_label(model_path)
             label = checkpoint_label(model_path) if len(model_paths) > 1 else model_name
-            for dataset in args.test_datasets:
-                data_file = benchmark_file(options.data_root, dataset) if kind == "video" else None
-                task = (TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task, kind, data_file)
-                        ).under(protocol.name, args.method)
+            for dataset, task in tasks.items():
                 summary = evaluator.evaluate(dataset, task)
                 path = write(summary, options.output_dir, model_name, steps)
                 mean = summary.get(f"mean_{task.mean_reward}") if task.mean_reward else None

@@ -23,6 +23,7 @@ from ..generation.generator import Generator
 from ..generation.rollout import SamplingParams
 from ..rewards.manager import reward_columns
 from ..tools.toolbox import Toolbox
+from .inputs import benchmark_file
 from .protocols import get_protocol, shuffled_first
 from .tasks import Task
 
@@ -43,32 +44,6 @@ class EvalOptions:
     dtype: str = "float32"
     protocol: str = "paddle_r1"  # see protocols.PROTOCOLS
     video: dict = field(default_factory=dict)  # the clips' sampling keys given for this run (video_sampling_for)
-
-
-def checkpoint_label(model_path: str) -> str:
-    """"step 300" for .../checkpoint-300, else the folder's name."""
-    name = os.path.basename(os.path.normpath(model_path))
-    match = re.fullmatch(r"checkpoint-(\d+)", name)
-    return f"step {match.group(1)}" if match else name
-
-
-def expand_model_paths(paths: list[str]) -> list[str]:
-    """A training run's output folder stands for its checkpoints, in the order the run wrote them."""
-    from ..checkpoints.folders import list_checkpoints
-
-    expanded = []
-    for path in paths:
-        found = [] if os.path.isfile(os.path.join(path, "config.json")) else list_checkpoints(path)
-        expanded.extend(found or [path])
-    return expanded
-
-
-def benchmark_file(data_root: str, dataset: str) -> str:
-    for extension in (".json", ".jsonl"):
-        candidate = os.path.join(data_root, dataset + extension)
-        if os.path.isfile(candidate):
-            return candidate
-    raise FileNotFoundError(f"no {dataset}.json or {dataset}.jsonl in {data_root}")
 
 
 def trained_config(model_path: str) -> dict:
