@@ -307,15 +307,26 @@ def main() -> None:
     print(f"{PROMPTS} prompts x {args.generations} completions x {args.new_tokens} tokens, {args.image}x{args.image} "
           f"image; medians of "
           f"{len(paddle_rows)} steps ({args.rounds} round(s), warm-up step dropped); {args.threads} thread(s)")
-    print("| | seconds | Paddle's host memory, peak MiB | added in the phase, MiB |\n|---|---|---|---|")
     memory = clock.memory()
-    for phase in PHASES:
-        peak, added = memory[phase]
-        print(f"| {phase} | {_median(paddle_rows, phase):.2f} | {peak:.0f} | {added:.0f} |")
-    print(f"| **paddle_r1 step** | **{step_s:.2f}** | | |")
+    ours = {phase: _median(paddle_rows, phase) for phase in PHASES}
+    ours["other"] = step_s - sum(ours.values())  # the step's work between the wrapped calls
+    columns = ["seconds", "Paddle's host memory, peak MiB", "added in the phase, MiB"]
+    if trl_rows:  # TRL's script times the same six phases by wrapping TRL's calls: where a gap to TRL lies
+        trl_s = statistics.median(r["step_s_median"] for r in trl_rows)
+        theirs = {phase: statistics.median(r["phases"][phase] for r in trl_rows) for phase in PHASES}
+        theirs["other"] = trl_s - sum(theirs.values())
+        columns += ["TRL 1.16, seconds", "TRL / paddle_r1"]
+    print("| | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
+    for phase, seconds in ours.items():
+        peak, added = memory.get(phase, (None, None))
+        cells = [f"{seconds:.2f}", "" if peak is None else f"{peak:.0f}", "" if added is None else f"{added:.0f}"]
+        if trl_rows:
+            cells += [f"{theirs[phase]:.2f}", f"{theirs[phase] / seconds:.2f}x" if seconds > 0 else ""]
+        print(f"| {phase} | " + " | ".join(cells) + " |")
+    total = f" **{trl_s:.2f}** | **{trl_s / step_s:.2f}x** |" if trl_rows else ""
+    print(f"| **step** | **{step_s:.2f}** | | |" + total)
     print(f"paddle_r1: {tokens_per_s:.0f} completion tokens/s")
     if trl_rows:
-        trl_s = statistics.median(r["step_s_median"] for r in trl_rows)
         trl_tokens_per_s = statistics.median(r["completion_tok_per_s"] for r in trl_rows)
         per_round = ", ".join(f"{r['step_s_median']:.2f}" for r in trl_rows)
         print(f"TRL 1.16: {trl_s:.2f} s/step, {trl_tokens_per_s:.0f} completion tokens/s (per round: {per_round} s; "
