@@ -103,20 +103,22 @@ def run_script_seeing_imports(script, *args):
     return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}, result
 
 
-@pytest.mark.parametrize("script, datasets, error", [
-    ("test_rec.py", ["refcoco_val", "refcoco_vall"], "no refcoco_vall.json or refcoco_vall.jsonl in {data_root}"),
-    ("test_r1-v.py", ["refcoco_val"], "cannot tell the task of dataset 'refcoco_val'; pass --task counting|geoqa"),
-], ids=["missing file", "unknown task"])
-def test_a_wrong_dataset_stops_before_any_model_loads(tmp_path, tiny_model_dir, rec_benchmark, script, datasets,
-                                                      error):
-    """Named after an existing one, over two checkpoints: nothing is evaluated and Paddle is never imported."""
+@pytest.mark.parametrize("script, models, datasets, error", [
+    ("test_rec.py", [], ["refcoco_val", "refcoco_vall"], "no refcoco_vall.json or refcoco_vall.jsonl in {data_root}"),
+    ("test_r1-v.py", [], ["refcoco_val"], "cannot tell the task of dataset 'refcoco_val'; pass --task counting|geoqa"),
+    ("test_rec.py", ["{tmp_path}/checkpoint-30"], ["refcoco_val"], "model folder not found: {tmp_path}/checkpoint-30"),
+], ids=["missing file", "unknown task", "missing model folder"])
+def test_a_wrong_name_stops_before_any_model_loads(tmp_path, tiny_model_dir, rec_benchmark, script, models, datasets,
+                                                   error):
+    """Named after an existing model and dataset: nothing is evaluated and Paddle is never imported."""
     data_root, image_root = rec_benchmark
     out = tmp_path / "out"
+    models = [tiny_model_dir, tiny_model_dir] + [model.format(tmp_path=tmp_path) for model in models]
     modules, result = run_script_seeing_imports(
-        script, "--model_path", tiny_model_dir, tiny_model_dir, "--data_root", data_root, "--image_root", image_root,
+        script, "--model_path", *models, "--data_root", data_root, "--image_root", image_root,
         "--test_datasets", *datasets, "--max_new_tokens", "4", "--output_dir", str(out))
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines()[-1] == "error: " + error.format(data_root=data_root)
+    assert result.stderr.strip().splitlines()[-1] == "error: " + error.format(data_root=data_root, tmp_path=tmp_path)
     assert not out.exists()
     assert "paddle_r1.evaluation.cli" in modules and "paddle" not in modules
 

@@ -12,6 +12,7 @@ from .tasks import SCRIPT_TASKS, TASKS, task_for_dataset
 from ..checkpoints.folders import verify_checkpoint
 from ..config.jobs import GRPOConfig
 from ..data.video import CONFIG_KEYS as VIDEO_KEYS
+from ..models.model_path import check_model_path
 
 
 def build_parser(kind: str) -> argparse.ArgumentParser:
@@ -80,6 +81,7 @@ def main(kind: str, argv: list[str] | None = None) -> int:
         # every model folder verified and every dataset's file and task found before the first model loads
         model_paths = expand_model_paths(args.model_path)
         for model_path in model_paths:
+            check_model_path(model_path)
             verify_checkpoint(model_path, model_only=True)
         tasks = {}
         for dataset in args.test_datasets:
