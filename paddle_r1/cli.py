@@ -76,10 +76,12 @@ def _view(args, extra: list[str]) -> int:
 def _serve(args, extra: list[str]) -> int:
     from .cpu_math import tune_if_no_gpu
     from .data.video import VideoSampling
+    from .models.model_path import check_model_path
     from .serve.limits import ServeLimits
 
     if extra:
         raise SystemExit(f"serve: unexpected arguments {extra}")
+    check_model_path(args.checkpoint)  # a wrong path is one line before Paddle loads
     with importing_libraries():
         from .serve.server import serve
     tune_if_no_gpu()

@@ -38,6 +38,14 @@ def assert_no_library_notices(result: subprocess.CompletedProcess) -> None:
         assert notice not in result.stdout + result.stderr, f"the command printed {notice!r}"
 
 
+def imported_modules(result: subprocess.CompletedProcess) -> set:
+    """The modules a process run with ``PYTHONPROFILEIMPORTTIME=1`` imported; their lines are taken out of
+    ``result.stderr``, which keeps what the command itself wrote."""
+    lines = result.stderr.splitlines()
+    result.stderr = "\n".join(line for line in lines if not line.startswith("import time:"))
+    return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+
+
 def test_make_tiny_model(tmp_path):
     result = paddle_r1("make-tiny-model", str(tmp_path / "m"), "--family", "qwen2_5_vl")
     assert result.returncode == 0, result.stderr
@@ -198,6 +206,14 @@ def test_wrong_values_and_paths_stop_before_anything_loads(tmp_path, rec_jsonl):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "model folder not found: Qwen/Qwen2.5-VL-3B-Instruct; as a hub id it could not be fetched" in result.stderr
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_serve_names_a_missing_model_folder_before_paddle_loads(tmp_path):
+    result = paddle_r1("serve", "./nope_dir", "--port", "0", cwd=tmp_path, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    modules = imported_modules(result)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "paddle-r1 serve: error: model folder not found: ./nope_dir"
+    assert "paddle_r1.cli" in modules and "paddle" not in modules
 
 
 def test_a_user_reward_that_raises_is_reported_in_full(tmp_path, tiny_model_dir, rec_jsonl):

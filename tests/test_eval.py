@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from PIL import Image
-from test_cli import assert_no_library_notices
+from test_cli import assert_no_library_notices, imported_modules
 
 from paddle_r1.evaluation.inputs import checkpoint_label, expand_model_paths
 from paddle_r1.evaluation.runner import accuracy_table
@@ -94,13 +94,10 @@ def test_sweep_over_a_runs_checkpoints(tmp_path, tiny_model_dir, rec_benchmark):
 
 
 def run_script_seeing_imports(script, *args):
-    """``run_script`` under ``-X importtime``: the modules the script imported, and the result with those lines
-    taken out of its stderr."""
-    result = subprocess.run([sys.executable, "-X", "importtime", os.path.join(ROOT, "eval", script), *args],
-                            capture_output=True, text=True, timeout=300, cwd=ROOT)
-    lines = result.stderr.splitlines()
-    result.stderr = "\n".join(line for line in lines if not line.startswith("import time:"))
-    return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}, result
+    """``run_script`` under ``PYTHONPROFILEIMPORTTIME``: the modules the script imported, and its result."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "eval", script), *args], capture_output=True,
+                            text=True, timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    return imported_modules(result), result
 
 
 @pytest.mark.parametrize("script, models, datasets, error", [
