@@ -22,7 +22,8 @@ def main() -> None:
     quiet_libraries("ERROR")
     tune_cpu_math()  # what a CPU job does before its first matrix product
     from paddle_r1.synthetic import make_synthetic_rec
-    from paddle_r1.evaluation.runner import EvalOptions, Evaluator
+    from paddle_r1.evaluation.inputs import EvalOptions, read_benchmarks
+    from paddle_r1.evaluation.runner import Evaluator
     from paddle_r1.evaluation.tasks import TASKS
     from paddle_r1.testing.tiny import make_tiny_model
 
@@ -38,8 +39,9 @@ def main() -> None:
         options = EvalOptions(data_root=os.path.join(work, "data"), image_root=None, batch_size=batch_size,
                               max_new_tokens=args.max_new_tokens, output_dir=os.path.join(work, "out"))
         evaluator = Evaluator(model_dir, options)
+        benchmark = read_benchmarks({"refcoco_val": TASKS["rec"]}, options)[0]
         start = time.perf_counter()
-        summary = evaluator.evaluate("refcoco_val", TASKS["rec"])
+        summary = evaluator.evaluate(benchmark)
         seconds = time.perf_counter() - start
         print(f"| {batch_size} | {summary['total'] / seconds:.1f} | {seconds:.2f} |")
 

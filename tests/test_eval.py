@@ -104,18 +104,24 @@ def run_script_seeing_imports(script, *args):
     ("test_rec.py", [], ["refcoco_val", "refcoco_vall"], "no refcoco_vall.json or refcoco_vall.jsonl in {data_root}"),
     ("test_r1-v.py", [], ["refcoco_val"], "cannot tell the task of dataset 'refcoco_val'; pass --task counting|geoqa"),
     ("test_rec.py", ["{tmp_path}/checkpoint-30"], ["refcoco_val"], "model folder not found: {tmp_path}/checkpoint-30"),
-], ids=["missing file", "unknown task", "missing model folder"])
-def test_a_wrong_name_stops_before_any_model_loads(tmp_path, tiny_model_dir, rec_benchmark, script, models, datasets,
-                                                   error):
-    """Named after an existing model and dataset: nothing is evaluated and Paddle is never imported."""
-    data_root, image_root = rec_benchmark
+    ("test_rec.py", [], ["refcoco_val", "refcoco_testA"], "{data_root}/refcoco_testA.json: the dataset is empty "
+                                                          "(skipped 1 of 1 samples: {data_root}/refcoco_testA.json[0] "
+                                                          "image not found: {image_root}/gone.png)"),
+], ids=["missing file", "unknown task", "missing model folder", "no sample to score"])
+def test_a_wrong_input_stops_before_any_model_loads(tmp_path, tiny_model_dir, rec_benchmark, script, models, datasets,
+                                                    error):
+    """After an existing model and dataset: nothing is evaluated and Paddle is never imported."""
+    data_root = shutil.copytree(rec_benchmark[0], tmp_path / "data")
+    (data_root / "refcoco_testA.json").write_text(json.dumps([{"image": "gone.png", "problem": "the cat",
+                                                               "solution": [1, 2, 3, 4]}]))
     out = tmp_path / "out"
     models = [tiny_model_dir, tiny_model_dir] + [model.format(tmp_path=tmp_path) for model in models]
     modules, result = run_script_seeing_imports(
-        script, "--model_path", *models, "--data_root", data_root, "--image_root", image_root,
+        script, "--model_path", *models, "--data_root", str(data_root), "--image_root", rec_benchmark[1],
         "--test_datasets", *datasets, "--max_new_tokens", "4", "--output_dir", str(out))
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines()[-1] == "error: " + error.format(data_root=data_root, tmp_path=tmp_path)
+    assert result.stderr.strip().splitlines()[-1] == "error: " + error.format(data_root=data_root, tmp_path=tmp_path,
+                                                                               image_root=rec_benchmark[1])
     assert not out.exists()
     assert "paddle_r1.evaluation.cli" in modules and "paddle" not in modules
 

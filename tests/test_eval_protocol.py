@@ -12,7 +12,8 @@ import pytest
 
 from paddle_r1.evaluation.cli import build_parser
 from paddle_r1.evaluation.protocols import PADDLEMIX_R1V, PADDLEMIX_REC_R1, paddlemix_box, paddlemix_iou
-from paddle_r1.evaluation.runner import EvalOptions, asked, template_for
+from paddle_r1.evaluation.inputs import EvalOptions, asked
+from paddle_r1.evaluation.runner import template_for
 from paddle_r1.evaluation.tasks import TASKS, task_for_dataset
 from paddle_r1.rewards import load_builtin_rewards
 

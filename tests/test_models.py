@@ -153,7 +153,8 @@ def test_qwen2_vl_grpo_steps_then_eval(qwen2_vl_dir, rec_samples, tmp_path):
     """The training loop and the eval runner take a Qwen2-VL folder as they take a Qwen2.5-VL one; its
     boxes are read in 0-1000 units."""
     from paddle_r1.config.jobs import GRPOConfig
-    from paddle_r1.evaluation.runner import EvalOptions, Evaluator
+    from paddle_r1.evaluation.inputs import EvalOptions, read_benchmarks
+    from paddle_r1.evaluation.runner import Evaluator
     from paddle_r1.evaluation.tasks import TASKS
     from paddle_r1.trainer.grpo import GRPOTrainer
 
@@ -171,7 +172,7 @@ def test_qwen2_vl_grpo_steps_then_eval(qwen2_vl_dir, rec_samples, tmp_path):
     rows = [{**{k: v for k, v in s.items() if k not in ("images", "reward_method")}, "image": s["images"][0]}
             for s in rec_samples[:3]]
     (data_root / "refcoco_val.json").write_text(json.dumps(rows))
-    evaluator = Evaluator(result["checkpoint"], EvalOptions(data_root=str(data_root), image_root=None, batch_size=2,
-                                                            max_new_tokens=4))
-    summary = evaluator.evaluate("refcoco_val", TASKS["rec"])
+    options = EvalOptions(data_root=str(data_root), image_root=None, batch_size=2, max_new_tokens=4)
+    evaluator = Evaluator(result["checkpoint"], options)
+    summary = evaluator.evaluate(read_benchmarks({"refcoco_val": TASKS["rec"]}, options)[0])
     assert summary["total"] == 3 and evaluator.coord_system == "rel_1000"

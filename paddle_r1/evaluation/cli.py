@@ -3,10 +3,11 @@ and eval/test_video.py."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
-from .inputs import benchmark_file, checkpoint_label, expand_model_paths
+from .inputs import EvalOptions, benchmark_file, checkpoint_label, expand_model_paths, read_benchmarks
 from .protocols import PROTOCOLS, get_protocol
 from .tasks import SCRIPT_TASKS, TASKS, task_for_dataset
 from ..checkpoints.folders import verify_checkpoint
@@ -77,30 +78,35 @@ def main(kind: str, argv: list[str] | None = None) -> int:
     args = build_parser(kind).parse_args(argv)  # --help and a wrong option answer before Paddle loads
     protocol = get_protocol(args.protocol)
     steps = args.steps if args.steps is not None else protocol.steps
+    options = EvalOptions(data_root=args.data_root, image_root=args.image_root, method=args.method,
+                          question_template=args.question_template, batch_size=args.batch_size,
+                          sample_num=args.sample_num if args.sample_num is not None else protocol.sample_num,
+                          seed=args.seed, max_new_tokens=args.max_new_tokens, coord_system=args.coord_system,
+                          output_dir=args.output_dir or protocol.output_dir, visualize=getattr(args, "visualize", 0),
+                          dtype=args.dtype, protocol=protocol.name,
+                          video={key: getattr(args, key, None) for key in VIDEO_KEYS})
     try:
-        # every model folder verified and every dataset's file and task found before the first model loads
+        # every model folder found and verified, every benchmark read, before the first model loads
         model_paths = expand_model_paths(args.model_path)
         for model_path in model_paths:
             check_model_path(model_path)
             verify_checkpoint(model_path, model_only=True)
         tasks = {}
         for dataset in args.test_datasets:
-            data_file = benchmark_file(args.data_root, dataset)
-            tasks[dataset] = (TASKS["rec"] if kind == "rec" else task_for_dataset(dataset, args.task, kind, data_file)
-                              ).under(protocol.name, args.method)
+            task = TASKS["rec"] if kind == "rec" else task_for_dataset(
+                dataset, args.task, kind, benchmark_file(args.data_root, dataset))
+            tasks[dataset] = task.under(protocol.name, args.method)
+        benchmarks = read_benchmarks(tasks, options)
+        for benchmark in benchmarks:
+            if benchmark.report.summary():
+                print(benchmark.report.summary())
 
         quiet_libraries()  # before .runner imports paddleformers, whose import-time notices it drops
         with importing_libraries():
-            from .runner import EvalOptions, Evaluator, accuracy_table, metrics_table, write_results
+            from .runner import Evaluator, accuracy_table, metrics_table, write_results
         tune_if_no_gpu()
         write = protocol.write or write_results
-        options = EvalOptions(data_root=args.data_root, image_root=args.image_root, method=args.method,
-                              question_template=args.question_template, batch_size=args.batch_size,
-                              sample_num=args.sample_num if args.sample_num is not None else protocol.sample_num,
-                              seed=args.seed, max_new_tokens=args.max_new_tokens, coord_system=args.coord_system,
-                              output_dir=args.output_dir or protocol.output_dir,
-                              visualize=getattr(args, "visualize", 0), dtype=args.dtype or default_dtype(protocol),
-                              protocol=protocol.name, video={key: getattr(args, key, None) for key in VIDEO_KEYS})
+        options = dataclasses.replace(options, dtype=args.dtype or default_dtype(protocol))
         table: dict[str, dict[str, float]] = {}
         metrics: dict[str, dict[tuple, dict]] = {}  # per task: (label, dataset) -> its own metrics
         for model_path in model_paths:
@@ -108,8 +114,9 @@ def main(kind: str, argv: list[str] | None = None) -> int:
             model_name = args.model_name if args.model_name and len(model_paths) == 1 else \
                 (args.model_name + "_" if args.model_name else "") + checkpoint_label(model_path)
             label = checkpoint_label(model_path) if len(model_paths) > 1 else model_name
-            for dataset, task in tasks.items():
-                summary = evaluator.evaluate(dataset, task)
+            for benchmark in benchmarks:
+                dataset, task = benchmark.name, benchmark.task
+                summary = evaluator.evaluate(benchmark)
                 path = write(summary, options.output_dir, model_name, steps)
                 mean = summary.get(f"mean_{task.mean_reward}") if task.mean_reward else None
                 print(f"{dataset}: accuracy {summary['accuracy'] * 100:.2f}% "

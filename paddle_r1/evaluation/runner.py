@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import paddle
 from tqdm import tqdm
 
-from ..data.loader import DataReport, load_samples
-from ..data.records import read_records
-from ..data.samples import SOURCE_KEY
 from ..data.video import CONFIG_KEYS as VIDEO_KEYS, VideoSampling
 from ..models.loading import default_coord_system, load_model, load_processor, model_family
 from ..models.precision import check_dtype_runs_here, precision_for_this_device
@@ -23,27 +19,8 @@ from ..generation.generator import Generator
 from ..generation.rollout import SamplingParams
 from ..rewards.manager import reward_columns
 from ..tools.toolbox import Toolbox
-from .inputs import benchmark_file
-from .protocols import get_protocol, shuffled_first
-from .tasks import Task
-
-
-@dataclass
-class EvalOptions:
-    data_root: str
-    image_root: Optional[str]
-    method: str = "r1"  # r1: the training question template; baseline: the problem alone
-    question_template: Optional[str] = None
-    batch_size: int = 32
-    sample_num: Optional[int] = None
-    seed: int = 42
-    max_new_tokens: int = 256
-    coord_system: Optional[str] = None
-    output_dir: str = "eval_results"
-    visualize: int = 0
-    dtype: str = "float32"
-    protocol: str = "paddle_r1"  # see protocols.PROTOCOLS
-    video: dict = field(default_factory=dict)  # the clips' sampling keys given for this run (video_sampling_for)
+from .inputs import Benchmark, EvalOptions
+from .protocols import get_protocol
 
 
 def trained_config(model_path: str) -> dict:
@@ -90,34 +67,6 @@ def template_for(options: EvalOptions, task: str, model_path: str, default: Opti
     return trained_template(model_path) or default or GRPOConfig.__dataclass_fields__["question_template"].default
 
 
-def select_samples(path: str, task: Task, options: EvalOptions, rng: random.Random) -> tuple[list[dict], DataReport]:
-    """The samples a run scores, in the order it asks them: the protocol's subset of the file (a seeded random
-    subset in file order by default; PaddleMIX's shuffle-then-first for REC; whole files for its R1-V tasks)."""
-    protocol = get_protocol(options.protocol)
-    sample_num = None if task.base in protocol.whole_tasks else options.sample_num
-    if task.base not in protocol.shuffled_tasks:
-        sampling = f"random:{sample_num}" if sample_num else "all"
-        return load_samples(path, image_root=options.image_root, data_format=task.data_format, seed=options.seed,
-                            sampling_strategy=sampling)
-    samples, report = load_samples(path, image_root=options.image_root, data_format=task.data_format)
-    wheres = [record.where for record in read_records(path)]
-    kept = {sample[SOURCE_KEY]: sample for sample in samples}  # a skipped row is left out, not replaced
-    chosen = [wheres[i] for i in shuffled_first(len(wheres), sample_num, rng)]
-    return [kept[where] for where in chosen if where in kept], report
-
-
-def asked(samples: list[dict], column: Optional[str]) -> list[dict]:
-    """The samples as prompted: ``column`` (PaddleMIX's REC baseline asks ``normal_caption``) in place of the
-    problem when given."""
-    if column is None:
-        return samples
-    missing = [s[SOURCE_KEY] for s in samples if not isinstance(s.get(column), str)]
-    if missing:
-        raise ValueError(f"{missing[0]}: no {column!r} to ask under this protocol and method "
-                         f"({len(missing)} such rows)")
-    return [dict(s, problem=s[column]) for s in samples]
-
-
 @dataclass
 class GreedyAnswers:
     texts: list  # each sample's answer (multi-turn: its episode's final assistant turn)
@@ -158,19 +107,15 @@ class Evaluator:
         self.generator = Generator(model, load_processor(model_path), coord_system,
                                    video_sampling_for(model_path, options.video))
         self.coord_system = coord_system
-        self.rng = random.Random(options.seed)  # PaddleMIX seeds once per run; its datasets shuffle in turn
 
     @paddle.no_grad()
-    def evaluate(self, dataset: str, task: Task) -> dict:
-        options = self.options
-        samples, report = select_samples(benchmark_file(options.data_root, dataset), task, options, self.rng)
-        if report.summary():
-            print(report.summary())
-        column = get_protocol(options.protocol).question_column.get((task.base, options.method))
+    def evaluate(self, benchmark: Benchmark) -> dict:
+        """Greedy answers to ``benchmark``'s prompts, scored by its task: the summary and one result per sample."""
+        options, task, samples = self.options, benchmark.task, benchmark.samples
         template = template_for(options, task.base, self.model_path, task.template)
         with self.precision.compute():
-            answers = answer_greedily(self.generator, asked(samples, column), template, options.batch_size,
-                                      options.max_new_tokens, dataset)
+            answers = answer_greedily(self.generator, benchmark.prompts, template, options.batch_size,
+                                      options.max_new_tokens, benchmark.name)
         completions, image_sizes, input_sizes = answers.texts, answers.image_sizes, answers.input_sizes
         columns = reward_columns(samples, image_sizes, input_sizes, self.coord_system)
         scores = task.scores(completions, columns)
@@ -184,9 +129,10 @@ class Evaluator:
         } for s, text, sizes, in_sizes, ok, score in zip(samples, completions, image_sizes, input_sizes, correct,
                                                          scores)]
         accuracy = sum(correct) / len(correct)
-        summary = {"dataset": dataset, "model": self.model_path, "method": options.method, "task": task.name,
+        summary = {"dataset": benchmark.name, "model": self.model_path, "method": options.method, "task": task.name,
                    "protocol": options.protocol, "question_template": template,
-                   "accuracy": accuracy, "correct": sum(correct), "total": len(correct), "skipped": report.skipped}
+                   "accuracy": accuracy, "correct": sum(correct), "total": len(correct),
+                   "skipped": benchmark.report.skipped}
         if task.mean_reward is not None:
             summary[f"mean_{task.mean_reward}"] = task.mean(completions, columns)
         if task.metrics is not None:
