@@ -36,7 +36,8 @@ def finite_flags(tensors: list) -> np.ndarray:
     """Whether each tensor holds only finite values, read from the device once for all of them. ``(t * 0).sum()``
     is 0 for a finite tensor and NaN for one holding NaN or infinity, in any dtype (a plain sum of finite float16
     weights can overflow), and costs one pass over the tensor: about half of ``isfinite(t).all()``, which writes a
-    boolean tensor first (``benchmarks/update_guard.py``)."""
+    boolean tensor first, on the AMD Zen 4 it was measured on, and 1.8x it on an AVX2-only Zen 3
+    (``benchmarks/update_guard.py``: a few milliseconds a step either way at 5M weights)."""
     if not tensors:
         return np.ones(0, dtype=bool)
     sums = paddle.stack([(t * 0).sum().astype("float32") for t in tensors])
