@@ -190,7 +190,10 @@ def _selftest(args, extra: list[str]) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .config.jobs import GRPOConfig, SFTConfig
     from .config.help import KeysHelpParser
+    from .config.values import Bounds, above, at_least, option_type
 
+    positive, count, above_zero = option_type(int, at_least(1)), option_type(int, at_least(0)), \
+        option_type(float, above(0))
     parser = argparse.ArgumentParser(prog="paddle-r1", description="GRPO fine-tuning of Qwen-VL models on Paddle")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=KeysHelpParser)
     train = sub.add_parser("train", help="GRPO training from a yaml/json config; --key value overrides any key",
@@ -220,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv = sub.add_parser("serve", help="OpenAI-compatible chat-completions server for a checkpoint (CPU or GPU)")
     srv.add_argument("checkpoint", help="model folder (a checkpoint-N/ or a published model)")
     srv.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
-    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--port", type=option_type(int, Bounds(0, 65535)), default=8000)
     srv.add_argument("--api_key", "--api-key", default=os.environ.get("PADDLE_R1_API_KEY") or None,
                      help="requests must send 'Authorization: Bearer KEY' (else 401); default: the environment "
                      "variable PADDLE_R1_API_KEY (not shown by ps, unlike the command line); without a key a --host "
@@ -228,19 +231,19 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--model_name", help="the model id clients name (default: the folder's name)")
     srv.add_argument("--image_root", help="folder local image paths may be read from (default: none allowed)")
     srv.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    srv.add_argument("--max_request_mb", type=int, default=20, help="largest request body, MiB")
-    srv.add_argument("--max_images", type=int, default=8, help="images per request")
-    srv.add_argument("--max_image_pixels", type=int, default=4096 * 4096, help="pixels per image, before resizing")
-    srv.add_argument("--max_tokens", type=int, default=1024, help="ceiling of a request's max_tokens")
-    srv.add_argument("--max_n", type=int, default=8, help="ceiling of a request's n")
-    srv.add_argument("--max_concurrency", type=int, default=16, help="requests in progress at once; more get 429")
-    srv.add_argument("--max_batch", type=int, default=8, help="requests decoded together in one batch")
-    srv.add_argument("--read_timeout", type=float, default=30.0, help="seconds a request (headers and body) may take "
-                     "to arrive; slower clients get 408")
-    srv.add_argument("--max_videos", type=int, default=2, help="videos per request (video_url parts)")
-    srv.add_argument("--video_frames_fps", type=float, default=2.0, help="frames per second of a video sent as a "
+    srv.add_argument("--max_request_mb", type=positive, default=20, help="largest request body, MiB")
+    srv.add_argument("--max_images", type=count, default=8, help="images per request")
+    srv.add_argument("--max_image_pixels", type=positive, default=4096 * 4096, help="pixels per image, before resizing")
+    srv.add_argument("--max_tokens", type=positive, default=1024, help="ceiling of a request's max_tokens")
+    srv.add_argument("--max_n", type=positive, default=8, help="ceiling of a request's n")
+    srv.add_argument("--max_concurrency", type=positive, default=16, help="requests in progress at once; more get 429")
+    srv.add_argument("--max_batch", type=positive, default=8, help="requests decoded together in one batch")
+    srv.add_argument("--read_timeout", type=above_zero, default=30.0, help="seconds a request (headers and body) may "
+                     "take to arrive; slower clients get 408")
+    srv.add_argument("--max_videos", type=count, default=2, help="videos per request (video_url parts)")
+    srv.add_argument("--video_frames_fps", type=above_zero, default=2.0, help="frames per second of a video sent as a "
                      "list of frames (data:video/jpeg;base64,<frame>,<frame>,...)")
-    srv.add_argument("--max_prompt_tokens", type=int, help="longest prompt, text and image tokens (default: the "
+    srv.add_argument("--max_prompt_tokens", type=positive, help="longest prompt, text and image tokens (default: the "
                      "model's context less max_tokens, and what a full batch fits in half the free memory)")
     srv.set_defaults(run=_serve)
     export = sub.add_parser("export", help="a checkpoint's model alone, to publish or serve: weights (LoRA merged) in "
@@ -261,29 +264,29 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-dir", "--output_dir", dest="output_dir", default="demo_output")
     demo.add_argument("--family", default=DEFAULT_FAMILY, help="tiny model family (its task): " + ", ".join(
         f"{name} ({family.demo_task})" for name, family in FAMILIES.items()))
-    demo.add_argument("--sft_steps", type=int, default=100, help="answer-format SFT steps before GRPO (0: none)")
+    demo.add_argument("--sft_steps", type=count, default=100, help="answer-format SFT steps before GRPO (0: none)")
     demo.set_defaults(run=_demo)
     memory = sub.add_parser("estimate-memory", help="per-GPU memory of a GRPO config, from config.json alone; "
                             "exit 1 when it does not fit; --key value overrides any config key",
                             config_class=GRPOConfig)
     memory.add_argument("--config", help="yaml or json GRPO config file")
-    memory.add_argument("--gpus", type=int, default=8, help="GPUs the run uses (sharding divides by this)")
-    memory.add_argument("--gpu_memory", type=float, default=80.0, help="GiB per GPU")
-    memory.add_argument("--sm", type=int, default=80, help="the GPU's compute capability x 10 (V100: 70, T4: 75, "
+    memory.add_argument("--gpus", type=positive, default=8, help="GPUs the run uses (sharding divides by this)")
+    memory.add_argument("--gpu_memory", type=above_zero, default=80.0, help="GiB per GPU")
+    memory.add_argument("--sm", type=positive, default=80, help="the GPU's compute capability x 10 (V100: 70, T4: 75, "
                         "A100: 80): below 80 sdpa has no flash attention, and the attention's copies are counted")
-    memory.add_argument("--host_memory", type=float, help="GiB of RAM per machine, shared by its ranks (all --gpus); "
-                        "default: the host rows are shown, not compared")
-    memory.add_argument("--video_seconds", type=float, help="the data's longest clip, in seconds: its frames and "
+    memory.add_argument("--host_memory", type=above_zero, help="GiB of RAM per machine, shared by its ranks (all "
+                        "--gpus); default: the host rows are shown, not compared")
+    memory.add_argument("--video_seconds", type=above_zero, help="the data's longest clip, in seconds: its frames and "
                         "tokens (video_* keys) join each prompt; default: no video")
     memory.add_argument("--video_size", type=_frame_size, default=(1280, 720),
                         help="the data's largest clip frame, WxH (default 1280x720)")
-    memory.add_argument("--video_fps", type=float, default=30.0, help="the clips' own frame rate")
-    memory.add_argument("--videos_per_prompt", type=int, default=1)
+    memory.add_argument("--video_fps", type=above_zero, default=30.0, help="the clips' own frame rate")
+    memory.add_argument("--videos_per_prompt", type=positive, default=1)
     memory.set_defaults(run=_estimate_memory)
     tiny = sub.add_parser("make-tiny-model", help="write a seeded tiny checkpoint folder")
     tiny.add_argument("dir")
     tiny.add_argument("--family", default=DEFAULT_FAMILY, help=", ".join(FAMILIES))
-    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--seed", type=count, default=0)
     tiny.set_defaults(run=_make_tiny_model)
     from .selftest import CHECK_NAMES  # names only: the checks import Paddle when they run
 
@@ -292,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--output", "-o", help="write the whole report as JSON here (send it with a bug report)")
     selftest.add_argument("--only", nargs="+", choices=CHECK_NAMES, metavar="NAME",
                           help=f"run only these checks: {', '.join(CHECK_NAMES)}")
-    selftest.add_argument("--nproc", type=int, default=2, help="ranks of the multi-rank checks (GPUs, or CPU "
+    selftest.add_argument("--nproc", type=positive, default=2, help="ranks of the multi-rank checks (GPUs, or CPU "
                           "processes over gloo)")
     selftest.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
                           help="the dtype a GPU run asks for (default bfloat16, as the shipped configs; the GPU may "

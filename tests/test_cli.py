@@ -1,6 +1,7 @@
 """The commands as a user types them, each in its own process."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -238,3 +239,51 @@ def test_a_bug_is_not_taken_for_a_user_mistake(monkeypatch, tmp_path):
     monkeypatch.setattr(plot, "plot_runs", broken)
     with pytest.raises(KeyError, match="a bug"):
         cli.main(["plot", str(tmp_path)])
+
+
+def command_parsers():
+    """(name, argparse parser) of every paddle-r1 command and of the four eval scripts."""
+    import argparse
+
+    from paddle_r1.cli import build_parser
+    from paddle_r1.evaluation.cli import build_parser as eval_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return [*commands.items(), *((f"eval {kind}", eval_parser(kind)) for kind in ("rec", "r1v", "ocr", "video"))]
+
+
+def outside(bounds) -> list[float]:
+    """The values just past each finite end of ``bounds``."""
+    values = [bounds.low if bounds.low_open else bounds.low - 1] if bounds.low > float("-inf") else []
+    return values + ([bounds.high if bounds.high_open else bounds.high + 1] if bounds.high < float("inf") else [])
+
+
+def test_every_numeric_option_of_every_command_refuses_a_value_outside_its_range():
+    """No command option is a bare int or float (a 0 batch divided by zero in serve and the eval scripts, a
+    negative one raised a ZeroDivisionError traceback): each names its range, checked as argparse reads it."""
+    import argparse
+
+    checked = 0
+    for name, parser in command_parsers():
+        for action in parser._actions:
+            where = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            assert action.type not in (int, float), f"{where}: a bare {action.type.__name__}, no range"
+            if not hasattr(action.type, "bounds"):
+                continue
+            for value in outside(action.type.bounds):
+                with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"must be {action.type.bounds}, got")):
+                    action.type(str(action.type.kind(value)))
+            with pytest.raises(argparse.ArgumentTypeError, match="expects"):
+                action.type("many")
+            checked += 1
+    assert checked >= 30
+
+
+@pytest.mark.parametrize("command", [["serve", "folder", "--max_batch", "0"], ["estimate-memory", "--gpus", "0"]])
+def test_a_value_outside_an_options_range_is_one_line_before_paddle_loads(command):
+    result = paddle_r1(*command, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    modules = imported_modules(result)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == \
+        f"paddle-r1 {command[0]}: error: argument {command[-2]}: must be >= 1, got 0"
+    assert "paddle" not in modules

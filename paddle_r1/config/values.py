@@ -121,6 +121,22 @@ def above(low: float, why: str = "") -> Bounds:
     return Bounds(low=low, low_open=True, why=why)
 
 
+def option_type(kind: type, bounds: Bounds):
+    """An argparse ``type`` for a command's own numeric option (not a config key): ``kind`` (int or float) within
+    ``bounds``, else argparse's one-line error naming the option ("argument --batch_size: must be >= 1, got 0")."""
+    import argparse
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects {_TYPE_WORDS[kind]}, got {text!r}") from None
+        if not bounds.admits(value):
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
+        return value
+    parse.kind, parse.bounds = kind, bounds  # what the option takes, for its tests
+    return parse
+
 
 def check_bounds(config, table: dict) -> None:
     """Every numeric key of ``config`` that is set against its ``Bounds`` in ``table`` (after the types are

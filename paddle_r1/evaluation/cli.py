@@ -12,8 +12,13 @@ from .protocols import PROTOCOLS, get_protocol
 from .tasks import SCRIPT_TASKS, TASKS, task_for_dataset
 from ..checkpoints.folders import verify_checkpoint
 from ..config.jobs import GRPOConfig
+from ..config.keys import declared
+from ..config.values import at_least, option_type
 from ..data.video import CONFIG_KEYS as VIDEO_KEYS
 from ..models.model_path import check_model_path
+
+POSITIVE, COUNT = option_type(int, at_least(1)), option_type(int, at_least(0))
+VIDEO_BOUNDS = declared(GRPOConfig, "bounds")
 
 
 def build_parser(kind: str) -> argparse.ArgumentParser:
@@ -25,16 +30,16 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     parser.add_argument("--data_root", required=True)
     parser.add_argument("--image_root", default=None)
     parser.add_argument("--test_datasets", nargs="+", required=True)
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--sample_num", type=int, default=None,
+    parser.add_argument("--batch_size", type=POSITIVE, default=32)
+    parser.add_argument("--sample_num", type=POSITIVE, default=None,
                         help="a seeded subset of each dataset (default: all; paddlemix: 500 for REC)")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--steps", type=int, default=None, help="training steps, recorded in result names")
+    parser.add_argument("--seed", type=COUNT, default=42)
+    parser.add_argument("--steps", type=COUNT, default=None, help="training steps, recorded in result names")
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                         help="default: float32 (paddlemix: bfloat16 on GPU, as PaddleMIX's scripts)")
     parser.add_argument("--attn_implementation", default=None,
                         help="accepted as PaddleMIX's commands pass it; the device chooses the attention kernel here")
-    parser.add_argument("--max_new_tokens", type=int, default=256)
+    parser.add_argument("--max_new_tokens", type=POSITIVE, default=256)
     parser.add_argument("--question_template", default=None,
                         help="default: the protocol's prompt, else the checkpoint's training template (r1) or "
                              "{Question}")
@@ -45,7 +50,7 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
                              "credits only <answer>\\s*(\\d+)\\s*</answer> (R1-V's and VLM-R1's scripts); paddlemix: "
                              "PaddleMIX r1_mllm's eval scripts (prompts, subset, IoU, dtype, result files)")
     if kind == "rec":
-        parser.add_argument("--visualize", type=int, default=0, help="draw N predictions per dataset")
+        parser.add_argument("--visualize", type=COUNT, default=0, help="draw N predictions per dataset")
     else:
         tasks = SCRIPT_TASKS[kind]
         parser.add_argument("--task", choices=tasks, default=None,
@@ -54,7 +59,7 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     if kind == "video":
         for key in VIDEO_KEYS:
             spec = GRPOConfig.__dataclass_fields__[key]
-            parser.add_argument(f"--{key}", type=type(spec.default), default=None,
+            parser.add_argument(f"--{key}", type=option_type(type(spec.default), VIDEO_BOUNDS[key]), default=None,
                                 help=f"{spec.metadata['help']}; default: the checkpoint's training value, else "
                                      f"{spec.default}")
     return parser
