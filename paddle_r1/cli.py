@@ -262,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="a few GRPO steps of a tiny model on synthetic shapes, on CPU")
     # both spellings: --output_dir is the config key's everywhere else (as an override it reached run_demo twice)
     demo.add_argument("--output-dir", "--output_dir", dest="output_dir", default="demo_output")
-    demo.add_argument("--family", default=DEFAULT_FAMILY, help="tiny model family (its task): " + ", ".join(
+    demo.add_argument("--family", default=DEFAULT_FAMILY, choices=tuple(FAMILIES), metavar="FAMILY",
+                      help="tiny model family (its task): " + ", ".join(
         f"{name} ({family.demo_task})" for name, family in FAMILIES.items()))
     demo.add_argument("--sft_steps", type=count, default=100, help="answer-format SFT steps before GRPO (0: none)")
     demo.set_defaults(run=_demo)
@@ -285,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     memory.set_defaults(run=_estimate_memory)
     tiny = sub.add_parser("make-tiny-model", help="write a seeded tiny checkpoint folder")
     tiny.add_argument("dir")
-    tiny.add_argument("--family", default=DEFAULT_FAMILY, help=", ".join(FAMILIES))
+    tiny.add_argument("--family", default=DEFAULT_FAMILY, choices=tuple(FAMILIES), metavar="FAMILY",
+                      help=", ".join(FAMILIES))
     tiny.add_argument("--seed", type=count, default=0)
     tiny.set_defaults(run=_make_tiny_model)
     from .selftest import CHECK_NAMES  # names only: the checks import Paddle when they run

@@ -136,3 +136,10 @@ def test_steps_selection():
     assert parse_steps("1,3-4,9", [1, 2, 3, 4, 5]) == [1, 3, 4]
     with pytest.raises(ValueError, match="--steps"):
         parse_steps("last", [1])
+
+
+def test_a_folder_that_is_not_there_is_named_as_such(tmp_path, capsys):
+    from paddle_r1.cli import main
+
+    assert main(["view", str(tmp_path / "runs" / "grpo_rec")]) == 2
+    assert capsys.readouterr().err.strip() == f"paddle-r1 view: error: no such folder: {tmp_path}/runs/grpo_rec"

@@ -131,7 +131,7 @@ def make_tiny_model(out_dir: str, family: str = DEFAULT_FAMILY, seed: int = 0, s
                     max_pixels: int = 112 * 112, min_pixels: int = 56 * 56) -> str:
     """Write a complete, loadable tiny checkpoint folder of ``family`` (a model_type) and return its path."""
     if family not in FAMILIES:
-        raise ConfigError(f"make-tiny-model: family {family!r} is not supported yet (supported: {', '.join(FAMILIES)})")
+        raise ConfigError(f"family {family!r} is not supported yet (supported: {', '.join(FAMILIES)})")
     entry = FAMILIES[family]
     return entry.tiny_builder.load()(entry, out_dir, seed, size or TinySize(), max_pixels=max_pixels,
                                      min_pixels=min_pixels)

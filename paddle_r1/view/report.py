@@ -88,6 +88,8 @@ def write_report(folder: str, steps: Optional[str] = None, output: Optional[str]
         if not logged:
             notes.append("completions.jsonl holds no rows yet (log_completions_steps sets how often steps are logged).")
     else:
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"no such folder: {folder}")
         results = records.eval_result_files(folder)
         if not results:
             raise FileNotFoundError(f"{folder} holds neither completions.jsonl (a training run) nor eval results json")
