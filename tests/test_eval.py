@@ -86,11 +86,14 @@ def test_sweep_over_a_runs_checkpoints(tmp_path, tiny_model_dir, rec_benchmark):
     assert expand_model_paths([str(run)]) == [str(run / "checkpoint-2"), str(run / "checkpoint-10")]
     result = run_script("test_rec.py", "--model_path", str(run), "--data_root", data_root, "--image_root", image_root,
                         "--test_datasets", "refgta_subsample", "--batch_size", "3", "--max_new_tokens", "4",
-                        "--output_dir", str(tmp_path / "out"))
+                        "--output_dir", str(tmp_path / "out"), "--visualize", "1")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines[-4] == "| model | refgta_subsample |"
     assert lines[-2].startswith("| step 2 |") and lines[-1].startswith("| step 10 |")
+    # each checkpoint's files named as its results json is, "step 2" as step_2 (no space in a folder name)
+    assert sorted(os.listdir(tmp_path / "out" / "visualize")) == ["refgta_subsample_step_10", "refgta_subsample_step_2"]
+    assert "refgta_subsample_step_2_r1.json" in os.listdir(tmp_path / "out")
 
 
 def run_script_seeing_imports(script, *args):

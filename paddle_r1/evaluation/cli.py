@@ -108,7 +108,7 @@ def main(kind: str, argv: list[str] | None = None) -> int:
 
         quiet_libraries()  # before .runner imports paddleformers, whose import-time notices it drops
         with importing_libraries():
-            from .runner import Evaluator, accuracy_table, metrics_table, write_results
+            from .runner import Evaluator, accuracy_table, file_name_part, metrics_table, write_results
         tune_if_no_gpu()
         write = protocol.write or write_results
         options = dataclasses.replace(options, dtype=args.dtype or default_dtype(protocol))
@@ -130,7 +130,7 @@ def main(kind: str, argv: list[str] | None = None) -> int:
                 if options.visualize:
                     from .visualize import draw_rec_results
 
-                    folder = os.path.join(options.output_dir, "visualize", f"{dataset}_{model_name}")
+                    folder = os.path.join(options.output_dir, "visualize", f"{dataset}_{file_name_part(model_name)}")
                     draw_rec_results(summary["results"], folder, options.visualize)
                 table.setdefault(label, {})[dataset] = summary["accuracy"]
                 if "metrics" in summary:

@@ -140,10 +140,16 @@ class Evaluator:
         return {**summary, "results": results}
 
 
+def file_name_part(text: str) -> str:
+    """``text`` as a part of a file or folder name: every run of characters other than letters, digits, ``.``, ``-``
+    and ``_`` (spaces, slashes) one ``_`` ("step 300" -> "step_300")."""
+    return re.sub(r"[^\w.-]+", "_", text).strip("_")
+
+
 def write_results(summary: dict, output_dir: str, model_name: str, steps: Optional[int] = None) -> str:
     os.makedirs(output_dir, exist_ok=True)
-    safe_model = re.sub(r"[^\w.-]+", "_", model_name).strip("_")
-    name = f"{summary['dataset']}_{safe_model}_{summary['method']}" + (f"_step{steps}" if steps is not None else "")
+    name = f"{summary['dataset']}_{file_name_part(model_name)}_{summary['method']}" + \
+        (f"_step{steps}" if steps is not None else "")
     path = os.path.join(output_dir, name + ".json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2, ensure_ascii=False)
