@@ -182,6 +182,28 @@ def test_mixture_yaml(tmp_path):
         load_samples(str(mixture))
 
 
+def test_files_saved_with_a_byte_order_mark_read_as_without(tmp_path):
+    """Notepad's "UTF-8 with BOM" and Excel's "CSV UTF-8" start a file with U+FEFF: json refused the first line
+    ("Unexpected UTF-8 BOM") and csv named the first column "\\ufefftext"; a json config the same (yaml skips it)."""
+    image(tmp_path, "a.png")
+    row = {"image": "a.png", "problem": "红色的杯子在哪里", "solution": [0, 0, 5, 5]}
+    bom = "\ufeff"
+    (tmp_path / "rows.jsonl").write_text(bom + json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    (tmp_path / "rows.json").write_text(bom + json.dumps([row], ensure_ascii=False), encoding="utf-8")
+    (tmp_path / "rows.csv").write_text(bom + "image,problem,solution\na.png,红色的杯子在哪里,\"[0, 0, 5, 5]\"\n",
+                                       encoding="utf-8")
+    for name in ("rows.jsonl", "rows.json", "rows.csv"):
+        samples, report = load_samples(str(tmp_path / name), data_format="rec")
+        assert report.skipped == 0 and samples[0]["problem"] == "红色的杯子在哪里", name
+        assert samples[0]["solution"] == [0, 0, 5, 5], name
+    (tmp_path / "mix.yaml").write_text(bom + "datasets:\n  - json_path: rows.jsonl\n    format: rec\n",
+                                       encoding="utf-8")
+    assert len(load_samples(str(tmp_path / "mix.yaml"))[0]) == 1
+    for name, text in (("c.yaml", "beta: 0.02\n"), ("c.json", '{"beta": 0.02}')):
+        (tmp_path / name).write_text(bom + text, encoding="utf-8")
+        assert load_config(GRPOConfig, str(tmp_path / name), []).beta == 0.02
+
+
 def _bad_rows(tmp_path):
     image(tmp_path, "ok.png")
     image(tmp_path, "strip.png", (4000, 10))

@@ -53,7 +53,10 @@ def read_records(path: str) -> Iterator[Union[Record, BadRecord]]:
 
 
 def _open_text(path: str, **options):
-    return open(path, encoding="utf-8", errors="surrogateescape", **options)
+    """A data file as text: UTF-8, a byte-order mark at its start dropped (Windows editors and Excel's "CSV UTF-8"
+    write one; ``json`` refuses it and ``csv`` would fold it into the first column's name), and bytes that are not
+    UTF-8 kept as surrogates, for the line that holds them to be named (``NOT_UTF8``)."""
+    return open(path, encoding="utf-8-sig", errors="surrogateescape", **options)
 
 
 def _read_json(path: str):

@@ -98,7 +98,7 @@ def _load_json(text: str):
 def read_config_file(path: str) -> dict:
     if not os.path.isfile(path):
         raise ConfigError(f"config file not found: {path}")
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark at the start dropped (json refuses one)
         text = f.read()
     try:
         values = _load_json(text) if path.endswith(".json") else load_yaml(text)
