@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from paddle_r1.models.coords import box_from_original, box_to_original
@@ -65,5 +67,12 @@ def test_get_reward():
     assert get_reward("reward_helpers:short_reward")(["ab"]) == [0.99]
     with pytest.raises(KeyError, match="unknown reward 'nope'"):
         get_reward("nope")
+    for joined in ("iou,format", "iou format", "iou, format"):  # several names typed as one
+        with pytest.raises(KeyError, match=re.escape(f"unknown reward '{joined}': several rewards are a list, not one "
+                                                     "name (command line: --reward_funcs iou format; yaml: "
+                                                     "reward_funcs: [iou, format])")):
+            get_reward(joined)
+    with pytest.raises(KeyError, match="unknown reward 'iou,nope'; known: "):
+        get_reward("iou,nope")
     with pytest.raises(KeyError, match="cannot load"):
         get_reward("reward_helpers:missing")

@@ -22,4 +22,8 @@ def get_reward(name: str, folders: tuple = ()) -> RewardFn:
         return REWARDS[name]
     if ":" in name:
         return load_user_function(name, folders, what="reward")
+    parts = name.replace(",", " ").split()
+    if len(parts) > 1 and all(part in REWARDS for part in parts):  # --reward_funcs iou,format: one name of two
+        raise KeyError(f"unknown reward {name!r}: several rewards are a list, not one name (command line: "
+                       f"--reward_funcs {' '.join(parts)}; yaml: reward_funcs: [{', '.join(parts)}])")
     raise KeyError(f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}, or 'module.path:function'")
