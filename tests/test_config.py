@@ -190,9 +190,11 @@ def test_an_unwritable_output_dir_is_named_before_anything_loads(tmp_path, tiny_
 
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    with pytest.raises(ConfigError, match=f"^config key 'output_dir': cannot write to {blocker}/out: "):
-        prepare_job(GRPOConfig(model_name_or_path=tiny_model_dir, device="cpu", output_dir=str(blocker / "out")),
-                    SAMPLES)
+    for output_dir in (blocker / "out", blocker):  # below a file, and the file itself
+        with pytest.raises(ConfigError, match=re.escape(f"config key 'output_dir': cannot write to {output_dir}: "
+                                                        f"{blocker} is a file, not a folder")):
+            prepare_job(GRPOConfig(model_name_or_path=tiny_model_dir, device="cpu", output_dir=str(output_dir)),
+                        SAMPLES)
     if os.geteuid() != 0:  # root writes into read-only folders
         read_only = tmp_path / "read_only"
         read_only.mkdir(mode=0o555)

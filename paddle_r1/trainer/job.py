@@ -65,4 +65,9 @@ def check_writable(folder: str, key: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write_probe_"):
             pass
     except OSError as e:
-        raise ConfigError(f"config key {key!r}: cannot write to {folder}: {e.strerror or e}", keys=(key,)) from None
+        existing = folder
+        while existing and not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        reason = f"{existing} is a file, not a folder" if existing and not os.path.isdir(existing) else \
+            e.strerror or e
+        raise ConfigError(f"config key {key!r}: cannot write to {folder}: {reason}", keys=(key,)) from None
