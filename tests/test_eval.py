@@ -129,6 +129,19 @@ def test_a_wrong_input_stops_before_any_model_loads(tmp_path, tiny_model_dir, re
     assert "paddle_r1.evaluation.cli" in modules and "paddle" not in modules
 
 
+def test_an_output_dir_that_cannot_be_written_stops_before_any_model_loads(tmp_path, tiny_model_dir, rec_benchmark):
+    """Not after the first dataset was evaluated (a traceback from the results' os.makedirs, the work lost)."""
+    blocker = tmp_path / "results"
+    blocker.write_text("")
+    modules, result = run_script_seeing_imports(
+        "test_rec.py", "--model_path", tiny_model_dir, "--data_root", rec_benchmark[0], "--image_root",
+        rec_benchmark[1], "--test_datasets", "refgta_subsample", "--output_dir", str(blocker / "rec"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == \
+        f"error: --output_dir: cannot write to {blocker}/rec: {blocker} is a file, not a folder"
+    assert "paddle" not in modules
+
+
 def test_a_wrong_option_is_answered_before_paddle_loads():
     modules, result = run_script_seeing_imports("test_rec.py", "--model_path", "m", "--data_root", "d",
                                                 "--test_datasets", "x", "--visualise", "2")

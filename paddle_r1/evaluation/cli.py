@@ -13,6 +13,7 @@ from .tasks import SCRIPT_TASKS, TASKS, task_for_dataset
 from ..checkpoints.folders import verify_checkpoint
 from ..config.jobs import GRPOConfig
 from ..config.keys import declared
+from ..config.paths import check_writable
 from ..config.values import at_least, option_type
 from ..data.video import CONFIG_KEYS as VIDEO_KEYS
 from ..models.model_path import check_model_path
@@ -102,6 +103,7 @@ def main(kind: str, argv: list[str] | None = None) -> int:
                 dataset, args.task, kind, benchmark_file(args.data_root, dataset))
             tasks[dataset] = task.under(protocol.name, args.method)
         benchmarks = read_benchmarks(tasks, options)
+        check_writable(options.output_dir, "output_dir", option=True)
         for benchmark in benchmarks:
             if benchmark.report.summary():
                 print(benchmark.report.summary())

@@ -3,12 +3,11 @@ device, the model folder, the files named, a writable output folder), pick the d
 (printing the one-line report of skipped records). A user mistake found here costs seconds, not a model load."""
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Optional
 
 import paddle
 
+from ..config.paths import check_writable
 from ..errors import ConfigError
 from ..cpu_math import tune_cpu_math
 from ..job_data import load_from_config
@@ -54,20 +53,3 @@ def check_before_loading(config) -> None:
     except FileNotFoundError as e:  # no such folder, no config.json in it, or a hub id the hub could not give
         raise naming_the_model_key(e) from None
     check_writable(config.output_dir, "output_dir")
-
-
-def check_writable(folder: str, key: str) -> None:
-    """Create ``folder`` and write and remove a file in it, so that a read-only output folder is a message naming
-    ``key`` now rather than an OSError at the first save. The probe file's name is unique per process: every rank
-    of a distributed run checks at once."""
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write_probe_"):
-            pass
-    except OSError as e:
-        existing = folder
-        while existing and not os.path.exists(existing):
-            existing = os.path.dirname(existing)
-        reason = f"{existing} is a file, not a folder" if existing and not os.path.isdir(existing) else \
-            e.strerror or e
-        raise ConfigError(f"config key {key!r}: cannot write to {folder}: {reason}", keys=(key,)) from None
