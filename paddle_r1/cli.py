@@ -46,11 +46,16 @@ def _sft(args, extra: list[str]) -> int:
 
 
 def _plot(args, extra: list[str]) -> int:
+    from .config.paths import file_in_the_way
+    from .errors import ConfigError
     from .plot import plot_runs
 
     if extra:
         raise SystemExit(f"plot: unexpected arguments {extra}")
     output = args.output or os.path.join(args.run_dirs[0], "learning_curve.png")
+    blocker = file_in_the_way(os.path.dirname(output))  # before the curves are drawn; nothing created yet
+    if blocker:
+        raise ConfigError(f"--output: cannot write to {output}: {blocker} is a file, not a folder")
     print(plot_runs(args.run_dirs, output))
     return 0
 

@@ -5,6 +5,7 @@ exported folders (bfloat16, sharded): tests/test_checkpoint_goldens.py."""
 import hashlib
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -111,6 +112,9 @@ def test_refusals_come_before_anything_is_written(run, tiny_model_dir, tmp_path)
         export_checkpoint(checkpoint, str(dest))
     assert os.listdir(dest) == ["keep.txt"]
     assert main(["export", checkpoint, str(dest)]) == 2  # one line, exit code 2
+    with pytest.raises(ExportError, match=re.escape(f"DEST {dest}/keep.txt/model: {dest}/keep.txt is a file, not a "
+                                                    "folder")):  # was a NotADirectoryError from os.makedirs
+        export_checkpoint(checkpoint, str(dest / "keep.txt" / "model"))
 
 
 def test_a_damaged_checkpoint_or_a_weight_float16_cannot_hold_is_refused(run, tmp_path):

@@ -46,3 +46,9 @@ def test_plot_command(tmp_path):
     assert (run / "learning_curve.png").stat().st_size > 1000
     result = paddle_r1("plot", str(tmp_path / "nothing"))
     assert result.returncode == 2 and "no metrics.jsonl in" in result.stderr
+    assert not (tmp_path / "nothing").exists()  # a mistyped run folder is not created
+    (tmp_path / "a_file").write_text("")
+    result = paddle_r1("plot", str(run), "--output", str(tmp_path / "a_file" / "curve.png"))
+    assert result.returncode == 2 and result.stderr.strip() == (f"paddle-r1 plot: error: --output: cannot write to "
+                                                                f"{tmp_path}/a_file/curve.png: {tmp_path}/a_file is a "
+                                                                "file, not a folder")

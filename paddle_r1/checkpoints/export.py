@@ -29,6 +29,7 @@ import re
 import shutil
 from typing import Optional
 
+from ..config.paths import file_in_the_way
 from ..models.families import family_of
 from ..models.model_path import HUB_ID
 from ..models.source_files import CARRIED_OVER, CONFIG, DTYPE_KEYS, hub_file, with_dtype, write_edited
@@ -102,6 +103,9 @@ def _check_destination(dest: str) -> None:
             raise ExportError(f"DEST {dest} is not empty: give a new or empty folder (nothing is overwritten)")
     elif os.path.exists(dest):
         raise ExportError(f"DEST {dest} is a file: give a new or empty folder")
+    blocker = file_in_the_way(os.path.dirname(os.path.abspath(dest)))
+    if blocker:
+        raise ExportError(f"DEST {dest}: {blocker} is a file, not a folder")
 
 
 def choose_checkpoint(path: str, echo=print) -> str:
