@@ -65,6 +65,8 @@ def _view(args, extra: list[str]) -> int:
 
     if extra:
         raise SystemExit(f"view: unexpected arguments {extra}")
+    if args.model and not os.path.isdir(args.model):
+        raise FileNotFoundError(f"--model {args.model}: no such model folder")
     try:
         path = write_report(args.folder, steps=args.steps, output=args.output, model_dir=args.model,
                             coord_system=args.coord_system)
@@ -87,6 +89,8 @@ def _serve(args, extra: list[str]) -> int:
     if extra:
         raise SystemExit(f"serve: unexpected arguments {extra}")
     check_model_path(args.checkpoint)  # a wrong path is one line before Paddle loads
+    if args.image_root and not os.path.isdir(args.image_root):  # else every request naming a local image fails
+        raise FileNotFoundError(f"--image_root {args.image_root}: no such folder")
     with importing_libraries():
         from .serve.server import serve
     tune_if_no_gpu()
@@ -178,13 +182,14 @@ def _make_tiny_model(args, extra: list[str]) -> int:
 def _selftest(args, extra: list[str]) -> int:
     import functools
 
+    from .config.paths import check_writable
     from .cpu_math import tune_if_no_gpu
     from .selftest import run_selftest
 
     if extra:
         raise SystemExit(f"selftest: unexpected arguments {extra}")
-    if args.nproc < 1:
-        raise SystemExit(f"selftest: --nproc {args.nproc}: give 1 or more ranks")
+    if args.workdir:
+        check_writable(args.workdir, "workdir", option=True)
     with importing_libraries():
         importlib.import_module(".trainer.grpo", __package__)  # what the checks import when they run
     tune_if_no_gpu()  # the CPU checks on the kernels a CPU training job uses

@@ -289,3 +289,19 @@ def test_a_value_outside_an_options_range_is_one_line_before_paddle_loads(comman
     assert result.stderr.strip().splitlines()[-1] == \
         f"paddle-r1 {command[0]}: error: argument {command[-2]}: must be >= 1, got 0"
     assert "paddle" not in modules
+
+
+@pytest.mark.parametrize("command, error", [
+    (["selftest", "--only", "environment", "--workdir", "{tmp}/a_file/work"],
+     "--workdir: cannot write to {tmp}/a_file/work: {tmp}/a_file is a file, not a folder"),
+    (["serve", "{model}", "--image_root", "{tmp}/images"], "--image_root {tmp}/images: no such folder"),
+    (["view", "{tmp}", "--model", "{tmp}/model"], "--model {tmp}/model: no such model folder"),
+], ids=["selftest workdir", "serve image_root", "view model"])
+def test_a_folder_option_that_cannot_be_used_is_one_line_before_paddle_loads(command, error, tmp_path, tiny_model_dir):
+    (tmp_path / "a_file").write_text("")
+    values = {"tmp": tmp_path, "model": tiny_model_dir}
+    result = paddle_r1(*(part.format(**values) for part in command), env={"PYTHONPROFILEIMPORTTIME": "1"})
+    modules = imported_modules(result)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"paddle-r1 {command[0]}: error: " + error.format(**values)
+    assert "paddle" not in modules
