@@ -20,9 +20,26 @@ NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 MASTER_PORT=${MASTER_PORT:-29500}
+CPU_RANKS=${CPU_RANKS:-1}
 PYTHON=${PYTHON:-python}
 
 DATA_DIR=${DATA_DIR:-data}
+
+# require_count NAME MIN [MAX [WHAT]]: NAME holds a whole number in [MIN, MAX], else one line naming it (and WHAT it
+# counts) and exit 2: bash arithmetic reads CPU_RANKS=two as 0 and gives $((GPUS - 1)) = 0 for GPUS=0,1 (one GPU)
+require_count() {
+    local name=$1 min=$2 max=${3:-} value=${!1}
+    if ! [[ "$value" =~ ^[0-9]+$ ]] || [ "$value" -lt "$min" ] || { [ -n "$max" ] && [ "$value" -gt "$max" ]; }; then
+        echo "$name=$value: give a whole number from $min${max:+ to $max}${4:+ ($4)}" >&2
+        exit 2
+    fi
+}
+require_count GPUS 0 "" "GPUs per node, e.g. GPUS=4; CUDA_VISIBLE_DEVICES picks which"
+require_count NNODES 1
+require_count NODE_RANK 0 $((NNODES - 1))
+require_count MASTER_PORT 1 65535
+require_count CPU_RANKS 1 "" "processes of the CPU smoke run"
+[ -z "${BATCH_SIZE:-}" ] || require_count BATCH_SIZE 1 "" "completions per optimizer step over all GPUs"
 
 # default_data PATH ROOT [PATH ROOT]...: set DATA_PATH and IMAGE_ROOT (unless the environment did) to the first pair
 # whose PATH exists under DATA_DIR (ROOT "" is DATA_DIR itself): PaddleMIX's unpacked tarball first, then the separate
@@ -83,7 +100,7 @@ launch_grpo() {
             --per_device_train_batch_size "$PER_DEVICE_BATCH_SIZE" --num_generations "$NUM_GENERATIONS" $accumulation \
             --max_pixels "$MAX_PIXELS" "$@" 2>&1 | tee -a "$OUTPUT_DIR/train.log"
     else
-        local ranks=${CPU_RANKS:-1} runner=("$PYTHON")
+        local ranks=$CPU_RANKS runner=("$PYTHON")
         [ "$ranks" -gt 1 ] && runner+=(-m paddle.distributed.launch --nproc_per_node "$ranks" --log_dir "$OUTPUT_DIR/launch_logs")
         echo "no GPU (GPUS=$GPUS): CPU smoke run of $CONFIG on a tiny model, $ranks process(es) -> $OUTPUT_DIR"
         echo "(synthetic data in place of $DATA_PATH, images: $IMAGE_ROOT)"

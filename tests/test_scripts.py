@@ -42,6 +42,25 @@ def test_cpu_smoke_run_on_two_ranks_with_stage1_sharding(tmp_path):
     assert [json.loads(line)["step"] for line in open(out / "metrics.jsonl")] == [1, 2]
 
 
+@pytest.mark.parametrize("variables, error", [
+    ({"GPUS": "0,1"}, "GPUS=0,1: give a whole number from 0 (GPUs per node, e.g. GPUS=4; CUDA_VISIBLE_DEVICES picks "
+                      "which)"),
+    ({"GPUS": "0", "CPU_RANKS": "two"}, "CPU_RANKS=two: give a whole number from 1 (processes of the CPU smoke run)"),
+    ({"NNODES": "2", "NODE_RANK": "2"}, "NODE_RANK=2: give a whole number from 0 to 1"),
+    ({"GPUS": "0", "BATCH_SIZE": "-8"}, "BATCH_SIZE=-8: give a whole number from 1 (completions per optimizer step "
+                                        "over all GPUs)"),
+], ids=["device list as GPUS", "CPU_RANKS word", "NODE_RANK past NNODES", "negative BATCH_SIZE"])
+def test_a_launch_variable_that_is_not_a_count_stops_before_anything_runs(tmp_path, variables, error):
+    """bash arithmetic gave $((GPUS - 1)) = 0 for GPUS=0,1 (one GPU launched where two were meant) and read
+    CPU_RANKS=two as 0 (one process); nothing may start, not even the output folder."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OUTPUT_DIR": str(out), "PYTHON": sys.executable, **variables}
+    result = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_grpo_rec.sh")], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == error
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("name", ["grpo_counting.yaml", "grpo_geometry.yaml"])
 def test_task_configs_load(name):
     """Through load_config, as ``paddle-r1 train --config`` reads them (peer keys translated, sources named)."""
