@@ -99,8 +99,8 @@ def main(kind: str, argv: list[str] | None = None) -> int:
             verify_checkpoint(model_path, model_only=True)
         tasks = {}
         for dataset in args.test_datasets:
-            task = TASKS["rec"] if kind == "rec" else task_for_dataset(
-                dataset, args.task, kind, benchmark_file(args.data_root, dataset))
+            task = TASKS["rec"] if kind == "rec" else task_for_dataset(  # a video task is told by its file's rows
+                dataset, args.task, kind, benchmark_file(args.data_root, dataset) if kind == "video" else None)
             tasks[dataset] = task.under(protocol.name, args.method)
         benchmarks = read_benchmarks(tasks, options)
         check_writable(options.output_dir, "output_dir", option=True)
