@@ -9,7 +9,6 @@ import os
 import numpy as np
 import pytest
 from PIL import Image
-from rouge_score import rouge_scorer
 from test_cli import assert_no_library_notices
 from test_eval import run_script
 from test_rewards_ocr import levenshtein  # over words: the word error count
@@ -76,6 +75,8 @@ def hand_score(problem_type, gold, text):
     if problem_type == "OCR":
         return max(0.0, 1 - levenshtein(gold.split(), answer.split()) / len(gold.split()))
     if problem_type == "free-form":
+        from rouge_score import rouge_scorer  # imports nltk (seconds): here, not in every worker's collection
+
         scores = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True).score(gold, answer)
         return sum(s.fmeasure for s in scores.values()) / 3
     try:

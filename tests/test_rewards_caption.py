@@ -2,7 +2,6 @@
 import random
 
 import pytest
-from nltk.translate.meteor_score import meteor_score
 from test_rewards_judge import MODEL, Counted, JudgeServer, free_port, metrics  # noqa: F401
 
 from paddle_r1.rewards import load_builtin_rewards
@@ -69,6 +68,8 @@ def test_meteor_hand_values():
 
 
 def test_meteor_matches_nltk_and_takes_the_best_reference(no_wordnet):
+    from nltk.translate.meteor_score import meteor_score  # nltk takes seconds to import: not at collection
+
     hyp, refs = "a small dog runs on grass", ["the dog is running on the grass", "a cat sleeps"]
     expected = meteor_score([r.split() for r in refs], hyp.split(), wordnet=caption.NoWordNet())
     assert meteor([hyp], solution=[refs]) == pytest.approx([expected])
