@@ -6,6 +6,7 @@ import argparse
 import importlib
 import os
 import sys
+import time
 
 from .models.families import DEFAULT_FAMILY, FAMILIES
 from .process_gc import importing_libraries, running_as_program
@@ -124,12 +125,16 @@ def _check_data(args, extra: list[str]) -> int:
     from .job_data import load_from_config
 
     config = load_config(GRPOConfig, args.config, extra)
-    samples, report = load_from_config(config)
+    start = time.perf_counter()
+    samples, report = load_from_config(config, decode_threads=args.threads if args.decode else 0)
     print(report.table())
     for where, reason in report.problems:
         print(f"skipped {where}: {reason}")
     for where, note in short_clips(samples, VideoSampling.from_config(config)):
         print(f"note {where}: {note}")
+    if args.decode:
+        print(f"decoded {report.decoded['images']} images and {report.decoded['clips']} clips whole on {args.threads} "
+              f"threads; the checks took {time.perf_counter() - start:.1f} s")
     read = sum(report.read.values())
     print(f"skipped {report.skipped} of {read} samples" if report.skipped else f"all {len(samples)} samples are usable")
     return 0
@@ -268,6 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(run=_export)
     check = sub.add_parser("check-data", help="validate a config's data without training; counts per file")
     check.add_argument("config")
+    check.add_argument("--decode", action="store_true", help="also decode every image and clip whole, as training "
+                       "reads them (the checks read an image's header only: a truncated image passes them)")
+    check.add_argument("--threads", type=positive, default=min(8, os.cpu_count() or 1),
+                       help="threads that decode (--decode; default: the CPUs, at most 8)")
     check.set_defaults(run=_check_data)
     demo = sub.add_parser("demo", help="a few GRPO steps of a tiny model on synthetic shapes, on CPU")
     # both spellings: --output_dir is the config key's everywhere else (as an override it reached run_demo twice)

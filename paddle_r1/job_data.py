@@ -12,14 +12,17 @@ from .models.resize import resizer_for
 from .synthetic import BUILTIN_DATASETS, make_synthetic_rec, make_synthetic_zoom
 
 
-def load_from_config(config) -> tuple[list[dict], DataReport]:
-    """The samples a job config names: a built-in synthetic set, or ``data_path`` with its options."""
+def load_from_config(config, decode_threads: int = 0) -> tuple[list[dict], DataReport]:
+    """The samples a job config names: a built-in synthetic set, or ``data_path`` with its options
+    (``decode_threads``: see ``data.loader.load_source``)."""
     set_max_image_pixels(config.max_image_pixels)
     if config.dataset_name == "synthetic_rec":
-        return load_samples(make_synthetic_rec(os.path.join(config.output_dir, "synthetic_rec"), seed=config.seed))
+        return load_samples(make_synthetic_rec(os.path.join(config.output_dir, "synthetic_rec"), seed=config.seed),
+                            decode_threads=decode_threads)
     if config.dataset_name == "synthetic_zoom":  # its episodes' crop boxes are in this model's coordinates
         return load_samples(make_synthetic_zoom(os.path.join(config.output_dir, "synthetic_zoom"), seed=config.seed,
-                                                coord_system=config.coord_system, resizer=model_resizer(config)))
+                                                coord_system=config.coord_system, resizer=model_resizer(config)),
+                            decode_threads=decode_threads)
     if config.dataset_name is not None:
         raise DataError(f"config key 'dataset_name': unknown dataset {config.dataset_name!r} "
                         f"(known: {', '.join(BUILTIN_DATASETS)})")
@@ -28,7 +31,7 @@ def load_from_config(config) -> tuple[list[dict], DataReport]:
     return load_samples(config.data_path, image_root=config.image_root, data_format=config.data_format,
                         strict=config.strict_data, seed=config.seed, image_columns=config.image_columns,
                         image_cache_dir=config.image_cache_dir, image_placement=config.image_placement,
-                        video=VideoSampling.from_config(config))
+                        video=VideoSampling.from_config(config), decode_threads=decode_threads)
 
 
 def model_resizer(config):

@@ -4,11 +4,17 @@ Every record goes: read -> adapt to the sample schema -> check fields -> check i
 readable, an aspect ratio Qwen's resize accepts) and its videos (present, a video stream whose first frame decodes:
 ``video.check_clip``). A record that fails is skipped and counted (or,
 with ``strict_data``, stops the run with the same message). Nothing is ever silently replaced.
+
+An image's check reads its header only (a dataset of 100,000 images loads in seconds), so a truncated or corrupt
+image whose header reads passes it and fails when training opens it (the sample is then skipped at that step, with
+a warning naming it). ``decode_threads`` (``paddle-r1 check-data --decode``) also decodes every image and clip whole,
+as training reads them (``decode_failures``), and skips the samples that fail in the same way.
 """
 from __future__ import annotations
 
 import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -17,10 +23,11 @@ from PIL import Image
 from .episodes import episode_images, read_episode
 from .formats import (FORMATS, IMAGE_PLACEMENTS, SampleError, SourceContext, detect_format, is_rec_file,
                       place_images)
+from .images import load_image
 from .mixture import Source, check_strategy, read_mixture, sample_indices
 from .records import BadRecord, Record, read_records
 from .samples import SOURCE_KEY, DataError, validate_sample
-from .video import VideoSampling, check_clip, clip_frames
+from .video import VideoSampling, check_clip, clip_frames, read_clip
 
 MAX_ASPECT_RATIO = 200  # Qwen2-VL's smart_resize refuses more extreme images
 SHOWN_PROBLEMS = 5
@@ -31,6 +38,7 @@ class DataReport:
     read: Counter = field(default_factory=Counter)  # per file
     kept: Counter = field(default_factory=Counter)
     problems: list = field(default_factory=list)  # (where, reason)
+    decoded: Counter = field(default_factory=Counter)  # "images", "clips": decoded whole (decode_threads)
 
     @property
     def skipped(self) -> int:
@@ -114,6 +122,48 @@ def short_clips(samples: list[dict], sampling: VideoSampling) -> list[tuple[str,
     return notes
 
 
+def _clip_key(path, options: dict) -> str:
+    return repr((path, sorted(options.items())))
+
+
+def decode_failures(samples: list[dict], video: VideoSampling, threads: int,
+                    decoded: Optional[Counter] = None) -> list[tuple[int, str]]:
+    """(index, reason) for each of ``samples`` whose images or clips do not decode whole when read as training reads
+    them (``images.load_image``; ``video.read_clip`` with ``video`` and the clip's own keys), in sample order; the
+    reason is the first failing file's. Each file is decoded once however many samples share it (REC rows share
+    their COCO image), on ``threads`` threads (Pillow and FFmpeg decode outside the GIL); ``decoded`` counts the
+    images and clips read."""
+    images, clips = {}, {}
+    for sample in samples:
+        for path in sample["images"] + (episode_images(sample["episode"]) if "episode" in sample else []):
+            images.setdefault(path, path)
+        for path, options in zip(sample.get("videos", []), clip_options(sample)):
+            clips.setdefault(_clip_key(path, options), (path, video.with_options(options)))
+
+    def failure(read, *args) -> Optional[str]:
+        try:
+            read(*args)
+        except DataError as e:
+            return str(e)
+        return None
+
+    with ThreadPoolExecutor(threads) as pool:
+        image_failures = dict(zip(images, pool.map(lambda path: failure(load_image, path), images)))
+        clip_failures = dict(zip(clips, pool.map(lambda args: failure(read_clip, *args), clips.values())))
+    if decoded is not None:
+        decoded.update(images=len(images), clips=len(clips))
+    failures = []
+    for index, sample in enumerate(samples):
+        reasons = [image_failures[path] for path in sample["images"] + (
+            episode_images(sample["episode"]) if "episode" in sample else [])]
+        reasons += [clip_failures[_clip_key(path, options)]
+                    for path, options in zip(sample.get("videos", []), clip_options(sample))]
+        reason = next((r for r in reasons if r), None)
+        if reason:
+            failures.append((index, reason))
+    return failures
+
+
 def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool) -> dict:
     name = fmt or detect_format(record, rec_file)
     if name not in FORMATS:
@@ -135,7 +185,9 @@ def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool)
 
 def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
                 image_columns=None, image_cache_dir=None, image_placement: str = "markers",
-                video: VideoSampling = VideoSampling()) -> list[dict]:
+                video: VideoSampling = VideoSampling(), decode_threads: int = 0) -> list[dict]:
+    """``source``'s samples that pass every check (``decode_threads`` > 0: also decoded whole on that many threads,
+    after the record checks); what was read, kept and skipped goes into ``report``."""
     ctx = SourceContext(path=source.path, image_root=source.image_root, image_columns=image_columns,
                         image_cache_dir=image_cache_dir, image_placement=image_placement, video=video)
     records = list(read_records(source.path))
@@ -159,6 +211,16 @@ def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
         sample[SOURCE_KEY] = record.where
         samples.append(sample)
         report.kept[source.path] += 1
+    if decode_threads:
+        failures = decode_failures(samples, video, decode_threads, report.decoded)
+        if failures and strict:
+            index, reason = failures[0]
+            raise DataError(f"{samples[index][SOURCE_KEY]}: {reason} (strict_data is on)")
+        for index, reason in failures:
+            report.problems.append((samples[index][SOURCE_KEY], reason))
+            report.kept[source.path] -= 1
+        failed = {index for index, _ in failures}
+        samples = [sample for index, sample in enumerate(samples) if index not in failed]
     return samples
 
 
@@ -177,8 +239,9 @@ def sources_from(data_path: str, image_root: Optional[str] = None, data_format: 
 def load_samples(data_path: str, *, image_root: Optional[str] = None, data_format: Optional[str] = None,
                  strict: bool = False, seed: int = 0, image_columns=None, image_cache_dir=None,
                  sampling_strategy: str = "all", image_placement: str = "markers",
-                 video: VideoSampling = VideoSampling()) -> tuple[list[dict], DataReport]:
-    """``video``: the job's clip sampling, over which a clip's own keys are checked."""
+                 video: VideoSampling = VideoSampling(), decode_threads: int = 0) -> tuple[list[dict], DataReport]:
+    """``video``: the job's clip sampling, over which a clip's own keys are checked; ``decode_threads``: see
+    ``load_source``."""
     if image_placement not in IMAGE_PLACEMENTS:
         raise DataError(f"config key 'image_placement': {image_placement!r} is not one of "
                         f"{', '.join(IMAGE_PLACEMENTS)}")
@@ -187,7 +250,7 @@ def load_samples(data_path: str, *, image_root: Optional[str] = None, data_forma
     for i, source in enumerate(sources_from(data_path, image_root, data_format, sampling_strategy)):
         samples.extend(load_source(source, report, strict=strict, seed=seed + i, image_columns=image_columns,
                                    image_cache_dir=image_cache_dir, image_placement=image_placement,
-                                   video=video))
+                                   video=video, decode_threads=decode_threads))
     if not samples:
         detail = report.summary() or "no records"
         raise DataError(f"{data_path}: the dataset is empty ({detail})")

@@ -1,0 +1,81 @@
+"""``paddle-r1 check-data --decode``: images and clips whose headers read but whose data does not (a PNG cut in half, a
+JPEG cut short, a clip given as frame files some of which are cut short) pass the load's checks
+and fail when training opens them; with ``--decode`` each is a skipped row naming the data file's line and the file,
+before a job starts. Real files corrupted on disk."""
+import json
+
+import numpy as np
+from PIL import Image
+from test_video import write_clip
+
+from paddle_r1.cli import main
+from paddle_r1.data.loader import decode_failures, load_samples
+from paddle_r1.data.video import VideoSampling
+
+
+def _picture(seed: int) -> Image.Image:
+    return Image.fromarray((np.random.default_rng(seed).random((48, 64, 3)) * 255).astype(np.uint8))
+
+
+def _cut(path, keep: float = 0.5) -> str:
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep)])
+    return str(path)
+
+
+def _data(tmp_path):
+    """A REC file (rows 1 and 2 share a good image; 3: a PNG cut in half; 4: a JPEG cut at 70%) and a video file
+    (1: a clip of four frame files whose last three are cut short; 2: a good MP4), as one mixture."""
+    for name, seed in (("good.png", 0), ("cut.png", 1), ("cut.jpg", 2)):
+        _picture(seed).save(tmp_path / name)
+    images = {"good": str(tmp_path / "good.png"), "cut": _cut(tmp_path / "cut.png"),
+              "cut_jpeg": _cut(tmp_path / "cut.jpg", 0.7)}
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text("\n".join(json.dumps({"image": images[name], "problem": "the square", "solution": [1, 2, 30, 40]})
+                             for name in ("good", "good", "cut", "cut_jpeg")))
+    frames = []
+    for i in range(4):
+        _picture(10 + i).save(tmp_path / f"frame{i}.png")
+        frames.append(str(tmp_path / f"frame{i}.png") if i == 0 else _cut(tmp_path / f"frame{i}.png", 0.6))
+    clip = write_clip(tmp_path / "good.mp4", count=8)
+    video = tmp_path / "video.jsonl"
+    video.write_text("\n".join(json.dumps({"problem": "<video>What moves?", "answer": "a", "videos": [path]})
+                               for path in (frames, clip)))
+    mixture = tmp_path / "mix.yaml"
+    mixture.write_text(f"datasets:\n  - json_path: {rec}\n  - json_path: {video}\n")
+    return images, frames, str(rec), str(video), mixture
+
+
+def test_check_data_decode_skips_what_does_not_decode_and_names_it(tmp_path, capsys):
+    images, frames, rec, video, mixture = _data(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"data_path: {mixture}\nvideo_min_frames: 4\n")
+
+    assert main(["check-data", str(config)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "all 6 samples are usable"  # the headers all read
+
+    assert main(["check-data", str(config), "--decode", "--threads", "2"]) == 0
+    decoded = capsys.readouterr()
+    lines = decoded.out.strip().splitlines()
+    assert f"| {rec} | 4 | 2 | 2 |" in lines and f"| {video} | 2 | 1 | 1 |" in lines, lines
+    assert f"skipped {rec}:3: cannot read image {images['cut']}: image file is truncated" in lines, lines
+    assert [line for line in lines if line.startswith(  # "... truncated (38 bytes not processed)"
+        f"skipped {rec}:4: cannot read image {images['cut_jpeg']}: image file is truncated")], lines
+    assert f"skipped {video}:1: cannot read image {frames[1]}: image file is truncated" in lines, lines
+    # each file once: the two rows' shared image is one of the 3 images
+    assert any(line.startswith("decoded 3 images and 2 clips whole on 2 threads; the checks took ") for line in lines)
+    assert lines[-1] == "skipped 3 of 6 samples" and "Traceback" not in decoded.err
+
+    config.write_text(f"data_path: {mixture}\nvideo_min_frames: 4\nstrict_data: true\n")
+    assert main(["check-data", str(config), "--decode"]) == 2
+    assert capsys.readouterr().err == (f"paddle-r1 check-data: error: {rec}:3: cannot read image {images['cut']}: "
+                                       "image file is truncated (strict_data is on)\n")
+
+
+def test_decode_failures_name_each_sample_by_its_first_failing_file(tmp_path):
+    images, _, rec, _, _ = _data(tmp_path)
+    samples, _ = load_samples(rec)
+    failures = decode_failures(samples, VideoSampling(), threads=1)
+    assert [index for index, _ in failures] == [2, 3]
+    assert failures[0][1] == f"cannot read image {images['cut']}: image file is truncated"
+    assert decode_failures(samples[:2], VideoSampling(), threads=3) == []
