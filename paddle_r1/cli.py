@@ -133,8 +133,9 @@ def _check_data(args, extra: list[str]) -> int:
     for where, note in short_clips(samples, VideoSampling.from_config(config)):
         print(f"note {where}: {note}")
     if args.decode:
-        print(f"decoded {report.decoded['images']} images and {report.decoded['clips']} clips whole on {args.threads} "
-              f"threads; the checks took {time.perf_counter() - start:.1f} s")
+        threads = f"{args.threads} thread" + ("s" if args.threads > 1 else "")
+        print(f"decoded {report.decoded['images']} images and {report.decoded['clips']} clips whole on {threads}; "
+              f"the checks took {time.perf_counter() - start:.1f} s")
     read = sum(report.read.values())
     print(f"skipped {report.skipped} of {read} samples" if report.skipped else f"all {len(samples)} samples are usable")
     return 0
