@@ -247,6 +247,37 @@ def test_grpo_steps_on_charades_rows(tiny_model_dir, tmp_path):
     assert any(not np.array_equal(before[k], v.numpy()) for k, v in trainer.policy.state_dict().items())
 
 
+def test_a_clip_that_breaks_in_the_middle_is_skipped_at_its_step(tiny_model_dir, tmp_path, caplog):
+    """A clip of frame files whose later frames are cut short passes the load's checks (each frame's header reads)
+    and fails when the step reads it: that sample is skipped with a warning naming its row and the frame, and counted,
+    as a bad image is, and the run goes on (it used to stop with the error)."""
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    frames = []
+    for i in range(4):
+        Image.new("RGB", (56, 56), (60 * i, 0, 0)).save(tmp_path / f"f{i}.png")
+        data = (tmp_path / f"f{i}.png").read_bytes()
+        if i:
+            (tmp_path / f"f{i}.png").write_bytes(data[:len(data) // 2])
+        frames.append(str(tmp_path / f"f{i}.png"))
+    rows = [{"videos": [clip], "problem": "<video>What is red?", "answer": "a"}
+            for clip in (write_clip(tmp_path / "good.mp4", count=8), frames)]
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+    samples, report = load_samples(str(tmp_path / "data.jsonl"))
+    assert len(samples) == 2 and not report.problems
+    config = GRPOConfig(model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "out"), num_generations=2,
+                        reward_funcs=["reward_helpers:short_reward"], per_device_train_batch_size=4,
+                        max_completion_length=4, max_steps=2, save_steps=100, use_visualdl=False, disable_tqdm=True,
+                        video_min_pixels=56 * 56, video_max_pixels=56 * 56)
+    with caplog.at_level("WARNING"):
+        GRPOTrainer(config, samples=samples).train()
+    metrics = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
+    assert [(m["step"], m["data/skipped_samples"]) for m in metrics] == [(1, 1), (2, 1)], metrics
+    assert f"skipping sample {tmp_path / 'data.jsonl'}:2: cannot read image {frames[1]}: image file is truncated" \
+        in caplog.text, caplog.text
+
+
 def test_sft_on_clips_teaches_the_span_the_reward_reads(tiny_model_dir, tmp_path):
     """SFT's target for a grounding sample is its span as "start to end" seconds, which temporal_iou scores 1; a
     few steps on one clip lower the loss on it (the clip's frames reach the forward: with them replaced by zeros the

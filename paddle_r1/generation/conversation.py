@@ -106,10 +106,12 @@ def sample_episode(sample: dict, answer: str) -> list[dict]:
     return sample.get("episode") or [{"role": "assistant", "text": answer}]
 
 
-def episode_clips(sample: dict, episode: list[dict], processor, video: VideoSampling) -> list:
-    """The sample's clips as its prompt shows them, then its episode's tool clips, each span read by the ``frames``
-    tool as a rollout's call reads it (a ``ValueError`` naming the span when the tool refuses it)."""
-    clips = load_sample_videos(sample, video, processor)
+def episode_clips(sample: dict, episode: list[dict], processor, video: VideoSampling,
+                  clips: Optional[list] = None) -> list:
+    """The sample's clips as its prompt shows them (``clips``: already read, else read here), then its episode's
+    tool clips, each span read by the ``frames`` tool as a rollout's call reads it (a ``ValueError`` naming the span
+    when the tool refuses it)."""
+    clips = clips if clips is not None else load_sample_videos(sample, video, processor)
     spans = episode_spans(episode)
     if not spans:
         return clips
@@ -126,18 +128,20 @@ def episode_clips(sample: dict, episode: list[dict], processor, video: VideoSamp
 
 def build_conversation_batch(samples: list[dict], answers: list[str], processor, question_template: str,
                              system_prompt: Optional[str] = None, images: Optional[list] = None,
-                             video: VideoSampling = VideoSampling()) -> ConversationBatch:
+                             video: VideoSampling = VideoSampling(), clips: Optional[list] = None) -> ConversationBatch:
     """Each sample's prompt and episode (``answers``: the one-turn episode of samples without one) as one row;
-    ``images``: per sample, its prompt's opened images (else opened here); clips read with ``video``."""
+    ``images``, ``clips``: per sample, its prompt's opened images and read clips (else opened here, the clips read
+    with ``video``)."""
     images = images if images is not None else [load_sample_images(s) for s in samples]
+    clips = clips if clips is not None else [None] * len(samples)
     rows, masks, media = [], [], []
     role = tool_role(processor)
-    for sample, answer, opened in zip(samples, answers, images):
+    for sample, answer, opened, read in zip(samples, answers, images, clips):
         episode = sample_episode(sample, answer)
         messages = episode_messages(build_messages(sample, question_template, system_prompt), episode, role)
         ids, targets, pieces = encode_conversation(
             processor, messages, list(opened) + [load_image(path) for path in episode_images(episode)],
-            episode_clips(sample, episode, processor, video))
+            episode_clips(sample, episode, processor, video, read))
         rows.append(ids)
         masks.append(targets)
         media += pieces

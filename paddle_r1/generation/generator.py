@@ -92,11 +92,13 @@ def load_sample_videos(sample: dict, sampling: VideoSampling, processor) -> list
 
 def build_prompt_batch(samples: list[dict], processor, question_template: str, system_prompt: Optional[str] = None,
                        images: Optional[list] = None, video: VideoSampling = VideoSampling(),
-                       frame_orders: Optional[list[np.random.Generator]] = None) -> tuple[PromptBatch, PromptFacts]:
-    """``images``: per sample, its opened images (else they are opened here); its clips are read with ``video``,
-    their frames shuffled by the sample's generator in ``frame_orders`` when given (``video.shuffled_frames``)."""
+                       frame_orders: Optional[list[np.random.Generator]] = None,
+                       clips: Optional[list] = None) -> tuple[PromptBatch, PromptFacts]:
+    """``images``: per sample, its opened images (else they are opened here); ``clips``: per sample, its clips as
+    ``load_sample_videos`` reads them (else they are read here with ``video``), their frames shuffled by the sample's
+    generator in ``frame_orders`` when given (``video.shuffled_frames``)."""
     images = images if images is not None else [load_sample_images(s) for s in samples]
-    videos = [load_sample_videos(s, video, processor) for s in samples]
+    videos = clips if clips is not None else [load_sample_videos(s, video, processor) for s in samples]
     if frame_orders is not None:
         videos = [[shuffled_frames(clip, rng) for clip in clips] for clips, rng in zip(videos, frame_orders)]
     texts = [processor.apply_chat_template(build_messages(s, question_template, system_prompt), tokenize=False,
@@ -144,14 +146,16 @@ class Generator:
     def generate(self, samples: list[dict], num_generations: int, sampling: SamplingParams, question_template: str,
                  system_prompt: Optional[str] = None, images: Optional[list] = None,
                  uniforms: Optional[paddle.Tensor] = None, toolbox: Optional[Toolbox] = None,
-                 max_turns: int = 1, frame_orders: Optional[list[np.random.Generator]] = None) -> Generation:
-        """``num_generations`` completions for each sample (rows grouped sample by sample). ``images``: each
-        sample's opened images (else opened here); ``uniforms``: the random numbers each row samples with;
-        ``frame_orders``: per sample, a generator that shuffles its clips' frames (T-GRPO's control). With
-        ``max_turns`` > 1, episodes in which the model may call the tools of ``toolbox`` (``episodes.py``)."""
+                 max_turns: int = 1, frame_orders: Optional[list[np.random.Generator]] = None,
+                 clips: Optional[list] = None) -> Generation:
+        """``num_generations`` completions for each sample (rows grouped sample by sample). ``images``, ``clips``:
+        each sample's opened images and read clips (else opened and read here); ``uniforms``: the random numbers
+        each row samples with; ``frame_orders``: per sample, a generator that shuffles its clips' frames (T-GRPO's
+        control). With ``max_turns`` > 1, episodes in which the model may call the tools of ``toolbox``
+        (``episodes.py``)."""
         images = images if images is not None else [load_sample_images(s) for s in samples]
         prompt, facts = build_prompt_batch(samples, self.processor, question_template, system_prompt, images=images,
-                                           video=self.video, frame_orders=frame_orders)
+                                           video=self.video, frame_orders=frame_orders, clips=clips)
         if max_turns > 1:
             contexts = tool_contexts(samples, images, facts, self.processor, self.coord_system, self.video)
             episodes = sample_episodes(self.model, self.processor, prompt, contexts, num_generations, sampling,

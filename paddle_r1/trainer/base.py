@@ -29,7 +29,7 @@ from ..errors import ConfigError
 from ..data.samples import DataError
 from ..generation.generator import Generator
 from ..data.video import VideoSampling
-from ..generation.generator import load_sample_images
+from ..generation.generator import load_sample_images, load_sample_videos
 from ..models.loading import default_coord_system, load_models
 from ..memory import check_fits
 from ..parallel.optimizer_state import allocate_optimizer_state, stepping_optimizer_and_owned_weights
@@ -57,11 +57,12 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class Draw:
-    """A rank's share of a prompt batch: its samples, their opened images, each one's place in the batch and the
-    generation indices of the completions this rank makes for it."""
+    """A rank's share of a prompt batch: its samples, their opened images and read clips, each one's place in the
+    batch and the generation indices of the completions this rank makes for it."""
 
     samples: list
     images: list
+    clips: list
     places: list[int]
     generations: list[range]
 
@@ -243,22 +244,23 @@ class Trainer:
     # ---- pieces of a step --------------------------------------------------------------------
     def next_samples(self) -> list[Draw]:
         """This rank's micro-batches of the next block (``layout.block_steps`` of them; ``sampler.rank_share``: whole
-        groups, or parts of groups), images opened once per prompt. A sample whose image fails now is skipped and
-        counted; a block that leaves any micro-batch empty on any rank is replaced on every rank, so the ranks'
-        samplers stay in step."""
+        groups, or parts of groups), images opened and clips read once per prompt. A sample whose image or clip fails
+        now (a file cut short that the load's header checks passed) is skipped and counted; a block that leaves any
+        micro-batch empty on any rank is replaced on every rank, so the ranks' samplers stay in step."""
         layout = self.layout
         shares = [rank_share(layout, self.rank, micro_step) for micro_step in range(layout.block_steps)]
-        phase("reading the batch's images")
+        phase("reading the batch's images and clips")
         while True:
             batch = self.sampler.next_batch()
             opened, draws = {}, []
             for share in shares:
-                draw = Draw([], [], [], [])
+                draw = Draw([], [], [], [], [])
                 for place, generations in share:
                     sample = self.samples[batch[place]]
                     if place not in opened:
                         try:
-                            opened[place] = load_sample_images(sample)
+                            opened[place] = (load_sample_images(sample),
+                                             load_sample_videos(sample, self.generator.video, self.processor))
                         except DataError as e:
                             logger.warning("skipping sample %s: %s", sample.get("_source", batch[place]), e)
                             self.count("data/skipped_samples")
@@ -266,7 +268,8 @@ class Trainer:
                     if opened[place] is None:
                         continue
                     draw.samples.append(sample)
-                    draw.images.append(opened[place])
+                    draw.images.append(opened[place][0])
+                    draw.clips.append(opened[place][1])
                     draw.places.append(place)
                     draw.generations.append(generations)
                 draws.append(draw)

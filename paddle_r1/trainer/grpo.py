@@ -414,7 +414,7 @@ class GRPOTrainer(Trainer):
         start = time.perf_counter()
         generations = len(draw.generations[0])  # alike for every prompt row (``sampler.rank_share``)
         generation = self.generator.generate(draw.samples, generations, self.sampling, cfg.question_template,
-                                             cfg.system_prompt, images=draw.images,
+                                             cfg.system_prompt, images=draw.images, clips=draw.clips,
                                              uniforms=self._uniforms(origin, draw, refill),
                                              toolbox=self.toolbox, max_turns=cfg.max_turns)
         shuffled = self._shuffled_accuracy(draw, origin) if cfg.temporal_grpo else None
@@ -443,6 +443,7 @@ class GRPOTrainer(Trainer):
         samples = [draw.samples[k] for k in rows]
         generation = self.generator.generate(samples, g, self.sampling, cfg.question_template, cfg.system_prompt,
                                              images=[draw.images[k] for k in rows],
+                                             clips=[draw.clips[k] for k in rows],
                                              uniforms=paddle.to_tensor(uniforms.astype("float32")),
                                              frame_orders=[np.random.default_rng(seed) for seed in seeds])
         columns = reward_columns(samples, generation.facts.image_sizes, generation.facts.input_sizes,

@@ -27,7 +27,7 @@ import paddle
 from ..config.jobs import SFTConfig
 from ..data.video import VideoSampling
 from ..generation.encoding import PromptFacts
-from ..generation.generator import build_prompt_batch, load_sample_images
+from ..generation.generator import build_prompt_batch, load_sample_images, load_sample_videos
 from ..generation.rollout import Rollout, pad_rows
 from ..models.coords import as_box, box_from_original
 from ..rewards.families.multibox import read_groups
@@ -74,12 +74,13 @@ def target_texts(samples: list[dict], facts: PromptFacts, answer_template: str, 
 
 
 def build_sft_batch(samples: list[dict], processor, config: SFTConfig, coord_system: str,
-                    images: Optional[list] = None, video: VideoSampling = VideoSampling()) -> tuple[Rollout, list[str]]:
-    """The prompts (left padded, as for a rollout; clips sampled by ``video``) with each target as its one
-    "completion" (right padded; the mask is 1 on the target's tokens and its end-of-turn token, 0 on padding).
-    Returns the batch and the target texts."""
+                    images: Optional[list] = None, video: VideoSampling = VideoSampling(),
+                    clips: Optional[list] = None) -> tuple[Rollout, list[str]]:
+    """The prompts (left padded, as for a rollout; clips sampled by ``video``, or ``clips`` as read) with each target
+    as its one "completion" (right padded; the mask is 1 on the target's tokens and its end-of-turn token, 0 on
+    padding). Returns the batch and the target texts."""
     prompt, facts = build_prompt_batch(samples, processor, config.question_template, config.system_prompt,
-                                       images=images, video=video)
+                                       images=images, video=video, clips=clips)
     texts = target_texts(samples, facts, config.answer_template, coord_system)
     tokenizer = processor.tokenizer
     rows = [ids + [tokenizer.eos_token_id] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
@@ -90,21 +91,24 @@ def build_sft_batch(samples: list[dict], processor, config: SFTConfig, coord_sys
 
 
 def build_episode_batch(samples: list[dict], processor, config: SFTConfig, coord_system: str,
-                        images: Optional[list] = None, video: VideoSampling = VideoSampling()) -> ConversationBatch:
+                        images: Optional[list] = None, video: VideoSampling = VideoSampling(),
+                        clips: Optional[list] = None) -> ConversationBatch:
     """Each sample as one conversation (``generation/conversation.py``): its scripted episode, or its target as the one
     assistant turn; the targets are every assistant turn's tokens. Clips (the prompts' and the episodes' tool clips)
-    are read with ``video``."""
+    are read with ``video`` (the prompts': ``clips`` where given)."""
     images = images if images is not None else [load_sample_images(s) for s in samples]
+    clips = clips if clips is not None else [load_sample_videos(s, video, processor) for s in samples]
     answers = [None] * len(samples)
     plain = [i for i, sample in enumerate(samples) if not sample.get("episode")]
     if plain:  # their target text needs their images' input sizes (a box in the model's coordinates)
         _, facts = build_prompt_batch([samples[i] for i in plain], processor, config.question_template,
-                                      config.system_prompt, images=[images[i] for i in plain])
+                                      config.system_prompt, images=[images[i] for i in plain],
+                                      clips=[clips[i] for i in plain])
         for i, text in zip(plain, target_texts([samples[i] for i in plain], facts, config.answer_template,
                                                coord_system)):
             answers[i] = text
     return build_conversation_batch(samples, answers, processor, config.question_template, config.system_prompt,
-                                    images=images, video=video)
+                                    images=images, video=video, clips=clips)
 
 
 def sft_loss(logp: paddle.Tensor, completion_mask: paddle.Tensor) -> paddle.Tensor:
@@ -125,11 +129,11 @@ class SFTTrainer(Trainer):
         samples, images = draw.samples, draw.images
         if any(sample.get("episode") for sample in samples):
             batch = build_episode_batch(samples, self.processor, self.config, self.coord_system, images=images,
-                                        video=self.generator.video)
+                                        video=self.generator.video, clips=draw.clips)
             mask = batch.loss_mask
         else:
             batch, _ = build_sft_batch(samples, self.processor, self.config, self.coord_system, images=images,
-                                       video=self.generator.video)
+                                       video=self.generator.video, clips=draw.clips)
             mask = batch.completion_mask
         self.policy.train()
         with self.precision.compute():
