@@ -360,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"paddle-r1 {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"paddle-r1 {args.command}: interrupted; completed checkpoints are intact", file=sys.stderr)
+        kept = "; completed checkpoints are intact" if args.command in ("train", "sft") else ""
+        print(f"paddle-r1 {args.command}: interrupted{kept}", file=sys.stderr)
         return 130
     except _run_errors() as e:  # evaluated only when the clauses above did not match
         print(f"paddle-r1 {args.command}: error: {e}", file=sys.stderr)

@@ -79,3 +79,35 @@ def test_decode_failures_name_each_sample_by_its_first_failing_file(tmp_path):
     assert [index for index, _ in failures] == [2, 3]
     assert failures[0][1] == f"cannot read image {images['cut']}: image file is truncated"
     assert decode_failures(samples[:2], VideoSampling(), threads=3) == []
+
+
+def test_ctrl_c_stops_a_long_decode_at_once(tmp_path):
+    """400 rows, each its own path (hard links) to one 3000 x 3000 image that takes a tenth of a second or more to
+    decode: SIGINT two seconds in ends the command within seconds (the files not yet begun are dropped), exit code
+    130 and one line that promises nothing about checkpoints (check-data writes none)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    ramp = np.linspace(0, 255, 3000, dtype=np.uint8)
+    Image.fromarray(np.stack([np.tile(ramp, (3000, 1))] * 3, axis=-1)).save(tmp_path / "big.png")
+    rows = []
+    for i in range(400):
+        os.link(tmp_path / "big.png", tmp_path / f"{i}.png")
+        rows.append(json.dumps({"image": str(tmp_path / f"{i}.png"), "problem": "p", "solution": [1, 2, 3, 4]}))
+    (tmp_path / "rec.jsonl").write_text("\n".join(rows))
+    (tmp_path / "c.yaml").write_text(f"data_path: {tmp_path / 'rec.jsonl'}\n")
+    process = subprocess.Popen([sys.executable, "-m", "paddle_r1.cli", "check-data", str(tmp_path / "c.yaml"),
+                                "--decode", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        time.sleep(2)
+        signalled = time.perf_counter()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert time.perf_counter() - signalled < 10 and "decoded" not in out
+    assert process.returncode == 130 and err.strip().splitlines()[-1] == "paddle-r1 check-data: interrupted", err
