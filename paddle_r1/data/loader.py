@@ -122,8 +122,15 @@ def short_clips(samples: list[dict], sampling: VideoSampling) -> list[tuple[str,
     return notes
 
 
-def _clip_key(path, options: dict) -> str:
-    return repr((path, sorted(options.items())))
+def _image_paths(sample: dict) -> list[str]:
+    """The sample's images, then its scripted episode's tool images."""
+    return sample["images"] + (episode_images(sample["episode"]) if "episode" in sample else [])
+
+
+def _clip_reads(sample: dict, video: VideoSampling) -> list[tuple[str, tuple]]:
+    """(key, (path, sampling)) of each of the sample's clips: the file and its own sampling keys over ``video``."""
+    return [(repr((path, sorted(options.items()))), (path, video.with_options(options)))
+            for path, options in zip(sample.get("videos", []), clip_options(sample))]
 
 
 def decode_failures(samples: list[dict], video: VideoSampling, threads: int,
@@ -131,14 +138,10 @@ def decode_failures(samples: list[dict], video: VideoSampling, threads: int,
     """(index, reason) for each of ``samples`` whose images or clips do not decode whole when read as training reads
     them (``images.load_image``; ``video.read_clip`` with ``video`` and the clip's own keys), in sample order; the
     reason is the first failing file's. Each file is decoded once however many samples share it (REC rows share
-    their COCO image), on ``threads`` threads (Pillow and FFmpeg decode outside the GIL); ``decoded`` counts the
-    images and clips read."""
-    images, clips = {}, {}
-    for sample in samples:
-        for path in sample["images"] + (episode_images(sample["episode"]) if "episode" in sample else []):
-            images.setdefault(path, path)
-        for path, options in zip(sample.get("videos", []), clip_options(sample)):
-            clips.setdefault(_clip_key(path, options), (path, video.with_options(options)))
+    their COCO image), on ``threads`` threads (Pillow and FFmpeg decode outside the GIL; on Ctrl-C the map drops
+    the files not yet begun); ``decoded`` counts the images and clips read."""
+    images = list(dict.fromkeys(path for sample in samples for path in _image_paths(sample)))
+    clips = dict(read for sample in samples for read in _clip_reads(sample, video))
 
     def failure(read, *args) -> Optional[str]:
         try:
@@ -154,10 +157,8 @@ def decode_failures(samples: list[dict], video: VideoSampling, threads: int,
         decoded.update(images=len(images), clips=len(clips))
     failures = []
     for index, sample in enumerate(samples):
-        reasons = [image_failures[path] for path in sample["images"] + (
-            episode_images(sample["episode"]) if "episode" in sample else [])]
-        reasons += [clip_failures[_clip_key(path, options)]
-                    for path, options in zip(sample.get("videos", []), clip_options(sample))]
+        reasons = [image_failures[path] for path in _image_paths(sample)]
+        reasons += [clip_failures[key] for key, _ in _clip_reads(sample, video)]
         reason = next((r for r in reasons if r), None)
         if reason:
             failures.append((index, reason))
