@@ -276,8 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("config")
     check.add_argument("--decode", action="store_true", help="also decode every image and clip whole, as training "
                        "reads them (the checks read an image's header only: a truncated image passes them)")
-    check.add_argument("--threads", type=positive, default=min(8, os.cpu_count() or 1),
-                       help="threads that decode (--decode; default: the CPUs, at most 8)")
+    check.add_argument("--threads", type=option_type(int, Bounds(1, 64)), default=min(8, os.cpu_count() or 1),
+                       help="threads that decode, 1 to 64 (--decode; default: the CPUs, at most 8; more than the "
+                       "CPUs help only where reading the files waits, as on a network mount)")
     check.set_defaults(run=_check_data)
     demo = sub.add_parser("demo", help="a few GRPO steps of a tiny model on synthetic shapes, on CPU")
     # both spellings: --output_dir is the config key's everywhere else (as an override it reached run_demo twice)
