@@ -99,3 +99,32 @@ def test_each_sample_names_its_file_and_line(folder):
     path = _write_lines(folder / "rec.jsonl", lines)
     samples, _ = load_samples(path)
     assert samples[0]["_source"] == f"{path}:2"
+
+
+def test_rows_that_share_a_file_check_it_once_and_share_its_verdict(folder, monkeypatch, tmp_path):
+    """RefCOCO's rows share their COCO images (120,624 rows over 16,994 images) and Charades-STA's their clips: a load
+    opens each file once, however many rows and sources name it (before: once per row); a bad file skips every row
+    that names it, each with the same reason."""
+    from PIL import Image as PILImage
+    from test_video import write_clip
+
+    from paddle_r1.data import loader
+
+    Image.new("RGB", (64, 48), (0, 200, 30)).save(folder / "b.png")
+    names = ["a.png", "b.png", "missing.png"] * 4
+    rec = _write_lines(folder / "rec.jsonl", [json.dumps({**_rec([1, 2, 30, 40]), "image": name}).encode()
+                                              for name in names])
+    clip = write_clip(tmp_path / "clip.mp4", count=8)
+    clips = _write_lines(folder / "clips.jsonl", [json.dumps({"video": clip, "duration": 2.0, "timestamp": [0.5, 1],
+                                                              "sentence": f"event {i}"}).encode() for i in range(3)])
+    mixture = folder / "mix.yaml"
+    mixture.write_text(f"datasets:\n  - json_path: {rec}\n  - json_path: {rec}\n  - json_path: {clips}\n")
+    opened, checked = [], []
+    real_open, real_check_clip = PILImage.open, loader.check_clip
+    monkeypatch.setattr(PILImage, "open", lambda path, *a, **k: opened.append(path) or real_open(path, *a, **k))
+    monkeypatch.setattr(loader, "check_clip", lambda path: checked.append(path) or real_check_clip(path))
+
+    samples, report = load_samples(str(mixture), image_root=str(folder))
+    assert sorted(opened) == [str(folder / "a.png"), str(folder / "b.png")] and checked == [clip]
+    assert len(samples) == 2 * 8 + 3 and report.skipped == 2 * 4
+    assert {reason for _, reason in report.problems} == {f"image not found: {folder / 'missing.png'}"}

@@ -12,11 +12,12 @@ as training reads them (``decode_failures``), and skips the samples that fail in
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from PIL import Image
 
@@ -60,44 +61,75 @@ class DataReport:
         return "\n".join(rows)
 
 
-def check_images(paths: list[str]) -> list[tuple[int, int]]:
+class FileChecks:
+    """Each file's check result (its size, or the ``SampleError`` it raised), kept for one load: a REC file's rows
+    share their images (RefCOCO's train split: 120,624 rows over 16,994 COCO images) and a grounding file's rows their
+    clips (Charades-STA's: 12,408 over 5,338), so each file is read once, not once per row."""
+
+    def __init__(self):
+        self.results: dict = {}
+
+    def once(self, key: tuple, check: Callable):
+        if key not in self.results:
+            try:
+                self.results[key] = check()
+            except SampleError as e:
+                self.results[key] = e
+        result = self.results[key]
+        if isinstance(result, SampleError):
+            raise SampleError(str(result))
+        return result
+
+
+def _image_size(path: str) -> tuple[int, int]:
+    if not os.path.isfile(path):
+        raise SampleError(f"image not found: {path}")
+    try:
+        with Image.open(path) as img:
+            width, height = img.size
+    except Image.DecompressionBombError:
+        raise SampleError(f"image {path}: more than max_image_pixels ({Image.MAX_IMAGE_PIXELS}) pixels") from None
+    except (OSError, ValueError) as e:
+        raise SampleError(f"cannot read image {path}: {e}") from None
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and width * height > limit:
+        raise SampleError(f"image {path} is {width}x{height}: more than max_image_pixels ({limit}) pixels")
+    if min(width, height) == 0 or max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
+        raise SampleError(f"image {path} is {width}x{height}: aspect ratio above {MAX_ASPECT_RATIO}")
+    return width, height
+
+
+def check_images(paths: list[str], checks: Optional[FileChecks] = None) -> list[tuple[int, int]]:
     """Original (w, h) of each image, read from the header only; SampleError naming the file otherwise
-    (including an image above Pillow's pixel limit, config key ``max_image_pixels``)."""
-    sizes = []
-    for path in paths:
-        if not os.path.isfile(path):
-            raise SampleError(f"image not found: {path}")
-        try:
-            with Image.open(path) as img:
-                width, height = img.size
-        except Image.DecompressionBombError:
-            raise SampleError(f"image {path}: more than max_image_pixels ({Image.MAX_IMAGE_PIXELS}) pixels") from None
-        except (OSError, ValueError) as e:
-            raise SampleError(f"cannot read image {path}: {e}") from None
-        limit = Image.MAX_IMAGE_PIXELS
-        if limit is not None and width * height > limit:
-            raise SampleError(f"image {path} is {width}x{height}: more than max_image_pixels ({limit}) pixels")
-        if min(width, height) == 0 or max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
-            raise SampleError(f"image {path} is {width}x{height}: aspect ratio above {MAX_ASPECT_RATIO}")
-        sizes.append((width, height))
-    return sizes
+    (including an image above Pillow's pixel limit, config key ``max_image_pixels``). ``checks``: the load's
+    results so far, each file checked once."""
+    checks = checks or FileChecks()
+    return [checks.once(("image", path), functools.partial(_image_size, path)) for path in paths]
 
 
-def check_videos(sample: dict) -> list[tuple[int, int]]:
+def _clip_size(path: str) -> tuple[int, int]:
+    try:
+        return check_clip(path)
+    except DataError as e:
+        raise SampleError(str(e) if path in str(e) else f"video {path}: {e}") from None
+
+
+def check_videos(sample: dict, checks: Optional[FileChecks] = None) -> list[tuple[int, int]]:
     """Original (w, h) of each clip of ``sample``, from its header and first frame (a list of frames: its first
     frame, every one checked as an image), and a clip's own ``nframes`` within its frames; SampleError naming the
-    file otherwise."""
+    file otherwise. ``checks``: as for ``check_images``."""
+    checks = checks or FileChecks()
     sizes = []
     for path, options in zip(sample.get("videos", []), clip_options(sample)):
         if isinstance(path, list):
-            sizes.append(check_images(path)[0])
+            sizes.append(check_images(path, checks)[0])
             continue
-        try:
-            sizes.append(check_clip(path))
-            if "nframes" in options:
+        sizes.append(checks.once(("clip", path), functools.partial(_clip_size, path)))
+        if "nframes" in options:
+            try:
                 VideoSampling(nframes=options["nframes"]).frame_count(clip_frames(path), 1.0)
-        except DataError as e:
-            raise SampleError(str(e) if path in str(e) else f"video {path}: {e}") from None
+            except DataError as e:
+                raise SampleError(str(e) if path in str(e) else f"video {path}: {e}") from None
     return sizes
 
 
@@ -165,7 +197,7 @@ def decode_failures(samples: list[dict], video: VideoSampling, threads: int,
     return failures
 
 
-def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool) -> dict:
+def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool, checks: FileChecks) -> dict:
     name = fmt or detect_format(record, rec_file)
     if name not in FORMATS:
         raise DataError(f"{ctx.path}: unknown format {name!r} (known: {', '.join(FORMATS)})")
@@ -176,19 +208,22 @@ def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool)
         validate_sample(sample, "")
     except DataError as e:
         raise SampleError(str(e).lstrip(": ")) from None
-    check_images(sample["images"])
-    check_videos(sample)
+    check_images(sample["images"], checks)
+    check_videos(sample, checks)
     if "episode" in sample:  # a scripted multi-turn episode (SFT): its tool images resolve as the sample's do
         sample["episode"] = read_episode(sample["episode"], ctx.image_path, len(sample.get("videos", [])))
-        check_images(episode_images(sample["episode"]))
+        check_images(episode_images(sample["episode"]), checks)
     return sample
 
 
 def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
                 image_columns=None, image_cache_dir=None, image_placement: str = "markers",
-                video: VideoSampling = VideoSampling(), decode_threads: int = 0) -> list[dict]:
+                video: VideoSampling = VideoSampling(), decode_threads: int = 0,
+                checks: Optional[FileChecks] = None) -> list[dict]:
     """``source``'s samples that pass every check (``decode_threads`` > 0: also decoded whole on that many threads,
-    after the record checks); what was read, kept and skipped goes into ``report``."""
+    after the record checks); what was read, kept and skipped goes into ``report``; ``checks``: the load's file
+    checks so far (sources share files)."""
+    checks = checks or FileChecks()
     ctx = SourceContext(path=source.path, image_root=source.image_root, image_columns=image_columns,
                         image_cache_dir=image_cache_dir, image_placement=image_placement, video=video)
     records = list(read_records(source.path))
@@ -200,7 +235,7 @@ def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
         try:
             if isinstance(record, BadRecord):
                 raise SampleError(record.reason)
-            sample = _adapt(record.value, source.format, ctx, rec_file)
+            sample = _adapt(record.value, source.format, ctx, rec_file, checks)
         except SampleError as e:
             where = record.where
             if strict:
@@ -246,12 +281,12 @@ def load_samples(data_path: str, *, image_root: Optional[str] = None, data_forma
     if image_placement not in IMAGE_PLACEMENTS:
         raise DataError(f"config key 'image_placement': {image_placement!r} is not one of "
                         f"{', '.join(IMAGE_PLACEMENTS)}")
-    report = DataReport()
+    report, checks = DataReport(), FileChecks()
     samples = []
     for i, source in enumerate(sources_from(data_path, image_root, data_format, sampling_strategy)):
         samples.extend(load_source(source, report, strict=strict, seed=seed + i, image_columns=image_columns,
                                    image_cache_dir=image_cache_dir, image_placement=image_placement,
-                                   video=video, decode_threads=decode_threads))
+                                   video=video, decode_threads=decode_threads, checks=checks))
     if not samples:
         detail = report.summary() or "no records"
         raise DataError(f"{data_path}: the dataset is empty ({detail})")
