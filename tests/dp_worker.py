@@ -18,7 +18,9 @@ def spawned_rank_as_program() -> None:
 
 def train_and_dump(settings: dict, dump_dir: str) -> None:
     """Train, then dump this rank's weights, logged metrics and, under plain data parallel, the gradient
-    reducer's counts. ``settings["bucket_bytes"]`` (not a config key) sets the reducer's bucket size."""
+    reducer's counts. ``settings["bucket_bytes"]`` (not a config key) sets the reducer's bucket size;
+    ``settings["<key>_of_rank"]``: each rank's own value of config key ``<key>`` (what one node's files make of a
+    shared config)."""
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -32,6 +34,9 @@ def train_and_dump(settings: dict, dump_dir: str) -> None:
         from paddle_r1.parallel.sharding import ReplicatedUpdate
 
     settings = dict(settings)
+    rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    for key in [key for key in settings if key.endswith("_of_rank")]:
+        settings[key[:-len("_of_rank")]] = settings.pop(key)[rank]
     ReplicatedUpdate.bucket_bytes = settings.pop("bucket_bytes", ReplicatedUpdate.bucket_bytes)
     config = GRPOConfig(**settings)
     trainer = GRPOTrainer(config, heldout=heldout_for(config))
@@ -66,16 +71,17 @@ def last_generation_batch(trainer) -> list[list[dict]]:
 
 def train_each_and_dump(jobs: list) -> None:
     """``train_and_dump`` for each (settings, dump_dir) in turn, in one process group (a spawn costs seconds). A
-    run refused with a ``ConfigError`` leaves its message in ``dump_dir/rank<r>_error.txt``."""
+    run refused with a ``ConfigError`` or ``DataError`` leaves its message in ``dump_dir/rank<r>_error.txt``."""
     import paddle.distributed as dist
 
+    from paddle_r1.data.samples import DataError
     from paddle_r1.errors import ConfigError
 
     for settings, dump_dir in jobs:
         os.makedirs(dump_dir, exist_ok=True)
         try:
             train_and_dump(settings, dump_dir)
-        except ConfigError as e:
+        except (ConfigError, DataError) as e:
             rank = dist.get_rank() if dist.is_initialized() else 0
             with open(os.path.join(dump_dir, f"rank{rank}_error.txt"), "w") as f:
                 f.write(str(e))

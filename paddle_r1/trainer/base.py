@@ -40,7 +40,7 @@ from ..checkpoints import folders as ckpt
 from ..checkpoints import training_state
 from ..parallel.distributed import (barrier, decided_by_main, explain_failure, gather_objects, in_rank_order,
                                     init_distributed, phase, replica_io, sum_across_ranks)
-from .job import prepare_job
+from .job import check_ranks_read_the_same_samples, prepare_job
 from ..telemetry.metrics import MetricsLogger
 from ..checkpoints.model_card import write_model_card
 from .optim import build_optimizer
@@ -84,6 +84,7 @@ class Trainer:
         self.rank, self.world_size = init_distributed(fleet_strategy if sharding else None, cfg.collective_timeout,
                                                        cfg.heartbeat_timeout)
         cfg.check_ranks(self.world_size)
+        check_ranks_read_the_same_samples(self.samples, self.rank, self.world_size)
         self.is_main = self.rank == 0
         # what this device runs (bf16 before sm80 becomes fp16 with a loss scaler), and whether the run fits it
         check_dtype_runs_here(cfg.dtype)

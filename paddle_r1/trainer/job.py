@@ -1,8 +1,11 @@
 """What every training job (GRPO, SFT) does before it loads a model: check the keys that need this machine (the
-device, the model folder, the files named, a writable output folder), pick the device, and read its samples
-(printing the one-line report of skipped records). A user mistake found here costs seconds, not a model load."""
+device, the model folder, the files named, a writable output folder), pick the device, read its samples (printing
+the one-line report of skipped records) and, on several ranks, check that every rank read the same ones. A user
+mistake found here costs seconds, not a model load."""
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Optional
 
 import paddle
@@ -10,11 +13,13 @@ import paddle
 from ..config.paths import check_writable
 from ..errors import ConfigError
 from ..cpu_math import tune_cpu_math
+from ..data.samples import SOURCE_KEY, DataError
 from ..job_data import load_from_config
 from ..models.coords import COORD_SYSTEMS
 from ..models.families import check_video
 from ..models.loading import model_family
 from ..models.model_path import naming_the_model_key
+from ..parallel.distributed import gather_objects
 from ..telemetry.trackers import check_installed
 
 
@@ -30,6 +35,45 @@ def prepare_job(config, samples: Optional[list[dict]] = None) -> list[dict]:
     if any(sample.get("videos") for sample in samples):  # every job carries clips; a family may read none
         check_video(model_family(config.model_name_or_path))
     return samples
+
+
+def samples_digest(samples: list[dict]) -> str:
+    """A hash of what the samples hold, their media paths left out (a node may mount the same data elsewhere)."""
+    digest = hashlib.sha256()
+    for sample in samples:
+        kept = {key: value for key, value in sample.items() if key not in ("images", "videos")}
+        digest.update(json.dumps(kept, sort_keys=True, default=str).encode() + b"\n")
+    return digest.hexdigest()[:12]
+
+
+def check_ranks_read_the_same_samples(samples: list[dict], rank: int, world_size: int) -> None:
+    """Every rank reads the job's data itself; a row one rank kept and another skipped (an image missing on one
+    node's copy of the data, a data file that differs between nodes) would give the ranks different sample lists,
+    and the sampler, which draws the same indices on every rank, would then split one prompt's group across different
+    prompts: wrong advantages, with nothing to show it. One gather of each rank's count and hash before the model
+    loads; if they differ, a second of each rank's row list names the first rows that differ, and every rank raises
+    the same ``DataError`` (none waits for another)."""
+    if world_size == 1:
+        return
+    facts = gather_objects((len(samples), samples_digest(samples)), world_size, "the check of the loaded samples")
+    if len(set(facts)) == 1:
+        return
+    rows = gather_objects([sample.get(SOURCE_KEY, f"sample {i}") for i, sample in enumerate(samples)], world_size,
+                          "the rows of the loaded samples")
+    lines = []
+    for other in range(1, world_size):
+        if facts[other] == facts[0]:
+            continue
+        theirs, ours = set(rows[other]), set(rows[0])
+        lacks = [row for row in rows[0] if row not in theirs][:3]
+        extra = [row for row in rows[other] if row not in ours][:3]
+        difference = "; ".join(filter(None, [lacks and f"lacks {', '.join(lacks)}, which rank 0 kept",
+                                             extra and f"kept {', '.join(extra)}, which rank 0 lacks"]))
+        lines.append(f"rank {other}: {facts[other][0]} samples against rank 0's {facts[0][0]}; "
+                     + (difference or "the same rows with other contents"))
+    raise DataError("the ranks read different samples from the same config (the data differ between machines, or "
+                    "a file changed while they read it; each rank's log names the rows it skipped): "
+                    + " | ".join(lines))
 
 
 def check_before_loading(config) -> None:
