@@ -533,20 +533,28 @@ def test_ranks_that_read_different_rows_stop_before_the_model_loads(tmp_path, ti
     """Rank 1 reads its images from a copy that lacks one (a node whose copy of the dataset is incomplete), so it
     skips that row where rank 0 keeps it: every rank stops with one ``DataError`` naming the row, before any model
     loads and without waiting for another (they used to train, the sampler's shared indices splitting one prompt's
-    group across two different prompts)."""
+    group across two different prompts). The held-out set likewise (each rank scores its slice of it)."""
     import shutil
 
     from paddle_r1.synthetic import make_synthetic_rec
 
     data = make_synthetic_rec(str(tmp_path / "full"), num_samples=6, seed=3)
     shutil.copytree(tmp_path / "full" / "images", tmp_path / "partial" / "images")
+    shutil.copy(data, tmp_path / "partial")
     lost = json.loads(open(data).read().splitlines()[2])["image"]
     os.remove(tmp_path / "partial" / lost)
-    settings = _settings(tiny_model_dir, data, tmp_path / "run", prompts=1, eval_steps=0, eval_data_path=None,
+    training = _settings(tiny_model_dir, data, tmp_path / "run", prompts=1, eval_steps=0, eval_data_path=None,
                          image_root_of_rank=[str(tmp_path / "full"), str(tmp_path / "partial")])
-    spawn_ranks(train_each_and_dump, args=([(settings, str(tmp_path / "out"))],))
+    other = make_synthetic_rec(str(tmp_path / "other"), num_samples=6, seed=4)
+    heldout = _settings(tiny_model_dir, other, tmp_path / "run_heldout", prompts=1, eval_sample_num=None,
+                        eval_data_path_of_rank=[data, str(tmp_path / "partial" / "rec.jsonl")])
+    spawn_ranks(train_each_and_dump, args=([(training, str(tmp_path / "out")), (heldout, str(tmp_path / "eval"))],))
     errors = [open(tmp_path / "out" / f"rank{rank}_error.txt").read() for rank in (0, 1)]
     assert errors[0] == errors[1]
     assert errors[0].startswith("the ranks read different samples from the same config") and \
         errors[0].endswith(f"rank 1: 5 samples against rank 0's 6; lacks {data}:3, which rank 0 kept"), errors[0]
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+    errors = [open(tmp_path / "eval" / f"rank{rank}_error.txt").read() for rank in (0, 1)]
+    assert errors[0] == errors[1]
+    assert errors[0].startswith("the ranks read different held-out samples (eval_data_path) from the same config") \
+        and "rank 1: 5 samples against rank 0's 6" in errors[0], errors[0]

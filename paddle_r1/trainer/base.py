@@ -76,8 +76,9 @@ class Trainer:
     name = "train"  # the progress bar's label
 
     def __init__(self, config, samples: Optional[list[dict]] = None, heldout=None):
-        """``heldout``: an object with ``due(step, total_steps)`` and ``evaluate(generator, step, echo, rank,
-        world_size, sum_over_ranks)`` (the held-out evaluation), run on every rank; None: no held-out evaluation."""
+        """``heldout``: an object with ``samples``, ``due(step, total_steps)`` and ``evaluate(generator, step, echo,
+        rank, world_size, sum_over_ranks)`` (the held-out evaluation), run on every rank; None: no held-out
+        evaluation."""
         self.config = cfg = config
         self.samples = prepare_job(cfg, samples)
         sharding = self.sharding_stage
@@ -85,6 +86,9 @@ class Trainer:
                                                        cfg.heartbeat_timeout)
         cfg.check_ranks(self.world_size)
         check_ranks_read_the_same_samples(self.samples, self.rank, self.world_size)
+        if heldout is not None:  # each rank scores its slice of it: the slices must cover one list
+            check_ranks_read_the_same_samples(heldout.samples, self.rank, self.world_size,
+                                              "held-out samples (eval_data_path)")
         self.is_main = self.rank == 0
         # what this device runs (bf16 before sm80 becomes fp16 with a loss scaler), and whether the run fits it
         check_dtype_runs_here(cfg.dtype)

@@ -46,13 +46,13 @@ def samples_digest(samples: list[dict]) -> str:
     return digest.hexdigest()[:12]
 
 
-def check_ranks_read_the_same_samples(samples: list[dict], rank: int, world_size: int) -> None:
+def check_ranks_read_the_same_samples(samples: list[dict], rank: int, world_size: int, what: str = "samples") -> None:
     """Every rank reads the job's data itself; a row one rank kept and another skipped (an image missing on one
     node's copy of the data, a data file that differs between nodes) would give the ranks different sample lists,
     and the sampler, which draws the same indices on every rank, would then split one prompt's group across different
     prompts: wrong advantages, with nothing to show it. One gather of each rank's count and hash before the model
     loads; if they differ, a second of each rank's row list names the first rows that differ, and every rank raises
-    the same ``DataError`` (none waits for another)."""
+    the same ``DataError`` (none waits for another). ``what``: the set, as the message names it."""
     if world_size == 1:
         return
     facts = gather_objects((len(samples), samples_digest(samples)), world_size, "the check of the loaded samples")
@@ -71,7 +71,7 @@ def check_ranks_read_the_same_samples(samples: list[dict], rank: int, world_size
                                              extra and f"kept {', '.join(extra)}, which rank 0 lacks"]))
         lines.append(f"rank {other}: {facts[other][0]} samples against rank 0's {facts[0][0]}; "
                      + (difference or "the same rows with other contents"))
-    raise DataError("the ranks read different samples from the same config (the data differ between machines, or "
+    raise DataError(f"the ranks read different {what} from the same config (the data differ between machines, or "
                     "a file changed while they read it; each rank's log names the rows it skipped): "
                     + " | ".join(lines))
 
