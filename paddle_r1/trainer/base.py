@@ -85,10 +85,9 @@ class Trainer:
         self.rank, self.world_size = init_distributed(fleet_strategy if sharding else None, cfg.collective_timeout,
                                                        cfg.heartbeat_timeout)
         cfg.check_ranks(self.world_size)
-        check_ranks_read_the_same_samples(self.samples, self.rank, self.world_size)
+        check_ranks_read_the_same_samples(self.samples, self.world_size)
         if heldout is not None:  # each rank scores its slice of it: the slices must cover one list
-            check_ranks_read_the_same_samples(heldout.samples, self.rank, self.world_size,
-                                              "held-out samples (eval_data_path)")
+            check_ranks_read_the_same_samples(heldout.samples, self.world_size, "held-out samples (eval_data_path)")
         self.is_main = self.rank == 0
         # what this device runs (bf16 before sm80 becomes fp16 with a loss scaler), and whether the run fits it
         check_dtype_runs_here(cfg.dtype)

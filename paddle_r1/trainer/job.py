@@ -46,7 +46,7 @@ def samples_digest(samples: list[dict]) -> str:
     return digest.hexdigest()[:12]
 
 
-def check_ranks_read_the_same_samples(samples: list[dict], rank: int, world_size: int, what: str = "samples") -> None:
+def check_ranks_read_the_same_samples(samples: list[dict], world_size: int, what: str = "samples") -> None:
     """Every rank reads the job's data itself; a row one rank kept and another skipped (an image missing on one
     node's copy of the data, a data file that differs between nodes) would give the ranks different sample lists,
     and the sampler, which draws the same indices on every rank, would then split one prompt's group across different
