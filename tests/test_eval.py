@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from PIL import Image
 from test_cli import assert_no_library_notices, imported_modules
@@ -178,3 +179,36 @@ def test_accuracy_against_hand_labelled_predictions():
 def test_labels_and_table():
     assert checkpoint_label("/x/run/checkpoint-300") == "step 300" and checkpoint_label("/m/Qwen2.5-VL") == "Qwen2.5-VL"
     assert accuracy_table({"a": {"d1": 0.5}}, ["d1", "d2"]).splitlines()[-1] == "| a | 50.00% | - |"
+
+
+def test_an_image_that_does_not_decode_is_skipped_not_the_run(tiny_model_dir, tmp_path, capsys):
+    """A benchmark row whose image is a PNG cut short (its header reads, so the load keeps it) used to stop the whole
+    evaluation at its batch; now that row is skipped, named and counted, and the others of its batch are answered.
+    The held-out evaluation during training gives it NaN, which its mean leaves out."""
+    from paddle_r1.config.jobs import GRPOConfig
+    from paddle_r1.evaluation.heldout import HeldoutEval
+    from paddle_r1.evaluation.inputs import EvalOptions, read_benchmarks
+    from paddle_r1.evaluation.runner import Evaluator
+    from paddle_r1.synthetic import make_synthetic_rec
+
+    data = make_synthetic_rec(str(tmp_path / "bench"), num_samples=5, seed=3)
+    rows = [json.loads(line) for line in open(data)]
+    cut = tmp_path / "bench" / rows[1]["image"]
+    cut.write_bytes(cut.read_bytes()[:200])
+    (tmp_path / "bench" / "refcoco_val.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+    options = EvalOptions(data_root=str(tmp_path / "bench"), image_root=str(tmp_path / "bench"), batch_size=4,
+                          max_new_tokens=4)
+    benchmark = read_benchmarks({"refcoco_val": TASKS["rec"]}, options)[0]
+    assert len(benchmark.samples) == 5  # the header reads
+    evaluator = Evaluator(tiny_model_dir, options)
+    summary = evaluator.evaluate(benchmark)
+    assert (summary["total"], summary["skipped"], len(summary["results"])) == (4, 1, 4)
+    images = [str(tmp_path / "bench" / rows[i]["image"]) for i in (0, 2, 3, 4)]
+    assert [r["image"] for r in summary["results"]] == images
+    said = capsys.readouterr().out
+    assert f"skipped {tmp_path / 'bench' / 'refcoco_val.jsonl'}:2: cannot read image {cut}: " in said, said
+
+    heldout = HeldoutEval(GRPOConfig(model_name_or_path=tiny_model_dir, eval_data_path=str(tmp_path / "bench" /
+                                     "refcoco_val.jsonl"), eval_reward="iou", eval_steps=1, max_completion_length=4))
+    scores = heldout.scores(evaluator.generator, heldout.samples)
+    assert np.isnan(scores[1]) and not np.isnan(scores[[0, 2, 3, 4]]).any()

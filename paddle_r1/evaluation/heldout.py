@@ -49,11 +49,16 @@ class HeldoutEval:
 
     @paddle.no_grad()
     def scores(self, generator: Generator, samples: list[dict]) -> np.ndarray:
-        """The eval reward of each of ``samples`` answered greedily (NaN where it does not apply)."""
+        """The eval reward of each of ``samples`` answered greedily (NaN where it does not apply, and for a sample
+        whose image or clip does not open)."""
         config = self.config
         answers = answer_greedily(generator, samples, config.question_template, EvalOptions.batch_size,
                                   config.max_completion_length, "held-out eval", self.toolbox, config.max_turns)
-        return self.score_answers(samples, answers, generator.coord_system)
+        values = np.full(len(samples), np.nan)
+        if answers.kept:
+            values[answers.kept] = self.score_answers([samples[i] for i in answers.kept], answers,
+                                                      generator.coord_system)
+        return values
 
     def score_answers(self, samples: list[dict], answers: GreedyAnswers, coord_system: str) -> np.ndarray:
         columns = reward_columns(samples, answers.image_sizes, answers.input_sizes, coord_system,

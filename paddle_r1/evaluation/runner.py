@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import paddle
 from tqdm import tqdm
 
+from ..data.samples import SOURCE_KEY, DataError
 from ..data.video import CONFIG_KEYS as VIDEO_KEYS, VideoSampling
 from ..models.loading import default_coord_system, load_model, load_processor, model_family
 from ..models.precision import check_dtype_runs_here, precision_for_this_device
-from ..generation.generator import Generator
+from ..generation.generator import Generator, load_sample_images, load_sample_videos
 from ..generation.rollout import SamplingParams
 from ..rewards.manager import reward_columns
 from ..tools.toolbox import Toolbox
@@ -69,22 +70,42 @@ def template_for(options: EvalOptions, task: str, model_path: str, default: Opti
 
 @dataclass
 class GreedyAnswers:
-    texts: list  # each sample's answer (multi-turn: its episode's final assistant turn)
-    image_sizes: list  # per sample, its images' sizes before and after the processor's resize (for the rewards)
+    """The answers to the samples whose images and clips opened (``kept``: their indices, in order); each of the
+    others is in ``unreadable`` with its reason (a file whose header read but whose data does not decode)."""
+    texts: list  # each kept sample's answer (multi-turn: its episode's final assistant turn)
+    image_sizes: list  # per kept sample, its images' sizes before and after the processor's resize (for the rewards)
     input_sizes: list
     turns: Optional[list] = None  # multi-turn: each episode's turns and tool calls (reward columns)
     tool_calls: Optional[list] = None
+    kept: list = field(default_factory=list)
+    unreadable: list = field(default_factory=list)  # (index, reason)
 
 
 def answer_greedily(generator: Generator, samples: list[dict], template: str, batch_size: int, max_new_tokens: int,
                     desc: str, toolbox: Optional[Toolbox] = None, max_turns: int = 1) -> GreedyAnswers:
     """Greedy completions, batch by batch; with ``max_turns`` > 1, episodes in which the model may call the tools
-    of ``toolbox`` (each turn up to ``max_new_tokens``), as the GRPO rollout runs them."""
+    of ``toolbox`` (each turn up to ``max_new_tokens``), as the GRPO rollout runs them. A sample whose image or clip
+    does not open is left out with its reason (``GreedyAnswers.unreadable``), as training skips it: the others of
+    its batch are answered, and a run of thousands does not stop at it."""
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, logprobs=False)
     answers = GreedyAnswers([], [], [], [] if max_turns > 1 else None, [] if max_turns > 1 else None)
     for start in tqdm(range(0, len(samples), batch_size), desc=desc, unit="batch"):
-        generation = generator.generate(samples[start:start + batch_size], 1, params, template, toolbox=toolbox,
-                                        max_turns=max_turns)
+        kept, images, clips = [], [], []
+        for index in range(start, min(start + batch_size, len(samples))):
+            try:
+                opened = (load_sample_images(samples[index]),
+                          load_sample_videos(samples[index], generator.video, generator.processor))
+            except DataError as e:
+                answers.unreadable.append((index, str(e)))
+                continue
+            kept.append(index)
+            images.append(opened[0])
+            clips.append(opened[1])
+        if not kept:
+            continue
+        generation = generator.generate([samples[i] for i in kept], 1, params, template, images=images, clips=clips,
+                                        toolbox=toolbox, max_turns=max_turns)
+        answers.kept += kept
         answers.texts += generation.texts
         answers.image_sizes += generation.facts.image_sizes
         answers.input_sizes += generation.facts.input_sizes
@@ -116,6 +137,9 @@ class Evaluator:
         with self.precision.compute():
             answers = answer_greedily(self.generator, benchmark.prompts, template, options.batch_size,
                                       options.max_new_tokens, benchmark.name)
+        for index, reason in answers.unreadable:
+            print(f"skipped {samples[index].get(SOURCE_KEY, index)}: {reason}")
+        samples = [samples[i] for i in answers.kept]
         completions, image_sizes, input_sizes = answers.texts, answers.image_sizes, answers.input_sizes
         columns = reward_columns(samples, image_sizes, input_sizes, self.coord_system)
         scores = task.scores(completions, columns)
@@ -132,7 +156,7 @@ class Evaluator:
         summary = {"dataset": benchmark.name, "model": self.model_path, "method": options.method, "task": task.name,
                    "protocol": options.protocol, "question_template": template,
                    "accuracy": accuracy, "correct": sum(correct), "total": len(correct),
-                   "skipped": benchmark.report.skipped}
+                   "skipped": benchmark.report.skipped + len(answers.unreadable)}
         if task.mean_reward is not None:
             summary[f"mean_{task.mean_reward}"] = task.mean(completions, columns)
         if task.metrics is not None:
