@@ -16,7 +16,7 @@ from ..data.samples import SOURCE_KEY, DataError
 from ..data.video import CONFIG_KEYS as VIDEO_KEYS, VideoSampling
 from ..models.loading import default_coord_system, load_model, load_processor, model_family
 from ..models.precision import check_dtype_runs_here, precision_for_this_device
-from ..generation.generator import Generator, load_sample_images, load_sample_videos
+from ..generation.generator import Generator, open_sample_media
 from ..generation.rollout import SamplingParams
 from ..rewards.manager import reward_columns
 from ..tools.toolbox import Toolbox
@@ -93,8 +93,7 @@ def answer_greedily(generator: Generator, samples: list[dict], template: str, ba
         kept, images, clips = [], [], []
         for index in range(start, min(start + batch_size, len(samples))):
             try:
-                opened = (load_sample_images(samples[index]),
-                          load_sample_videos(samples[index], generator.video, generator.processor))
+                opened = open_sample_media(samples[index], generator.video, generator.processor)
             except DataError as e:
                 answers.unreadable.append((index, str(e)))
                 continue

@@ -90,6 +90,12 @@ def load_sample_videos(sample: dict, sampling: VideoSampling, processor) -> list
     return [read(path, own) for path, own in zip(sample["videos"], options)]
 
 
+def open_sample_media(sample: dict, sampling: VideoSampling, processor) -> tuple[list, list[Clip]]:
+    """The sample's opened images and read clips, as a prompt shows them; a ``DataError`` naming the file that
+    fails (a caller that can go on without the sample skips it: training's batches, evaluation)."""
+    return load_sample_images(sample), load_sample_videos(sample, sampling, processor)
+
+
 def build_prompt_batch(samples: list[dict], processor, question_template: str, system_prompt: Optional[str] = None,
                        images: Optional[list] = None, video: VideoSampling = VideoSampling(),
                        frame_orders: Optional[list[np.random.Generator]] = None,

@@ -29,7 +29,7 @@ from ..errors import ConfigError
 from ..data.samples import DataError
 from ..generation.generator import Generator
 from ..data.video import VideoSampling
-from ..generation.generator import load_sample_images, load_sample_videos
+from ..generation.generator import open_sample_media
 from ..models.loading import default_coord_system, load_models
 from ..memory import check_fits
 from ..parallel.optimizer_state import allocate_optimizer_state, stepping_optimizer_and_owned_weights
@@ -263,8 +263,7 @@ class Trainer:
                     sample = self.samples[batch[place]]
                     if place not in opened:
                         try:
-                            opened[place] = (load_sample_images(sample),
-                                             load_sample_videos(sample, self.generator.video, self.processor))
+                            opened[place] = open_sample_media(sample, self.generator.video, self.processor)
                         except DataError as e:
                             logger.warning("skipping sample %s: %s", sample.get("_source", batch[place]), e)
                             self.count("data/skipped_samples")
