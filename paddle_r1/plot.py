@@ -6,10 +6,11 @@ Several run folders (e.g. the seeds of a benchmark) are drawn in the same panels
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Optional
+
+from .telemetry.metrics import read_jsonl
 
 DASHES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
 PANELS = (("reward", "reward: total (solid) and per function"), ("kl", "KL to the reference"),
@@ -21,8 +22,7 @@ def read_metrics(run_dir: str) -> list[dict]:
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_jsonl(path)
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:

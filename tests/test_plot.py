@@ -52,3 +52,16 @@ def test_plot_command(tmp_path):
     assert result.returncode == 2 and result.stderr.strip() == (f"paddle-r1 plot: error: --output: cannot write to "
                                                                 f"{tmp_path}/a_file/curve.png: {tmp_path}/a_file is a "
                                                                 "file, not a folder")
+
+
+def test_a_run_in_progress_plots_its_finished_rows(tmp_path):
+    """A run that is still writing (or was killed while it wrote) leaves its last line cut off: plot draws the rows
+    before it (it raised a JSONDecodeError traceback)."""
+    run = _write_run(tmp_path / "run")
+    text = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(text[:-40])
+    assert series(read_metrics(str(run)), "kl")[0] == list(range(1, 12))
+    result = paddle_r1("plot", str(run))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    with Image.open(run / "learning_curve.png") as img:
+        assert img.format == "PNG"

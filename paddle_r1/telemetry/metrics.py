@@ -12,6 +12,21 @@ from typing import Optional
 from .trackers import start_trackers
 
 
+def read_jsonl(path: str) -> list[dict]:
+    """The json rows of a run's log ``path``; a line that is not one is skipped: the last one cut off by a kill, or
+    still being written by a run in progress (``plot`` and ``view`` read a live run's files)."""
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
 def truncate_log(path: str, last_step: int) -> None:
     """Keep the rows of ``path`` (jsonl) whose step is at most ``last_step``, rewriting it atomically (a copy
     renamed over it), so a kill during the rewrite leaves the old file whole. Lines that are not json rows with

@@ -47,20 +47,6 @@ class Section:
     prompts: list
 
 
-def read_jsonl(path: str) -> list[dict]:
-    """The json rows of ``path``; a line cut off by a kill (the last one) is skipped."""
-    rows = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
-
-
 def training_steps(rows: list[dict]) -> list[int]:
     return sorted({row["step"] for row in rows if isinstance(row.get("step"), int)})
 

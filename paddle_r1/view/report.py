@@ -7,6 +7,7 @@ import os
 from typing import Optional
 
 from ..models.resize import resizer_for
+from ..telemetry.metrics import read_jsonl
 from . import clips as run_clips, curves, facts as run_facts, geometry, page, records, thumbnails
 
 
@@ -78,13 +79,13 @@ def write_report(folder: str, steps: Optional[str] = None, output: Optional[str]
     completions_file = os.path.join(folder, "completions.jsonl")
     notes, metrics, skipped = [], [], 0
     if os.path.isfile(completions_file):
-        rows = records.read_jsonl(completions_file)
+        rows = read_jsonl(completions_file)
         logged = records.training_steps(rows)
         chosen = parse_steps(steps, logged)
         skipped = len(logged) - len(chosen)
         sections = records.training_sections(rows, chosen)
         metrics_file = os.path.join(folder, "metrics.jsonl")
-        metrics = records.read_jsonl(metrics_file) if os.path.isfile(metrics_file) else []
+        metrics = read_jsonl(metrics_file) if os.path.isfile(metrics_file) else []
         if not logged:
             notes.append("completions.jsonl holds no rows yet (log_completions_steps sets how often steps are logged).")
     else:
