@@ -99,26 +99,29 @@ def _image_size(path: str) -> tuple[int, int]:
     return width, height
 
 
-def check_images(paths: list[str], checks: Optional[FileChecks] = None) -> list[tuple[int, int]]:
+def check_images(paths: list[str], checks: FileChecks) -> list[tuple[int, int]]:
     """Original (w, h) of each image, read from the header only; SampleError naming the file otherwise
     (including an image above Pillow's pixel limit, config key ``max_image_pixels``). ``checks``: the load's
     results so far, each file checked once."""
-    checks = checks or FileChecks()
     return [checks.once(("image", path), functools.partial(_image_size, path)) for path in paths]
+
+
+def _clip_error(path: str, error: DataError) -> SampleError:
+    """``error`` about the clip at ``path``, naming it."""
+    return SampleError(str(error) if path in str(error) else f"video {path}: {error}")
 
 
 def _clip_size(path: str) -> tuple[int, int]:
     try:
         return check_clip(path)
     except DataError as e:
-        raise SampleError(str(e) if path in str(e) else f"video {path}: {e}") from None
+        raise _clip_error(path, e) from None
 
 
-def check_videos(sample: dict, checks: Optional[FileChecks] = None) -> list[tuple[int, int]]:
+def check_videos(sample: dict, checks: FileChecks) -> list[tuple[int, int]]:
     """Original (w, h) of each clip of ``sample``, from its header and first frame (a list of frames: its first
     frame, every one checked as an image), and a clip's own ``nframes`` within its frames; SampleError naming the
     file otherwise. ``checks``: as for ``check_images``."""
-    checks = checks or FileChecks()
     sizes = []
     for path, options in zip(sample.get("videos", []), clip_options(sample)):
         if isinstance(path, list):
@@ -129,7 +132,7 @@ def check_videos(sample: dict, checks: Optional[FileChecks] = None) -> list[tupl
             try:
                 VideoSampling(nframes=options["nframes"]).frame_count(clip_frames(path), 1.0)
             except DataError as e:
-                raise SampleError(str(e) if path in str(e) else f"video {path}: {e}") from None
+                raise _clip_error(path, e) from None
     return sizes
 
 
@@ -219,11 +222,10 @@ def _adapt(record: dict, fmt: Optional[str], ctx: SourceContext, rec_file: bool,
 def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
                 image_columns=None, image_cache_dir=None, image_placement: str = "markers",
                 video: VideoSampling = VideoSampling(), decode_threads: int = 0,
-                checks: Optional[FileChecks] = None) -> list[dict]:
+                checks: FileChecks) -> list[dict]:
     """``source``'s samples that pass every check (``decode_threads`` > 0: also decoded whole on that many threads,
     after the record checks); what was read, kept and skipped goes into ``report``; ``checks``: the load's file
     checks so far (sources share files)."""
-    checks = checks or FileChecks()
     ctx = SourceContext(path=source.path, image_root=source.image_root, image_columns=image_columns,
                         image_cache_dir=image_cache_dir, image_placement=image_placement, video=video)
     records = list(read_records(source.path))
