@@ -118,6 +118,13 @@ def _clip_size(path: str) -> tuple[int, int]:
         raise _clip_error(path, e) from None
 
 
+def _clip_frame_total(path: str) -> int:
+    try:
+        return clip_frames(path)
+    except DataError as e:
+        raise _clip_error(path, e) from None
+
+
 def check_videos(sample: dict, checks: FileChecks) -> list[tuple[int, int]]:
     """Original (w, h) of each clip of ``sample``, from its header and first frame (a list of frames: its first
     frame, every one checked as an image), and a clip's own ``nframes`` within its frames; SampleError naming the
@@ -128,9 +135,10 @@ def check_videos(sample: dict, checks: FileChecks) -> list[tuple[int, int]]:
             sizes.append(check_images(path, checks)[0])
             continue
         sizes.append(checks.once(("clip", path), functools.partial(_clip_size, path)))
-        if "nframes" in options:
+        if "nframes" in options:  # the clip's count is the file's; whether nframes fits it is the row's
+            total = checks.once(("frames", path), functools.partial(_clip_frame_total, path))
             try:
-                VideoSampling(nframes=options["nframes"]).frame_count(clip_frames(path), 1.0)
+                VideoSampling(nframes=options["nframes"]).frame_count(total, 1.0)
             except DataError as e:
                 raise _clip_error(path, e) from None
     return sizes

@@ -15,16 +15,8 @@ from .trackers import start_trackers
 def read_jsonl(path: str) -> list[dict]:
     """The json rows of a run's log ``path``; a line that is not one is skipped: the last one cut off by a kill, or
     still being written by a run in progress (``plot`` and ``view`` read a live run's files)."""
-    rows = []
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
+        return [row for row in map(_json_row, f) if row is not None]
 
 
 def truncate_log(path: str, last_step: int) -> None:
@@ -44,12 +36,18 @@ def truncate_log(path: str, last_step: int) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _row_step(line: str):
+def _json_row(line: str) -> Optional[dict]:
+    """``line``'s json object, or None when it is not one (cut off, or not an object)."""
     try:
         row = json.loads(line)
     except ValueError:
         return None
-    return row.get("step") if isinstance(row, dict) else None
+    return row if isinstance(row, dict) else None
+
+
+def _row_step(line: str):
+    row = _json_row(line)
+    return row.get("step") if row is not None else None
 
 
 class MetricsLogger:
