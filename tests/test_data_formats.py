@@ -180,6 +180,11 @@ def test_mixture_yaml(tmp_path):
     mixture.write_text("datasets:\n  - json_path: x.json\n    sampling_strategy: some\n")
     with pytest.raises(DataError, match="sampling_strategy 'some'"):
         load_samples(str(mixture))
+    # two mixtures pasted into one file: yaml would keep the second list alone and train on half the data
+    mixture.write_text(f"datasets:\n  - json_path: {grounding}\n# the counting data\ndatasets:\n"
+                       f"  - json_path: {rec}\n")
+    with pytest.raises(DataError, match=r"mix.yaml: key 'datasets' is given twice, on line 1 and line 4"):
+        load_samples(str(mixture))
 
 
 def test_files_saved_with_a_byte_order_mark_read_as_without(tmp_path):

@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 import yaml
 
+from ..config.reading.files import DuplicateKey, load_yaml
 from .samples import DataError
 
 ENTRY_KEYS = {"json_path", "sampling_strategy", "image_root", "reward_method", "format"}
@@ -54,11 +55,16 @@ def sample_indices(count: int, strategy: str, seed: int) -> list[int]:
 
 
 def read_mixture(path: str) -> list[Source]:
+    """The sources a mixture yaml lists, read as config files are: a key given twice (``datasets:`` twice, where two
+    mixtures were pasted into one) is an error naming both lines, not the last list alone."""
     with open(path, encoding="utf-8") as f:
-        try:
-            config = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise DataError(f"{path}: cannot parse yaml: {e}") from e
+        text = f.read()
+    try:
+        config = load_yaml(text)
+    except DuplicateKey as e:
+        raise DataError(f"{path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise DataError(f"{path}: cannot parse yaml: {e}") from e
     entries = config.get("datasets") if isinstance(config, dict) else None
     if not isinstance(entries, list) or not entries:
         raise DataError(f"{path}: expected a 'datasets:' list of entries with json_path")
