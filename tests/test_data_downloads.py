@@ -82,6 +82,15 @@ def test_hub_download_folder_of_parquet_shards(tmp_path):
     assert sorted(os.listdir(cache)) == cached
 
 
+def test_images_stored_in_rows_are_named_absolute_under_a_relative_cache(tmp_path, monkeypatch):
+    """A relative ``image_cache_dir``: the cached images' paths are recorded absolute, as a data file's are."""
+    path = str(tmp_path / "geoqa.parquet")
+    r1v_dataset(r1v_rows(1)).to_parquet(path)
+    monkeypatch.chdir(tmp_path)
+    samples, _ = load_samples(path, image_cache_dir="cache")
+    assert os.path.dirname(samples[0]["images"][0]) == str(tmp_path / "cache")
+
+
 def test_single_parquet_and_arrow_files(tmp_path):
     path = str(tmp_path / "geoqa.parquet")
     r1v_dataset(r1v_rows(2)).to_parquet(path)

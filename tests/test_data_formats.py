@@ -272,3 +272,19 @@ def test_easydistill_config_from_seed_000(tmp_path):
     path.write_text(json.dumps(seed_config))
     with pytest.raises(ConfigError, match="unknown config key 'training.rollouts'"):
         load_config(GRPOConfig, str(path))
+
+
+def test_media_paths_are_recorded_absolute_when_the_data_path_is_relative(tmp_path, monkeypatch):
+    """``--data_path data/rows.jsonl`` run from the project folder: completions.jsonl and the evaluation's results
+    record each sample's image path, and ``paddle-r1 view`` reads it from the run's folder, where a path relative to
+    where training ran named nothing (every image "not found")."""
+    image(tmp_path / "data" / "图片 #1", "a b.png")
+    monkeypatch.chdir(tmp_path)
+    write("data/rows.jsonl", [{"image": "图片 #1/a b.png", "problem": "p", "solution": [0, 0, 5, 5]}], jsonl=True)
+    mixture = tmp_path / "mix.yaml"
+    mixture.write_text("datasets:\n  - json_path: data/rows.jsonl\n    image_root: data\n")
+    for path in ("data/rows.jsonl", "mix.yaml"):
+        samples, _ = load_samples(path, data_format="rec")
+        assert samples[0]["images"] == [str(tmp_path / "data" / "图片 #1" / "a b.png")], path
+    monkeypatch.chdir(tmp_path / "data")  # where view and the evaluation's pictures read them from
+    assert os.path.isfile(samples[0]["images"][0])

@@ -45,16 +45,16 @@ class SourceContext:
     video: VideoSampling = VideoSampling()  # the job's clip sampling, which a clip's own keys override
 
     def image_path(self, name) -> str:
+        """An image's (or clip's) path, made absolute: completions.jsonl and the evaluation's results record it, and
+        ``paddle-r1 view`` reads it from another folder (a path relative to where training ran found nothing)."""
         if isinstance(name, str):
             if not name.strip():
                 raise SampleError("empty image path")
             if name.startswith(("http://", "https://")):
                 raise SampleError(f"{name} is a URL: download it and give its path")
             name = name[len("file://"):] if name.startswith("file://") else name  # Qwen's and verl's local form
-            if os.path.isabs(name):
-                return name
             base = self.image_root if self.image_root is not None else os.path.dirname(self.path)
-            return os.path.join(base, name)
+            return os.path.abspath(os.path.join(base, name))
         return self._cached_image(name)
 
     def _cached_image(self, image) -> str:
@@ -74,7 +74,7 @@ class SourceContext:
             with open(target + ".part", "wb") as f:
                 f.write(data)
             os.replace(target + ".part", target)
-        return target
+        return os.path.abspath(target)
 
     def image_paths(self, value) -> list:
         values = value if isinstance(value, list) else [value]
