@@ -121,11 +121,17 @@ def test_eval_results_folder(tmp_path, rec_samples):
                     "answer": "<answer>[1, 2, 30, 40]</answer>", "prediction": [1.0, 2.0, 30.0, 40.0],
                     "correct": True},
                    {"question": "how many?", "image": sample["images"][0], "ground_truth": 3,
-                    "answer": "<answer>4</answer>", "prediction": 4, "correct": False}]}
+                    "answer": "<answer>4</answer>", "prediction": 4, "correct": False},
+                   # the evaluation read no box from this answer: the report draws none of its own reading either,
+                   # and has nothing to convert (no note asking the trainer for sizes)
+                   {"question": sample["problem"], "image": sample["images"][0], "ground_truth": sample["solution"],
+                    "answer": "the box is [5, 5, 9, 9]", "prediction": None, "correct": False}]}
     write_results(summary, str(tmp_path), "m")
     assert main(["view", str(tmp_path)]) == 0
-    page = Elements(open(tmp_path / "report" / "index.html").read())
-    assert len(page.all("rect", "truth")) == 1 and len(page.all("rect", "pred")) == 1
+    html = open(tmp_path / "report" / "index.html").read()
+    page = Elements(html)
+    assert "The trainer should add" not in html
+    assert len(page.all("rect", "truth")) == 2 and len(page.all("rect", "pred")) == 1
     assert [a["width"] for a in page.all("rect", "pred")] == ["29.0"]
     assert len(page.all("td", "answer")) == 1  # the counting question shows its answer as text
 

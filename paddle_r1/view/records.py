@@ -26,6 +26,7 @@ class Completion:
     advantage: Optional[float]
     scores: dict  # reward name -> score (None: not applicable)
     prediction: object = None  # eval results only: the parsed prediction, boxes already in original pixels
+    evaluated: bool = False  # an evaluation's answer: its prediction (None: it read none) is all there is to draw
     turns: list = field(default_factory=list)  # multi-turn rows: {"role": "assistant", "text"} / {"role": "tool",
     # "name", "arguments", "text", "images"}; empty for single-turn rows
 
@@ -109,7 +110,7 @@ def eval_sections(paths: list[str]) -> list[Section]:
         for row in summary.get("results", []):
             correct = None if row.get("correct") is None else float(bool(row["correct"]))
             completion = Completion(text=row.get("answer") or "", reward=correct, advantage=None,
-                                    scores={"correct": correct}, prediction=row.get("prediction"))
+                                    scores={"correct": correct}, prediction=row.get("prediction"), evaluated=True)
             prompts.append(Prompt(problem=row.get("question") or "", images=[row["image"]] if row.get("image") else [],
                                   solution=row.get("ground_truth"), completions=[completion],
                                   videos=[row["video"]] if row.get("video") else [],

@@ -47,12 +47,14 @@ def render_prompt(prompt, folder: str, images_dir: str, reward_names: list[str],
     kind = geometry.solution_kind(prompt.solution)
     truth = geometry.truth_shapes(kind, prompt.solution, len(images))
     facts = run_facts.prompt_facts(prompt.facts, [size for _, size in images], resizer, coord_system)
-    predictions = [(geometry.eval_prediction_shapes(c.prediction) if c.prediction is not None
+    predictions = [(geometry.eval_prediction_shapes(c.prediction) if c.evaluated
                     else geometry.predicted_shapes(kind, c.text, facts)) + geometry.tool_box_shapes(c.turns, facts)
                    for c in prompt.completions]
     turn_images = [[[_thumbnail_href(_image_path(p, folder), images_dir) for p in turn.get("images", [])]
                     for turn in c.turns] for c in prompt.completions]
-    drawn = kind is not None or any(c.turns for c in prompt.completions)  # answers or tool boxes to convert
+    # answers or tool boxes to convert (an evaluation's boxes are in original pixels already)
+    drawn = (kind is not None and not all(c.evaluated for c in prompt.completions)) or \
+        any(c.turns for c in prompt.completions)
     recomputed = drawn and not all(k in prompt.facts for k in records.FACT_KEYS)
     text_task = kind is None
     clips = [render_clip(prompt, _image_path(p, folder), images_dir) for p in prompt.videos]
