@@ -120,11 +120,14 @@ def _export(args, extra: list[str]) -> int:
 def _check_data(args, extra: list[str]) -> int:
     from .config.jobs import GRPOConfig
     from .config.reading.loading import load_config
-    from .data.loader import short_clips
+    from .data.loader import is_data_path, short_clips
     from .data.video import VideoSampling
     from .job_data import load_from_config
 
-    config = load_config(GRPOConfig, args.config, extra)
+    if is_data_path(args.config):  # the data itself, under the default config and the overrides given
+        config = load_config(GRPOConfig, None, ["--data_path", args.config, *extra])
+    else:
+        config = load_config(GRPOConfig, args.config, extra)
     start = time.perf_counter()
     samples, report = load_from_config(config, decode_threads=args.threads if args.decode else 0)
     print(report.table())
@@ -272,8 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--max_shard_size", "--max-shard-size", default="5GB",
                         help="largest weight file, as transformers takes it: 5GB (default), 500MB, 2GiB or bytes")
     export.set_defaults(run=_export)
-    check = sub.add_parser("check-data", help="validate a config's data without training; counts per file")
-    check.add_argument("config")
+    check = sub.add_parser("check-data", help="validate a config's data, or a data file, without training; counts "
+                           "per file")
+    check.add_argument("config", metavar="CONFIG_OR_DATA", help="a training config (yaml or json), or data as "
+                       "data_path takes it (a jsonl, json, csv or parquet file, a datasets folder, a mixture yaml), "
+                       "checked under the default config and the --key value overrides given after it")
     check.add_argument("--decode", action="store_true", help="also decode every image and clip whole, as training "
                        "reads them (the checks read an image's header only: a truncated image passes them)")
     check.add_argument("--threads", type=option_type(int, Bounds(1, 64)), default=min(8, os.cpu_count() or 1),

@@ -111,3 +111,27 @@ def test_ctrl_c_stops_a_long_decode_at_once(tmp_path):
         process.kill()
     assert time.perf_counter() - signalled < 10 and "decoded" not in out
     assert process.returncode == 130 and err.strip().splitlines()[-1] == "paddle-r1 check-data: interrupted", err
+
+
+def test_check_data_takes_the_data_itself(tmp_path, capsys):
+    """``paddle-r1 check-data rows.jsonl``, as the command's name invites: a data file, a json array or json lines
+    named .json, a mixture yaml or a folder is checked as the config's data_path would be, under the default config
+    and the overrides after it; a yaml or json config is still read as one (the data file was read as a config and
+    stopped at yaml's "expected '<document start>'")."""
+    _, _, rec, _, mixture = _data(tmp_path)
+    rows = [json.loads(line) for line in open(rec)]
+    (tmp_path / "array.json").write_text(json.dumps(rows))
+    (tmp_path / "lines.json").write_text(open(rec).read())
+    (tmp_path / "c.json").write_text(json.dumps({"data_path": rec}))
+    (tmp_path / "c.yaml").write_text(f"data_path: {rec}\n")
+
+    def last_line(*args):
+        assert main(["check-data", *args]) == 0
+        return capsys.readouterr().out.strip().splitlines()[-1]
+
+    for data in (rec, tmp_path / "array.json", tmp_path / "lines.json", tmp_path / "c.json", tmp_path / "c.yaml"):
+        assert last_line(str(data)) == "all 4 samples are usable", data
+    assert last_line(str(mixture)) == "all 6 samples are usable"
+    assert last_line(rec, "--decode") == "skipped 2 of 4 samples"
+    assert main(["check-data", rec, "--decode", "--strict_data", "true"]) == 2  # an override after the data
+    assert "(strict_data is on)" in capsys.readouterr().err

@@ -13,6 +13,7 @@ as training reads them (``decode_failures``), and skips the samples that fail in
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -25,8 +26,8 @@ from .episodes import episode_images, read_episode
 from .formats import (FORMATS, IMAGE_PLACEMENTS, SampleError, SourceContext, detect_format, is_rec_file,
                       place_images)
 from .images import load_image
-from .mixture import Source, check_strategy, read_mixture, sample_indices
-from .records import BadRecord, Record, read_records
+from .mixture import Source, check_strategy, is_mixture, read_mixture, sample_indices
+from .records import SPREADSHEET_EXTENSIONS, TABLE_EXTENSIONS, BadRecord, Record, read_records
 from .samples import SOURCE_KEY, DataError, validate_sample
 from .video import VideoSampling, check_clip, clip_frames, read_clip
 
@@ -268,6 +269,30 @@ def load_source(source: Source, report: DataReport, *, strict: bool, seed: int,
         failed = {index for index, _ in failures}
         samples = [sample for index, sample in enumerate(samples) if index not in failed]
     return samples
+
+
+def is_data_path(path: str) -> bool:
+    """Whether ``path`` names data as ``data_path`` takes it rather than a config file (``paddle-r1 check-data``
+    takes either): a folder, a jsonl, csv, spreadsheet or table file, a mixture yaml, or a json file of rows (an
+    array, or one object a line). A json file holding one object is a config."""
+    if os.path.isdir(path):
+        return True
+    lower = path.lower()
+    if lower.endswith((".jsonl", ".csv") + SPREADSHEET_EXTENSIONS + TABLE_EXTENSIONS):
+        return True
+    if lower.endswith((".yaml", ".yml")):
+        return is_mixture(path)
+    if not lower.endswith(".json") or not os.path.isfile(path):
+        return False
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
+        text = f.read().lstrip()
+    if text.startswith("["):
+        return True
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)  # the first value alone: a second one makes it json lines
+    except json.JSONDecodeError:
+        return False
+    return bool(text[end:].strip())
 
 
 def sources_from(data_path: str, image_root: Optional[str] = None, data_format: Optional[str] = None,

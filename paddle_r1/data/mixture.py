@@ -54,6 +54,17 @@ def sample_indices(count: int, strategy: str, seed: int) -> list[int]:
     return sorted(np.random.default_rng(seed).choice(count, size=n, replace=False).tolist())
 
 
+def is_mixture(path: str) -> bool:
+    """Whether the yaml at ``path`` is a mixture (a mapping with ``datasets:``) rather than a config file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        values = load_yaml(text)
+    except (OSError, UnicodeDecodeError, DuplicateKey, yaml.YAMLError):
+        return False
+    return isinstance(values, dict) and "datasets" in values
+
+
 def read_mixture(path: str) -> list[Source]:
     """The sources a mixture yaml lists, read as config files are: a key given twice (``datasets:`` twice, where two
     mixtures were pasted into one) is an error naming both lines, not the last list alone."""
