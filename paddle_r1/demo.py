@@ -53,7 +53,8 @@ def demo_config(output_dir: str, family: str = DEFAULT_FAMILY, **overrides) -> G
     task = family_of(family).demo_task  # rec, or ocr_lines for a family that reads text
     data = make_synthetic_splits(os.path.join(output_dir, f"synthetic_{task}"), task, num_train=64, num_heldout=16)
     settings = {**DEMO_SETTINGS, **(OCR_DEMO_SETTINGS if task == "ocr_lines" else {}), "model_name_or_path": model_dir,
-                "output_dir": output_dir, "data_path": data["train"], "eval_data_path": data["heldout"], **overrides}
+                "output_dir": output_dir, "data_path": data["train"], "eval_data_path": data["heldout"],
+                "overwrite_output_dir": True, **overrides}  # the demo run again starts over
     return GRPOConfig(**settings)
 
 
@@ -69,7 +70,8 @@ def run_demo(output_dir: str = "demo_output", family: str = DEFAULT_FAMILY, sft_
         sft = SFTTrainer(SFTConfig(**DEMO_SFT_SETTINGS, **answer, max_steps=sft_steps,
                                    model_name_or_path=config.model_name_or_path, data_path=config.data_path,
                                    question_template=config.question_template, system_prompt=config.system_prompt,
-                                   output_dir=os.path.join(output_dir, "sft"), seed=config.seed,
+                                   output_dir=os.path.join(output_dir, "sft"), overwrite_output_dir=True,
+                                   seed=config.seed,
                                    disable_tqdm=config.disable_tqdm)).train()
         config.model_name_or_path = sft["checkpoint"]
     result = GRPOTrainer(config, heldout=heldout_for(config)).train()

@@ -76,7 +76,7 @@ def test_prompts_are_video_r1s(index):
     same media part and text as Video-R1's make_conversation_image_and_video builds."""
     row, content = GOLDEN["prompts"][index]["row"], GOLDEN["prompts"][index]["content"]
     sample = FORMATS["video_r1"](row, SourceContext(path="data/Video-R1-260k.json"))
-    assert sample[row["data_type"] + "s"] == [os.path.join("data", row["path"])]
+    assert sample[row["data_type"] + "s"] == [os.path.abspath(os.path.join("data", row["path"]))]
     assert build_messages(sample, VIDEO_R1_QUESTION_TEMPLATE)[0]["content"] == content
 
 

@@ -57,6 +57,29 @@ def test_steps_log_save_and_reload(tiny_model_dir, rec_samples, tmp_path):
         np.testing.assert_array_equal(reloaded[key], value, err_msg=key)
 
 
+def test_a_fresh_start_in_another_runs_folder_stops_unless_told_to_overwrite(tiny_model_dir, rec_samples, tmp_path):
+    """A run started again without ``--resume`` (a notebook cell run twice, a job relaunched) appended its rows to the
+    old run's logs (steps 1, 2, 1, ...) and saved over its checkpoints one by one. It now stops before the model
+    loads and leaves the folder as it was; ``overwrite_output_dir`` (TRL's key) removes the old run and starts over;
+    ``resume_from_checkpoint`` continues it, as before."""
+    GRPOTrainer(_config(tiny_model_dir, tmp_path, max_steps=2, save_steps=1, use_visualdl=True),
+                samples=rec_samples).train()
+    before = {name: os.path.getmtime(tmp_path / name) for name in os.listdir(tmp_path)}
+    with pytest.raises(ConfigError, match=re.escape(
+            f"config key 'output_dir': {tmp_path} holds another run (checkpoint-1, checkpoint-2, metrics.jsonl, "
+            "completions.jsonl); resume_from_checkpoint latest")):
+        GRPOTrainer(_config(tiny_model_dir, tmp_path, max_steps=1), samples=rec_samples)
+    assert {name: os.path.getmtime(tmp_path / name) for name in os.listdir(tmp_path)} == before
+
+    GRPOTrainer(_config(tiny_model_dir, tmp_path, max_steps=1, overwrite_output_dir=True), samples=rec_samples).train()
+    assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [1]
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith("checkpoint-")) == ["checkpoint-1"]
+    assert not os.path.exists(tmp_path / "visualdl")  # the old run's curves went with it (this run writes none)
+    GRPOTrainer(_config(tiny_model_dir, tmp_path, max_steps=2, resume_from_checkpoint="latest"),
+                samples=rec_samples).train()
+    assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [1, 2]
+
+
 def _run(model_dir, out, samples, **kw):
     trainer = GRPOTrainer(_config(model_dir, out, **kw), samples=samples)
     losses = [h["loss"] for h in trainer.train()["history"]]

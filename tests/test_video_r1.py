@@ -56,8 +56,8 @@ def test_video_r1_rows_are_read_as_they_are(tmp_path):
     samples, report = load_samples(video_r1_file(tmp_path))
     assert [s["problem_id"] for s in samples] == [1, 2, 3, 4]
     video, image = samples[0], samples[1]
-    assert video["videos"] == [os.path.join(tmp_path, "./LLaVA-Video-178K/a.mp4")] and video["images"] == []
-    assert image["images"] == [os.path.join(tmp_path, "./Math/b.png")] and "videos" not in image
+    assert video["videos"] == [os.path.join(tmp_path, "LLaVA-Video-178K/a.mp4")] and video["images"] == []
+    assert image["images"] == [os.path.join(tmp_path, "Math/b.png")] and "videos" not in image
     assert video["problem"] == "What moves?Options:\nA. a ball\nB. a car\n" and video["solution"] == "A"
     assert image["answer_instruction"] == VIDEO_R1_ANSWER_INSTRUCTIONS["numerical"] and image["solution"] == "2.5"
     assert {s["reward_method"] for s in samples} == {"video_r1_accuracy"} and video["process"] == "<think>...</think>"

@@ -30,6 +30,7 @@ import re
 import shutil
 from typing import Optional
 
+from ..errors import ConfigError
 from .manifest import MANIFEST_FILE, CheckpointError, broken, check_manifest, files_under, has_manifest, write_manifest
 
 STATE_FILE = "trainer_state.json"
@@ -75,6 +76,45 @@ def remove_unfinished_checkpoints(output_dir: str, echo=print) -> list[str]:
             echo(f"removed {path} ({size / 2 ** 20:.1f} MiB), left by a save that did not finish")
             removed.append(path)
     return removed
+
+
+RUN_LOGS = ("metrics.jsonl", "completions.jsonl")
+TRACKER_FOLDERS = ("visualdl",)  # a tracker's folder of the run's curves, which a second run would add to
+
+
+def previous_run(output_dir: str) -> list[str]:
+    """What a run left in ``output_dir``, by name: its checkpoint folders (complete or aside; a ``.tmp`` one a cut save
+    left is removed at every start) and its logs that hold rows."""
+    if not os.path.isdir(output_dir):
+        return []
+    names = sorted(os.listdir(output_dir), key=lambda name: (len(name), name))
+    checkpoints = [n for n in names if _CHECKPOINT_RE.match(n) and os.path.isdir(os.path.join(output_dir, n))]
+    logs = [n for n in RUN_LOGS if os.path.isfile(os.path.join(output_dir, n))
+            and os.path.getsize(os.path.join(output_dir, n)) > 0]
+    return checkpoints + logs
+
+
+def claim_for_fresh_start(output_dir: str, overwrite: bool, echo=print) -> None:
+    """A fresh start's ``output_dir``. One that holds another run (``previous_run``) is a ``ConfigError``: the new
+    run's logs would follow the old one's rows (``plot`` and ``view`` would read two histories as one) and its saves
+    replace the old checkpoints one by one. With ``overwrite`` (TRL's ``overwrite_output_dir``) that run's
+    checkpoints, logs and tracker folders are removed first, said through ``echo``."""
+    found = previous_run(output_dir)
+    if not found:
+        return
+    if not overwrite:
+        shown = ", ".join(found if len(found) <= 4 else found[:3] + ["...", found[-1]])
+        raise ConfigError(f"config key 'output_dir': {output_dir} holds another run ({shown}); "
+                          "resume_from_checkpoint latest (paddle-r1 train --resume latest) continues it, "
+                          "overwrite_output_dir true removes it and starts over, or give another output_dir",
+                          keys=("output_dir",))
+    for name in found + [n for n in TRACKER_FOLDERS if os.path.isdir(os.path.join(output_dir, n))]:
+        path = os.path.join(output_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    echo(f"overwrite_output_dir: removed the previous run in {output_dir} ({', '.join(found)})")
 
 
 def _is_disk_full(error: BaseException) -> bool:

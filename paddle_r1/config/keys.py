@@ -189,6 +189,11 @@ class OutputKeys:
                                                 "checkpoint, else a fresh start (VLM-R1's behaviour). Unset: a "
                                                 "fresh start, so that an output folder reused by mistake does not "
                                                 "silently continue another run")
+    overwrite_output_dir: bool = key(False, "TRL's: a fresh start in an output_dir that holds another run (its "
+                                     "checkpoint-N folders, metrics.jsonl or completions.jsonl) removes them, and "
+                                     "visualdl/, first; false: such a folder stops the start, as two runs' logs "
+                                     "would interleave and its checkpoints be overwritten one by one "
+                                     "(resume_from_checkpoint latest continues it)")
     collective_timeout: float = key(1800.0, "seconds a rank waits at a collective for the other ranks before the job "
                                     "ends, naming the late rank and its phase; above the slowest bounded wait a step "
                                     "has (docs/reference.md, Reliability)",

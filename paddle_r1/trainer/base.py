@@ -98,6 +98,9 @@ class Trainer:
             self.config = cfg = cfg.with_values(dtype=self.precision.dtype)
         # GPU only: refuses, with the table and the keys to change
         check_fits(cfg, self.world_size, echo=print if self.is_main else lambda _: None)
+        if not cfg.resume_from_checkpoint:  # decided on rank 0: every rank raises when it refuses
+            decided_by_main(lambda: ckpt.claim_for_fresh_start(cfg.output_dir, cfg.overwrite_output_dir), self.rank,
+                            self.world_size)
         if self.is_main:
             ckpt.remove_unfinished_checkpoints(cfg.output_dir)
         # chosen and verified on rank 0, for every rank

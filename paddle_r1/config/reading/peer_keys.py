@@ -179,8 +179,6 @@ SOURCE_KEYS: dict[str, SourceKey] = {
     "max_prompt_length": SourceKey(TRL, _no_effect("prompts are not truncated here (cutting a prompt cuts its image "
                                                    "tokens); max_pixels bounds their length")),
     "do_train": SourceKey(TRL, _no_effect("paddle-r1 train always trains")),
-    "overwrite_output_dir": SourceKey(TRL, _no_effect("output_dir is reused; resume_from_checkpoint decides whether "
-                                                      "its checkpoints are continued")),
     "logging_dir": SourceKey(TRL, _no_effect("logs go to output_dir (metrics.jsonl, visualdl/)")),
     "dataloader_num_workers": SourceKey(TRL, _no_effect("images are opened lazily by the training process")),
     "save_strategy": SourceKey(TRL, _no_effect("checkpoints every save_steps steps")),
