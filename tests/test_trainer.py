@@ -79,6 +79,15 @@ def test_a_fresh_start_in_another_runs_folder_stops_unless_told_to_overwrite(tin
                 samples=rec_samples).train()
     assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [1, 2]
 
+    # resume_from_checkpoint auto after a run killed before its first save (rows, no checkpoint): a fresh start, which
+    # continues from nothing, so those rows go (they were kept, and the new run's followed them)
+    for name in os.listdir(tmp_path):
+        if name.startswith("checkpoint-"):
+            shutil.rmtree(tmp_path / name)
+    GRPOTrainer(_config(tiny_model_dir, tmp_path, max_steps=1, resume_from_checkpoint="auto"),
+                samples=rec_samples).train()
+    assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [1]
+
 
 def _run(model_dir, out, samples, **kw):
     trainer = GRPOTrainer(_config(model_dir, out, **kw), samples=samples)

@@ -50,11 +50,15 @@ def _row_step(line: str):
     return row.get("step") if row is not None else None
 
 
+NOTHING_RESUMED = -1  # a resume_step before any step's rows, the initial evaluation's (step 0) included
+
+
 class MetricsLogger:
     def __init__(self, output_dir: str, trackers: tuple = (), config: Optional[dict] = None,
                  resume_step: Optional[int] = None):
         """``trackers``: names from ``trackers.TRACKERS``, each given ``config`` (the run's keys) at the start;
-        ``resume_step``: the step a resumed run continues from; rows of later steps are dropped."""
+        ``resume_step``: the step a resumed run continues from; rows of later steps are dropped (all of them with
+        ``NOTHING_RESUMED``)."""
         os.makedirs(output_dir, exist_ok=True)
         self.metrics_path = os.path.join(output_dir, "metrics.jsonl")
         self.completions_path = os.path.join(output_dir, "completions.jsonl")

@@ -41,7 +41,7 @@ from ..checkpoints import training_state
 from ..parallel.distributed import (barrier, decided_by_main, explain_failure, gather_objects, in_rank_order,
                                     init_distributed, phase, replica_io, sum_across_ranks)
 from .job import check_ranks_read_the_same_samples, prepare_job
-from ..telemetry.metrics import MetricsLogger
+from ..telemetry.metrics import NOTHING_RESUMED, MetricsLogger
 from ..checkpoints.model_card import write_model_card
 from .optim import build_optimizer
 from ..checkpoints.resume import BatchLayout, layout_note, prompts_taken, steps_to_finish_epochs
@@ -151,9 +151,12 @@ class Trainer:
         undo_note = self.update.choose_undo(cfg.undo_non_finite_updates)  # auto: by the copy's size, now known
         if self.is_main:
             print(undo_note)
-        # after a resume the logs keep only the rows of the steps the run now continues from
+        # after a resume the logs keep only the rows of the steps the run now continues from; resume_from_checkpoint
+        # auto without a checkpoint continues from nothing (a run killed before its first save left rows only)
+        resume_step = self.step if self.resume_path else NOTHING_RESUMED if cfg.resume_from_checkpoint == "auto" \
+            else None
         self.logger = MetricsLogger(cfg.output_dir, trackers=cfg.trackers, config=dataclasses.asdict(cfg),
-                                    resume_step=self.step if self.resume_path else None) if self.is_main else None
+                                    resume_step=resume_step) if self.is_main else None
         self.heldout = heldout
 
     # ---- what a job defines ------------------------------------------------------------------
