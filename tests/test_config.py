@@ -348,3 +348,16 @@ def test_undo_non_finite_updates_takes_true_false_or_auto(tmp_path):
         GRPOConfig(undo_non_finite_updates="sometimes")
     with pytest.raises(ConfigError, match="'undo_non_finite_updates' expects true or false \\(bool\\) or a string"):
         GRPOConfig(undo_non_finite_updates=1)
+
+
+def test_a_path_cut_by_a_yaml_comment_is_pointed_out(tmp_path, capsys):
+    """``data_path: 我的 数据 #1/rows.jsonl``: yaml ends the value at " #", and the load then failed naming "我的 数据"
+    alone. The config's reading says which line and why; a comment after a space, or a quoted path, says nothing."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model_name_or_path: m\ndata_path: 我的 数据 #1/rows.jsonl\noutput_dir: out # where it goes\n"
+                      "image_root: 'images #2'\n", encoding="utf-8")
+    loaded = load_config(GRPOConfig, str(config))
+    assert (loaded.data_path, loaded.output_dir, loaded.image_root) == ("我的 数据", "out", "images #2")
+    assert capsys.readouterr().out.splitlines() == [
+        f"{config}:2: data_path reads '我的 数据': yaml takes ' #1/rows.jsonl' after it for a comment; quote the value "
+        "if that belongs to it"]

@@ -95,6 +95,20 @@ def _load_json(text: str):
     return values
 
 
+# a top-level path key whose unquoted value is followed by " #" and no space: yaml reads the rest as a comment
+_PATH_CUT_BY_COMMENT = re.compile(r"^(\w*(?:path|dir|root)):[ \t]+([^'\"\s#][^#\n]*?) #(\S[^\n]*)$", re.M)
+
+
+def _warn_of_paths_cut_by_comments(text: str, path: str) -> None:
+    """``data_path: 我的 数据 #1/rows.jsonl`` reads as "我的 数据": yaml starts a comment at " #". The load that
+    follows fails naming the cut path alone; this line says why, before it."""
+    for match in _PATH_CUT_BY_COMMENT.finditer(text):
+        key, value, rest = match.groups()
+        line = text.count("\n", 0, match.start()) + 1
+        print(f"{path}:{line}: {key} reads {value!r}: yaml takes ' #{rest}' after it for a comment; quote the value "
+              "if that belongs to it")
+
+
 def read_config_file(path: str) -> dict:
     if not os.path.isfile(path):
         raise ConfigError(f"config file not found: {path}")
@@ -110,4 +124,6 @@ def read_config_file(path: str) -> dict:
         return {}
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
+    if not path.endswith(".json"):
+        _warn_of_paths_cut_by_comments(text, path)
     return values
