@@ -13,7 +13,6 @@ as training reads them (``decode_failures``), and skips the samples that fail in
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +26,7 @@ from .formats import (FORMATS, IMAGE_PLACEMENTS, SampleError, SourceContext, det
                       place_images)
 from .images import load_image
 from .mixture import Source, check_strategy, is_mixture, read_mixture, sample_indices
-from .records import SPREADSHEET_EXTENSIONS, TABLE_EXTENSIONS, BadRecord, Record, read_records
+from .records import SPREADSHEET_EXTENSIONS, TABLE_EXTENSIONS, BadRecord, Record, holds_json_rows, read_records
 from .samples import SOURCE_KEY, DataError, validate_sample
 from .video import VideoSampling, check_clip, clip_frames, read_clip
 
@@ -282,17 +281,7 @@ def is_data_path(path: str) -> bool:
         return True
     if lower.endswith((".yaml", ".yml")):
         return is_mixture(path)
-    if not lower.endswith(".json") or not os.path.isfile(path):
-        return False
-    with open(path, encoding="utf-8-sig", errors="replace") as f:
-        text = f.read().lstrip()
-    if text.startswith("["):
-        return True
-    try:
-        _, end = json.JSONDecoder().raw_decode(text)  # the first value alone: a second one makes it json lines
-    except json.JSONDecodeError:
-        return False
-    return bool(text[end:].strip())
+    return lower.endswith(".json") and os.path.isfile(path) and holds_json_rows(path)
 
 
 def sources_from(data_path: str, image_root: Optional[str] = None, data_format: Optional[str] = None,

@@ -54,28 +54,30 @@ def sample_indices(count: int, strategy: str, seed: int) -> list[int]:
     return sorted(np.random.default_rng(seed).choice(count, size=n, replace=False).tolist())
 
 
+def _read_yaml(path: str):
+    """A mixture yaml's values, read as config files are (``load_yaml``): a key given twice (``datasets:`` twice,
+    where two mixtures were pasted into one) is an error naming both lines, not the last list alone."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        return load_yaml(text)
+    except DuplicateKey as e:
+        raise DataError(f"{path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise DataError(f"{path}: cannot parse yaml: {e}") from e
+
+
 def is_mixture(path: str) -> bool:
     """Whether the yaml at ``path`` is a mixture (a mapping with ``datasets:``) rather than a config file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        values = load_yaml(text)
-    except (OSError, UnicodeDecodeError, DuplicateKey, yaml.YAMLError):
+        values = _read_yaml(path)
+    except (OSError, UnicodeDecodeError, DataError):
         return False
     return isinstance(values, dict) and "datasets" in values
 
 
 def read_mixture(path: str) -> list[Source]:
-    """The sources a mixture yaml lists, read as config files are: a key given twice (``datasets:`` twice, where two
-    mixtures were pasted into one) is an error naming both lines, not the last list alone."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    try:
-        config = load_yaml(text)
-    except DuplicateKey as e:
-        raise DataError(f"{path}: {e}") from None
-    except yaml.YAMLError as e:
-        raise DataError(f"{path}: cannot parse yaml: {e}") from e
+    config = _read_yaml(path)
     entries = config.get("datasets") if isinstance(config, dict) else None
     if not isinstance(entries, list) or not entries:
         raise DataError(f"{path}: expected a 'datasets:' list of entries with json_path")

@@ -59,6 +59,20 @@ def _open_text(path: str, **options):
     return open(path, encoding="utf-8-sig", errors="surrogateescape", **options)
 
 
+def holds_json_rows(path: str) -> bool:
+    """Whether the json file at ``path`` holds rows as ``_read_json`` reads them (an array, or one object a line)
+    rather than one object (a config)."""
+    with _open_text(path) as f:
+        text = f.read().lstrip()
+    if text.startswith("["):
+        return True
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)  # the first value alone: a second one makes it json lines
+    except json.JSONDecodeError:
+        return False
+    return bool(text[end:].strip())
+
+
 def _read_json(path: str):
     with _open_text(path) as f:
         text = f.read()

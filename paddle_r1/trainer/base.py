@@ -153,8 +153,9 @@ class Trainer:
             print(undo_note)
         # after a resume the logs keep only the rows of the steps the run now continues from; resume_from_checkpoint
         # auto without a checkpoint continues from nothing (a run killed before its first save left rows only)
-        resume_step = self.step if self.resume_path else NOTHING_RESUMED if cfg.resume_from_checkpoint == "auto" \
-            else None
+        resume_step = self.step if self.resume_path else None
+        if resume_step is None and cfg.resume_from_checkpoint == "auto":
+            resume_step = NOTHING_RESUMED
         self.logger = MetricsLogger(cfg.output_dir, trackers=cfg.trackers, config=dataclasses.asdict(cfg),
                                     resume_step=resume_step) if self.is_main else None
         self.heldout = heldout
