@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -291,6 +292,68 @@ def test_the_default_prompt_bound_follows_the_context_and_the_memory(tiny_model_
     bounds = [default_max_prompt_tokens(config, "float32", eager, limits, 8 << 30) for eager in (True, False)]
     assert 1000 < bounds[0] < bounds[1] <= config["max_position_embeddings"] - 16
     assert default_max_prompt_tokens(config, "float32", True, limits, 32 << 30) > bounds[0]
+
+
+# ---- sampling settings: vLLM's extra parameters, and the checkpoint's generation_config.json as their defaults ----
+def _greedy(tiny, sample, tokens, **settings) -> str:
+    model, processor = tiny
+    return Generator(model, processor, "abs_resized").generate(
+        [sample], 1, SamplingParams(max_new_tokens=tokens, temperature=0.0, **settings), "{Question}").texts[0]
+
+
+def test_a_request_sets_the_repetition_penalty_min_p_and_top_k(client, tiny, rec_samples):
+    sample = rec_samples[0]
+    plain = client.chat.completions.create(model="tiny", messages=image_message(sample), temperature=0,
+                                           max_tokens=12).choices[0].message.content
+    penalised = client.chat.completions.create(model="tiny", messages=image_message(sample), temperature=0,
+                                               max_tokens=12, extra_body={"repetition_penalty": 2.0})
+    assert penalised.choices[0].message.content == _greedy(tiny, sample, 12, repetition_penalty=2.0) != plain
+    # top_k 1 and min_p 1 keep the likeliest token alone: sampling at any temperature is the greedy answer
+    for narrow in ({"top_k": 1}, {"min_p": 1.0}):
+        sampled = client.chat.completions.create(model="tiny", messages=image_message(sample), temperature=1.5,
+                                                 max_tokens=12, n=3, extra_body=narrow)
+        assert [c.message.content for c in sampled.choices] == [plain] * 3, narrow
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"top_k": 1.5}, "'top_k' must be an integer"), ({"top_k": -2}, "'top_k' must be between -1"),
+    ({"min_p": 2}, "'min_p' must be between 0.0 and 1.0"),
+    ({"repetition_penalty": 0}, "'repetition_penalty' must be between 1e-06 and 2.0")])
+def test_bad_sampling_settings_get_400(server, fields, message):
+    status, got = post(server, chat(**fields))
+    assert status == 400 and message in got, got
+
+
+def test_the_checkpoints_generation_config_gives_the_defaults(tiny_model_dir, tiny, rec_samples, tmp_path):
+    """As vLLM serves a checkpoint: what a request leaves out comes from its generation_config.json (Qwen2.5-VL's
+    published file makes vLLM's answers nearly greedy, with repetition_penalty 1.05), and what it gives wins."""
+    from paddle_r1.checkpoints.manifest import CheckpointError
+
+    folder = str(tmp_path / "checkpoint")
+    shutil.copytree(tiny_model_dir, folder)
+    config_path = os.path.join(folder, "generation_config.json")
+    config = json.load(open(config_path))
+    with open(config_path, "w") as f:
+        json.dump({**config, "temperature": 0.0, "repetition_penalty": 2.0, "max_new_tokens": 6}, f)
+    srv = build_server(folder, port=0, model_name="tiny", limits=LIMITS)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        local = openai.OpenAI(base_url="http://%s:%d/v1" % srv.server_address[:2], api_key="-", max_retries=0)
+        sample = rec_samples[0]
+        default = local.chat.completions.create(model="tiny", messages=image_message(sample))
+        assert default.choices[0].message.content == _greedy(tiny, sample, 6, repetition_penalty=2.0)
+        assert default.usage.completion_tokens <= 6
+        given = local.chat.completions.create(model="tiny", messages=image_message(sample), max_tokens=12,
+                                              extra_body={"repetition_penalty": 1.0})
+        assert given.choices[0].message.content == _greedy(tiny, sample, 12)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    for text, message in (("{", "not valid JSON"), ('{"top_k": "1"}', "top_k '1' is not an integer")):
+        with open(config_path, "w") as f:
+            f.write(text)
+        with pytest.raises(CheckpointError, match=f"generation_config.json: {message}"):
+            build_server(folder, port=0, limits=LIMITS)
 
 
 # ---- a server that can be put on a network: an API key, and every client reads its status ----------------------

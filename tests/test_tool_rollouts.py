@@ -149,12 +149,13 @@ FIRST_TURNS = [CALL.format("crop", '{"bbox_2d": [0, 0, 50, 40]}'), "no call here
 
 
 def run_episodes(tiny, samples, engine="auto", max_turns=2, first_turns=FIRST_TURNS, tools=("crop", "zoom"),
-              video=VideoSampling(), max_new_tokens=96):
+              video=VideoSampling(), max_new_tokens=96, repetition_penalty=1.0):
     model, processor = tiny
     prompt, contexts = _contexts(tiny, samples[:2], video=video)
     return episodes_module.sample_episodes(
         model, processor, prompt, contexts, 2,
-        SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, engine=engine),
+        SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, engine=engine,
+                       repetition_penalty=repetition_penalty),
         eos_token_ids(processor.tokenizer), processor.tokenizer.pad_token_id, Toolbox(list(tools)), max_turns,
         first_turns=first_turns), prompt
 

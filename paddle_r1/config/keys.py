@@ -242,6 +242,13 @@ class RolloutKeys:
     top_p: float = key(1.0, "nucleus sampling: the smallest set of tokens with this much probability",
                        bounds=Bounds(0, 1, low_open=True))
     top_k: int = key(0, "sample among the k likeliest tokens; 0: all", bounds=at_least(0))
+    min_p: Optional[float] = key(None, "drop the tokens less likely than min_p times the likeliest one (after top_k "
+                                 "and top_p, as transformers orders them); null: none", bounds=UNIT)
+    repetition_penalty: float = key(1.0, "a token the row has seen (its prompt, its tokens so far, a multi-turn "
+                                    "rollout's tool messages) has its logit divided by this when positive, multiplied "
+                                    "when not, before temperature (transformers' and vLLM's); also in greedy "
+                                    "decoding; 1: none, > 1 discourages repeating",
+                                    bounds=above(0, "a penalty multiplies or divides logits"))
     rollout_engine: str = key("auto", "auto | one_token | layers: the decode step; one_token (every supported "
                               "family, LoRA adapters included): plain tensor operations over the decoder's weights; "
                               "layers: the model's own layers (any decoder); auto: one_token where it runs, else "
@@ -358,12 +365,14 @@ class VariantKeys:
     importance_sampling_correction: bool = key(
         False, "TRL's vllm_importance_sampling_correction for this project's rollout: the policy loss of each token "
         "times rho, made from d_t = old_t - sampled_t, the training forward's log-prob of the token at rollout time "
-        "minus the rollout's own (from the logits it sampled from, at the sampling temperature, after top_k / top_p); "
+        "minus the rollout's own (from the logits it sampled from: after the repetition penalty, at the sampling "
+        "temperature, after top_k, top_p and min_p); "
         "logs sampling/sampling_logp_difference/mean|max and sampling/importance_sampling_ratio/min|mean|max. Costs "
         "nothing where each micro-batch is trained before an optimizer step follows its rollout (the default: rho "
         "from the training forward's own log-probs), else a forward of the policy per micro-batch at rollout time; "
         "false here (TRL: true with vLLM), the float32 CPU rollout differs by ~1e-6 nats: turn it on where the "
-        "rollout's kernels drift from the training forward (bf16 on a GPU, rollout_bf16_products on a CPU)")
+        "rollout's kernels drift from the training forward (bf16 on a GPU, rollout_bf16_products on a CPU) or where "
+        "repetition_penalty, top_k, top_p or min_p sample from other than the policy's distribution")
     importance_sampling_mode: str = key("sequence_mask", "the correction's rho (TRL's vllm_importance_sampling_mode): "
                                         + SAMPLER_CORRECTIONS.choices_help(), choices=SAMPLER_MODES)
     importance_sampling_clip_max: Optional[float] = key(3.0, "the correction's C_max: *_truncate caps rho at it, "

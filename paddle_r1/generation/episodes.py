@@ -36,6 +36,7 @@ from ..tools.calls import parse_tool_calls
 from ..tools.toolbox import Toolbox
 from .decoder import make_decoder
 from .encoding import encode_prompts
+from .penalties import seen_in_prompts
 from .rollout import (PromptBatch, Rollout, SamplingParams, completion_mask_from_ids, episode_fields, join_media,
                       pad_rows, prefill, sample_tokens)
 
@@ -174,8 +175,12 @@ class _Episodes:
         decoder = make_decoder(self.model, RepeatedPrompt(cache, self.g), mask, next_position, capacity,
                                self.params.engine, self.params.pack_after, self.params.cuda_graphs)
         active = list(range(len(self.rows)))
+        # what each row has seen, for the repetition penalty: its prompt, its turns and its tools' messages
+        seen = seen_in_prompts(self.params.repetition_penalty, repeat_rows(self.prompt.input_ids, self.g), mask,
+                               logits.shape[-1])
         for turn in range(self.max_turns):
-            if turn == 0 and first_turns is not None:
+            given = turn == 0 and first_turns is not None
+            if given:
                 tokens, finished = self._given_turn(decoder, first_turns)
                 # given, not sampled
                 logps = paddle.full(tokens.shape, float("nan"), dtype="float32") if self.params.logprobs else None
@@ -183,8 +188,10 @@ class _Episodes:
                 span = slice(turn * self.params.max_new_tokens, (turn + 1) * self.params.max_new_tokens)
                 turn_uniforms = None if uniforms is None else uniforms[paddle.to_tensor(active)][:, span]
                 tokens, finished, logps = sample_tokens(decoder, logits, self.params, self.eos, self.pad_token_id,
-                                                        turn_uniforms)
+                                                        turn_uniforms, seen=seen)
             turn_mask = completion_mask_from_ids(tokens, self.eos)
+            if given and seen is not None:
+                seen.add(tokens, turn_mask)
             lengths = turn_mask.sum(axis=1)
             calls = self._record_turn(active, tokens.numpy(), None if logps is None else logps.numpy(),
                                       lengths.numpy(), finished.numpy())
@@ -200,6 +207,8 @@ class _Episodes:
             next_position = (next_position + lengths.astype(next_position.dtype))[index]
             active = [active[j] for j in going]
             segment = self._run_tools(active, [calls[j] for j in going])
+            if seen is not None:
+                seen = seen.select(index).add(segment.input_ids, segment.attention_mask)
             logits, mask, next_position = prefill_segment(self.model, cache, mask, segment, next_position)
             decoder = make_decoder(self.model, cache, mask, next_position, capacity, self.params.engine,
                                    self.params.pack_after, self.params.cuda_graphs)

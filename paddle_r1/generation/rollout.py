@@ -15,6 +15,7 @@ import paddle
 
 from ..models.forward import RepeatedPrompt, embed_inputs, image_spans, repeat_rows, rope_positions
 from .decoder import PACK_AFTER_STEPS, make_decoder
+from .penalties import SeenTokens, seen_in_prompts
 
 # a PromptBatch's images and clips: the fields ``media_rows`` picks and ``join_media`` joins
 MEDIA = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
@@ -89,6 +90,10 @@ class SamplingParams:
     temperature: float = 1.0  # 0 means greedy
     top_p: float = 1.0
     top_k: int = 0
+    # tokens whose probability is below min_p times the likeliest one's are dropped (after top_k and top_p); 0: none
+    min_p: float = 0.0
+    # the penalty on the logits of the tokens a row has seen (``penalties.py``); 1: none
+    repetition_penalty: float = 1.0
     engine: str = "auto"  # the decode step: auto | one_token | layers (``decoder.make_decoder``)
     # each sampled token's log-prob (``Rollout.sampling_logp``, what importance_sampling_correction reads); without
     # it the rollout skips a softmax over the vocabulary per token and its sampling_logp is None
@@ -157,10 +162,20 @@ def pad_rows(rows: Sequence[Sequence[int]], pad: int, left: bool = False, dtype:
     return paddle.to_tensor(out)
 
 
-def sampling_logits(logits: paddle.Tensor, params: SamplingParams) -> paddle.Tensor:
-    """The float32 logits a token is drawn from: logits / T restricted by top-k and top-p (-inf outside); at
-    temperature 0 (greedy) the logits as they are, which the training forward's log-probs also take then."""
+def sampling_logits(logits: paddle.Tensor, params: SamplingParams, seen: Optional[SeenTokens] = None
+                    ) -> paddle.Tensor:
+    """The float32 logits a token is drawn from, in transformers' order (TRL's generation without vLLM): the
+    repetition penalty on the tokens in ``seen`` (``penalties.py``), then logits / T restricted by top-k, top-p and
+    min-p (-inf outside); at temperature 0 (greedy) the logits after the repetition penalty alone, which are the
+    logits as they are without one (what the training forward's log-probs also take then).
+
+    min-p keeps the tokens with p_v >= min_p * max_u p_u, p the softmax after top-k and top-p (transformers'
+    ``MinPLogitsWarper``; the ratio is the same over the whole distribution). vLLM applies min-p before top-k and
+    top-p: the two orders keep the same tokens unless min_p is combined with top_p < 1, where vLLM's top-p reads the
+    probabilities min-p left, renormalised."""
     logits = logits.astype("float32")
+    if seen is not None and params.repetition_penalty != 1.0:
+        logits = seen.penalize(logits, params.repetition_penalty)
     if params.temperature == 0:
         return logits
     if params.temperature != 1.0:
@@ -176,12 +191,16 @@ def sampling_logits(logits: paddle.Tensor, params: SamplingParams) -> paddle.Ten
         drop = (paddle.cumsum(probs, axis=-1) - probs) > params.top_p
         sorted_logits = paddle.where(drop, paddle.full_like(sorted_logits, float("-inf")), sorted_logits)
         logits = paddle.put_along_axis(logits, order, sorted_logits, axis=-1)
+    if params.min_p > 0:
+        probs = paddle.nn.functional.softmax(logits, axis=-1)
+        floor = params.min_p * probs.max(axis=-1, keepdim=True)
+        logits = paddle.where(probs < floor, paddle.full_like(logits, float("-inf")), logits)
     return logits
 
 
 def pick_next_token(logits: paddle.Tensor, params: SamplingParams, uniform: Optional[paddle.Tensor] = None
                     ) -> paddle.Tensor:
-    """Greedy at temperature 0, else sample from softmax(logits / T) restricted by top-k and top-p.
+    """Greedy at temperature 0, else sample from softmax(logits / T) restricted by top-k, top-p and min-p.
 
     ``uniform`` ([rows] in [0, 1)) makes the draw an inverse-CDF lookup, so a row's tokens depend only
     on the numbers it is given (the trainer derives them from seed, step and the prompt's place in the
@@ -245,8 +264,10 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
                                params.max_new_tokens, params.engine, params.pack_after, params.cuda_graphs,
                                params.bf16_products)
         eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
+        seen = seen_in_prompts(params.repetition_penalty, repeat_rows(prompt.input_ids, num_generations), prompt_mask,
+                               logits.shape[-1])
         completion_ids, finished, sampling_logp = sample_tokens(decoder, logits, params, eos, pad_token_id, uniforms,
-                                                                eos_check_every)
+                                                                eos_check_every, seen)
     finally:
         model.train(was_training)
 
@@ -258,21 +279,25 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
 
 
 def sample_tokens(decoder, logits: paddle.Tensor, params: SamplingParams, eos: paddle.Tensor, pad_token_id: int,
-                  uniforms: Optional[paddle.Tensor] = None, eos_check_every: int = 8
-                  ) -> tuple[paddle.Tensor, paddle.Tensor, Optional[paddle.Tensor]]:
+                  uniforms: Optional[paddle.Tensor] = None, eos_check_every: int = 8,
+                  seen: Optional[SeenTokens] = None) -> tuple[paddle.Tensor, paddle.Tensor, Optional[paddle.Tensor]]:
     """Tokens [rows, steps] sampled from ``logits`` then through ``decoder`` one step at a time until every row
     has ended (checked every ``eos_check_every`` steps) or ``params.max_new_tokens``; a row pads after its EOS.
     Also which rows ended [rows], and each token's log-prob [rows, steps] under the distribution it was drawn from,
     log softmax(``sampling_logits``)[token] (TRL's sampling_per_token_logps, as vLLM's processed log-probs), 0 on
-    padding; None unless ``params.logprobs``. The last column's tokens are not fed to the decoder."""
+    padding; None unless ``params.logprobs``. The last column's tokens are not fed to the decoder. ``seen``: what each
+    row has seen, for ``params.repetition_penalty`` (None without one); each row's sampled tokens up to its EOS join
+    it."""
     finished = paddle.zeros([logits.shape[0]], dtype="bool")
     pad = paddle.full_like(finished, pad_token_id, dtype="int64")
     tokens, logps = [], []
     for step in range(params.max_new_tokens):
         uniform = None if uniforms is None else uniforms[:, step]
-        scores = sampling_logits(logits, params)
+        scores = sampling_logits(logits, params, seen)
         token, probs = _draw(scores, params, uniform)
         token = token.astype("int64")
+        if seen is not None:
+            seen.add(token.unsqueeze(-1), ~finished.unsqueeze(-1))
         if params.logprobs:
             logp = _drawn_logp(scores, probs, token)
             logps.append(paddle.where(finished, paddle.zeros_like(logp), logp))

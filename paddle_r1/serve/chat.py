@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import dataclasses
 import io
 import json
 import math
@@ -32,6 +33,7 @@ from ..data.images import as_rgb
 from ..data.samples import DataError
 from ..generation.rollout import SamplingParams
 from .limits import ServeLimits
+from .sampling import request_sampling
 
 ROLES = ("system", "user", "assistant")
 
@@ -61,8 +63,7 @@ class ChatRequest:
     @property
     def batch_key(self) -> tuple:
         """Requests with equal keys can share one decode (same sampling and number of completions)."""
-        s = self.sampling
-        return s.max_new_tokens, s.temperature, s.top_p, self.n
+        return dataclasses.astuple(self.sampling), self.n
 
 
 @dataclass
@@ -231,7 +232,11 @@ def read_content(content, where: str, images: list, limits: ServeLimits, readers
 
 
 def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
-                       readers: MediaReaders = MediaReaders()) -> ChatRequest:
+                       readers: MediaReaders = MediaReaders(), sampling_defaults: Optional[dict] = None
+                       ) -> ChatRequest:
+    """The request in ``raw``; ``sampling_defaults``: the settings it may leave out, from the served checkpoint
+    (``sampling.checkpoint_sampling_defaults``)."""
+    sampling_defaults = sampling_defaults or {}
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
@@ -256,9 +261,9 @@ def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
         chat.append({"role": message["role"], "content": read_content(message.get("content"), f"messages[{i}]",
                                                                       images, limits, readers, videos)})
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", limits.max_tokens, 1, limits.max_tokens, True)
-    sampling = SamplingParams(max_new_tokens=max_tokens, temperature=float(_number(body, "temperature", 1.0, 0, 2)),
-                              top_p=float(_number(body, "top_p", 1.0, 1e-6, 1)), logprobs=False)
+    default_max_tokens = min(sampling_defaults.get("max_tokens", limits.max_tokens), limits.max_tokens)
+    max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", default_max_tokens, 1, limits.max_tokens, True)
+    sampling = request_sampling(body, sampling_defaults, max_tokens, _number)
     stop = body.get("stop") or []
     stop = [stop] if isinstance(stop, str) else stop
     if not (isinstance(stop, list) and len(stop) <= limits.max_stop and all(isinstance(s, str) and s for s in stop)):

@@ -32,6 +32,7 @@ from typing import Optional
 
 from ..data.video import VideoSampling
 from .chat import MediaReaders, PromptMeter, RequestError, parse_chat_request
+from .sampling import checkpoint_sampling_defaults
 from .engine import Answer, Engine
 from .limits import ServeLimits, default_max_prompt_tokens, free_memory_bytes
 
@@ -81,9 +82,10 @@ class ChatServer(ThreadingHTTPServer):
     request_queue_size = socket.SOMAXCONN
 
     def __init__(self, address, engine: Engine, model_name: str, limits: ServeLimits, readers: MediaReaders,
-                 prompt_meter: PromptMeter, api_key: Optional[str] = None):
+                 prompt_meter: PromptMeter, api_key: Optional[str] = None, sampling_defaults: Optional[dict] = None):
         super().__init__(address, ChatHandler)
         self.engine, self.model_name, self.limits, self.readers = engine, model_name, limits, readers
+        self.sampling_defaults = sampling_defaults or {}  # from the checkpoint (``sampling.py``)
         self.api_key = api_key.encode() if api_key else None
         self.prompt_meter = prompt_meter
         self.slots = threading.BoundedSemaphore(limits.max_concurrency)
@@ -246,7 +248,7 @@ class ChatHandler(BaseHTTPRequestHandler):
 
     def _chat(self, body: bytes) -> None:
         server = self.server
-        request = parse_chat_request(body, server.model_name, server.limits, server.readers)
+        request = parse_chat_request(body, server.model_name, server.limits, server.readers, server.sampling_defaults)
         server.prompt_meter.check(request)
         answer = server.engine.submit(request).result()
         request_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -272,6 +274,7 @@ def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, mod
     from ..checkpoints.folders import verify_checkpoint
 
     verify_checkpoint(checkpoint, model_only=True)
+    sampling_defaults = checkpoint_sampling_defaults(checkpoint)  # a bad file stops the start, not each request
     model = load_model(checkpoint, dtype=dtype)
     model.eval()
     processor = load_processor(checkpoint)
@@ -288,7 +291,7 @@ def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, mod
                            VIDEO_REFUSED.get(family.model_type, ""))
     meter = PromptMeter(processor, limits.max_prompt_tokens, PAIR_TEXT_TOKENS.get(family.video_time, 0))
     return ChatServer((host, port), Engine(generator, max_batch=limits.max_batch), name, limits, readers, meter,
-                      api_key)
+                      api_key, sampling_defaults)
 
 
 def open_to_the_network_warning(address: str, port: int) -> Optional[str]:

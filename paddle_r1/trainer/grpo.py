@@ -149,7 +149,8 @@ class GRPOTrainer(Trainer):
         # unless the completions are capped too short to repay the packing
         long = config.max_completion_length > PACK_AFTER_STEPS
         self.sampling = SamplingParams(max_new_tokens=config.max_completion_length, temperature=config.temperature,
-                                       top_p=config.top_p, top_k=config.top_k, engine=config.rollout_engine,
+                                       top_p=config.top_p, top_k=config.top_k, min_p=config.min_p or 0.0,
+                                       repetition_penalty=config.repetition_penalty, engine=config.rollout_engine,
                                        logprobs=config.importance_sampling_correction,
                                        pack_after=0 if long else PACK_AFTER_STEPS,
                                        cuda_graphs=config.rollout_cuda_graphs,

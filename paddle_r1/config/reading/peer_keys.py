@@ -3,6 +3,7 @@
 paddle_r1's keys or accepted with one printed line saying what it does here."""
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -166,6 +167,41 @@ def _task_type(value, given):
     return {"question_template": template}, "read as VLM-R1's question_template for this task type"
 
 
+# TRL's generation_kwargs (a GenerationConfig's keys) that paddle_r1's rollout takes, and the config key each sets
+GENERATION_KWARGS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                     "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_completion_length"}
+
+
+def _generation_kwargs(value, given):
+    """TRL's generation_kwargs (a mapping; JSON text on the command line): each key the rollout has read as its config
+    key, ``do_sample`` true as what GRPO does; any other key is an error naming it."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigError(f"expected a mapping (JSON text on the command line), got {value!r}") from None
+    if value is None:
+        return {}, None
+    if not isinstance(value, dict):
+        raise ConfigError(f"expected a mapping of generation settings, got {value!r}")
+    if value.get("do_sample", True) is not True:
+        raise ConfigError("do_sample false: GRPO samples its completions (temperature 0 would make a group's "
+                          "completions one answer repeated)")
+    unknown = sorted(set(value) - set(GENERATION_KWARGS) - {"do_sample"})
+    if unknown:
+        raise ConfigError(f"{', '.join(map(repr, unknown))}: not a setting of paddle_r1's rollout, which takes "
+                          f"{', '.join([*GENERATION_KWARGS, 'do_sample'])}")
+    mapped = {GENERATION_KWARGS[name]: setting for name, setting in value.items() if name != "do_sample"}
+    return mapped, f"read as {', '.join(f'{k}: {v}' for k, v in mapped.items()) or 'nothing to change'}"
+
+
+def _use_vllm(value, given):
+    if value is True:
+        raise ConfigError("paddle_r1 rolls out with its own decode step on Paddle (vLLM runs on PyTorch; a "
+                          "checkpoint can be served by vLLM: docs/reference.md, Serve); leave use_vllm out")
+    return {}, "false: the rollout is paddle_r1's own decode step"
+
+
 PADDLEMIX, VLM_R1, TRL = "PaddleMIX r1_mllm", "VLM-R1", "TRL / transformers"
 SOURCE_KEYS: dict[str, SourceKey] = {
     # the keys PaddleMIX's run_grpo_*.sh pass
@@ -204,6 +240,8 @@ SOURCE_KEYS: dict[str, SourceKey] = {
     "vllm_importance_sampling_clip_max": SourceKey(TRL, _alias("importance_sampling_clip_max")),
     "vllm_importance_sampling_clip_min": SourceKey(TRL, _alias("importance_sampling_clip_min")),
     "vllm_importance_sampling_cap": SourceKey(TRL, _alias("importance_sampling_clip_max")),  # TRL's deprecated name
+    "generation_kwargs": SourceKey(TRL, _generation_kwargs),
+    "use_vllm": SourceKey(TRL, _use_vllm),
     "deepspeed": SourceKey(TRL, _no_effect("DeepSpeed does not apply to Paddle; sharding: stage1 / stage2 splits the "
                                            "optimizer state")),
 }
