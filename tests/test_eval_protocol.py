@@ -152,3 +152,32 @@ def test_paddlemix_counting_command_and_trained_template(tmp_path, tiny_model_di
     assert result.returncode == 0, result.stderr
     summary = json.load(open(tmp_path / "out" / os.listdir(tmp_path / "out")[0]))
     assert summary["question_template"] == "Count: {Question}" and summary["protocol"] == "paddle_r1"
+
+
+def test_published_protocol_decodes_with_the_checkpoints_repetition_penalty(tmp_path, tiny_model_dir, rec_jsonl,
+                                                                             capsys):
+    """R1-V's and VLM-R1's eval scripts decode with transformers' generate(do_sample=False), which applies the
+    checkpoint's generation_config.json repetition_penalty: --protocol published does; --repetition_penalty wins; the
+    default protocol decodes without one."""
+    from paddle_r1.evaluation.cli import main
+
+    model = str(tmp_path / "checkpoint")
+    shutil.copytree(tiny_model_dir, model)
+    config_path = os.path.join(model, "generation_config.json")
+    json.dump({**json.load(open(config_path)), "repetition_penalty": 2.0}, open(config_path, "w"))
+    _rec_files(tmp_path, rec_jsonl, ["refcoco_val"])
+
+    def answers(name, *args):
+        out = tmp_path / name
+        assert main("rec", ["--model_path", model, "--data_root", str(tmp_path), "--image_root",
+                            os.path.dirname(rec_jsonl), "--test_datasets", "refcoco_val", "--batch_size", "4",
+                            "--sample_num", "4", "--max_new_tokens", "10", "--output_dir", str(out), *args]) == 0
+        (written,) = os.listdir(out)
+        return [r["answer"] for r in json.load(open(out / written))["results"]]
+
+    published = answers("published", "--protocol", "published")
+    assert "greedy decoding with repetition_penalty 2.0" in capsys.readouterr().out
+    assert published == answers("given", "--repetition_penalty", "2.0")
+    plain = answers("plain")
+    assert plain != published
+    assert answers("published_without", "--protocol", "published", "--repetition_penalty", "1") == plain

@@ -68,6 +68,34 @@ def test_keys_with_no_meaning_here_refuse_what_would_mislead(tmp_path):
     assert load_config(GRPOConfig, None, ["--attn_implementation", "flash_attention_2"]).attn_implementation == "sdpa"
 
 
+def test_trls_generation_keys_reach_the_rollout(tmp_path, tiny_model_dir, rec_samples, capsys):
+    """TRL's generation_kwargs (JSON on the command line) set the rollout's sampling keys, use_vllm false is what runs
+    here; the trainer's rollout samples with them."""
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    args = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--reward_funcs", "iou",
+            "--generation_kwargs", '{"min_p": 0.2, "repetition_penalty": 1.3, "do_sample": true}',
+            "--use_vllm", "false"]
+    config = load_config(GRPOConfig, None, args)
+    assert (config.min_p, config.repetition_penalty) == (0.2, 1.3)
+    assert "generation_kwargs {'min_p': 0.2, 'repetition_penalty': 1.3, 'do_sample': True} (TRL / transformers): " \
+           "read as min_p: 0.2, repetition_penalty: 1.3" in capsys.readouterr().out
+    sampling = GRPOTrainer(config, samples=rec_samples).sampling
+    assert (sampling.min_p, sampling.repetition_penalty) == (0.2, 1.3)
+    for given, message in (
+            (["--use_vllm", "true"], "use_vllm .*paddle_r1 rolls out with its own decode step"),
+            (["--generation_kwargs", '{"typical_p": 0.9}'], "'typical_p': not a setting of paddle_r1's rollout"),
+            (["--generation_kwargs", '{"do_sample": false}'], "do_sample false: GRPO samples"),
+            (["--generation_kwargs", "{min_p: 0.1"], "--generation_kwargs: cannot read"),
+            (["--generation_kwargs", "min_p=0.1"], "expected a mapping"),
+            (["--generation_kwargs", '{"top_p": 0.5}', "--top_p", "0.9"],
+             "'generation_kwargs' .* and 'top_p' disagree"),
+            (["--min_p", "1.5"], "config key 'min_p': must be in \\[0, 1\\]"),
+            (["--repetition_penalty", "0"], "config key 'repetition_penalty': must be > 0")):
+        with pytest.raises(ConfigError, match=message):
+            load_config(GRPOConfig, None, given)
+
+
 def test_vlm_r1_multinode_yaml_and_task_type(tmp_path, rec_jsonl):
     """VLM-R1's run_scripts/multinode_training_args.yaml, with its data and images here."""
     path = tmp_path / "multinode_training_args.yaml"

@@ -14,7 +14,7 @@ from ..checkpoints.folders import verify_checkpoint
 from ..config.jobs import GRPOConfig
 from ..config.keys import declared
 from ..config.paths import check_writable
-from ..config.values import at_least, option_type
+from ..config.values import above, at_least, option_type
 from ..data.video import CONFIG_KEYS as VIDEO_KEYS
 from ..models.model_path import check_model_path
 
@@ -41,6 +41,10 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     parser.add_argument("--attn_implementation", default=None,
                         help="accepted as PaddleMIX's commands pass it; the device chooses the attention kernel here")
     parser.add_argument("--max_new_tokens", type=POSITIVE, default=256)
+    parser.add_argument("--repetition_penalty", type=option_type(float, above(0)), default=None,
+                        help="the greedy decoding's repetition penalty (transformers' and vLLM's); default: the "
+                             "checkpoint's generation_config.json value with --protocol published (transformers' "
+                             "generate applies it in R1-V's and VLM-R1's eval scripts), else 1")
     parser.add_argument("--question_template", default=None,
                         help="default: the protocol's prompt, else the checkpoint's training template (r1) or "
                              "{Question}")
@@ -87,7 +91,8 @@ def main(kind: str, argv: list[str] | None = None) -> int:
     options = EvalOptions(data_root=args.data_root, image_root=args.image_root, method=args.method,
                           question_template=args.question_template, batch_size=args.batch_size,
                           sample_num=args.sample_num if args.sample_num is not None else protocol.sample_num,
-                          seed=args.seed, max_new_tokens=args.max_new_tokens, coord_system=args.coord_system,
+                          seed=args.seed, max_new_tokens=args.max_new_tokens,
+                          repetition_penalty=args.repetition_penalty, coord_system=args.coord_system,
                           output_dir=args.output_dir or protocol.output_dir, visualize=getattr(args, "visualize", 0),
                           dtype=args.dtype, protocol=protocol.name,
                           video={key: getattr(args, key, None) for key in VIDEO_KEYS})

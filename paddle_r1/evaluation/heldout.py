@@ -53,7 +53,8 @@ class HeldoutEval:
         whose image or clip does not open)."""
         config = self.config
         answers = answer_greedily(generator, samples, config.question_template, EvalOptions.batch_size,
-                                  config.max_completion_length, "held-out eval", self.toolbox, config.max_turns)
+                                  config.max_completion_length, "held-out eval", self.toolbox, config.max_turns,
+                                  config.repetition_penalty)  # greedy, with the rollout's penalty (as TRL's eval)
         values = np.full(len(samples), np.nan)
         if answers.kept:
             values[answers.kept] = self.score_answers([samples[i] for i in answers.kept], answers,

@@ -28,6 +28,8 @@ class EvalOptions:
     sample_num: Optional[int] = None
     seed: int = 42
     max_new_tokens: int = 256
+    # the greedy decoding's repetition penalty; None: the protocol's (``Protocol.checkpoint_repetition_penalty``)
+    repetition_penalty: Optional[float] = None
     coord_system: Optional[str] = None
     output_dir: str = "eval_results"
     visualize: int = 0

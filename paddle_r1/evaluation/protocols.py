@@ -2,8 +2,10 @@
 
 - ``paddle_r1`` (default): the checkpoint's own training prompt, answers scored by the training rewards, a seeded
   random subset, results in ``--output_dir``.
-- ``published``: as paddle_r1, but counting credits only ``<answer>\\s*(\\d+)\\s*</answer>`` (R1-V's and VLM-R1's
-  published eval scripts).
+- ``published``: as paddle_r1, but counting credits only ``<answer>\\s*(\\d+)\\s*</answer>``, and the greedy decoding
+  takes the repetition penalty of the checkpoint's generation_config.json (1.05 in Qwen2-VL's and Qwen2.5-VL's
+  Instruct files), as transformers' ``generate(do_sample=False)`` applies it in R1-V's and VLM-R1's published eval
+  scripts.
 - ``paddlemix``: PaddleMIX r1_mllm's ``eval/test_rec.py`` / ``test_r1-v.py``, the scripts behind its published REC
   table: their prompts (REC baseline: ``Locate {normal_caption}, ...``), their box parsing and IoU, their subset
   (``random.seed(seed)`` once per run, then per dataset ``random.shuffle`` and the first ``sample_num``; R1-V files
@@ -96,6 +98,9 @@ class Protocol:
     output_dir: str = "eval_results"
     steps: Optional[int] = None  # default --steps
     write: Optional[Callable] = None  # (summary, output_dir, model_name, steps) -> path; None: runner.write_results
+    # decode with the repetition penalty of the checkpoint's generation_config.json (transformers' greedy generate
+    # applies it: models/generation_defaults.py) unless --repetition_penalty is given; else 1
+    checkpoint_repetition_penalty: bool = False
 
 
 def paddlemix_results(summary: dict, output_dir: str, model_name: str, steps) -> str:
@@ -131,7 +136,8 @@ def strict_number(completion, *_):
 
 PROTOCOLS = {
     "paddle_r1": Protocol("paddle_r1"),
-    "published": Protocol("published", rules={"counting": Rule("counting_strict", strict_number)}),
+    "published": Protocol("published", rules={"counting": Rule("counting_strict", strict_number)},
+                          checkpoint_repetition_penalty=True),
     "paddlemix": Protocol(
         "paddlemix",
         rules={"rec": Rule("paddle_r1.evaluation.protocols:paddlemix_rec_correct", _paddlemix_rec_shown,

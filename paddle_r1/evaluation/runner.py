@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from ..data.samples import SOURCE_KEY, DataError
 from ..data.video import CONFIG_KEYS as VIDEO_KEYS, VideoSampling
+from ..models.generation_defaults import generation_defaults
 from ..models.loading import default_coord_system, load_model, load_processor, model_family
 from ..models.precision import check_dtype_runs_here, precision_for_this_device
 from ..generation.generator import Generator, open_sample_media
@@ -82,12 +83,14 @@ class GreedyAnswers:
 
 
 def answer_greedily(generator: Generator, samples: list[dict], template: str, batch_size: int, max_new_tokens: int,
-                    desc: str, toolbox: Optional[Toolbox] = None, max_turns: int = 1) -> GreedyAnswers:
+                    desc: str, toolbox: Optional[Toolbox] = None, max_turns: int = 1,
+                    repetition_penalty: float = 1.0) -> GreedyAnswers:
     """Greedy completions, batch by batch; with ``max_turns`` > 1, episodes in which the model may call the tools
     of ``toolbox`` (each turn up to ``max_new_tokens``), as the GRPO rollout runs them. A sample whose image or clip
     does not open is left out with its reason (``GreedyAnswers.unreadable``), as training skips it: the others of
     its batch are answered, and a run of thousands does not stop at it."""
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, logprobs=False)
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, logprobs=False,
+                            repetition_penalty=repetition_penalty)
     answers = GreedyAnswers([], [], [], [] if max_turns > 1 else None, [] if max_turns > 1 else None)
     for start in tqdm(range(0, len(samples), batch_size), desc=desc, unit="batch"):
         kept, images, clips = [], [], []
@@ -114,6 +117,16 @@ def answer_greedily(generator: Generator, samples: list[dict], template: str, ba
     return answers
 
 
+def repetition_penalty_for(model_path: str, options: EvalOptions) -> float:
+    """The penalty an evaluation decodes with: ``--repetition_penalty`` when given, else the checkpoint's
+    generation_config.json value where the protocol reads it (``Protocol.checkpoint_repetition_penalty``), else 1."""
+    if options.repetition_penalty is not None:
+        return options.repetition_penalty
+    if get_protocol(options.protocol).checkpoint_repetition_penalty:
+        return float(generation_defaults(model_path).get("repetition_penalty", 1.0))
+    return 1.0
+
+
 class Evaluator:
     def __init__(self, model_path: str, options: EvalOptions):
         self.model_path, self.options = model_path, options
@@ -127,6 +140,9 @@ class Evaluator:
         self.generator = Generator(model, load_processor(model_path), coord_system,
                                    video_sampling_for(model_path, options.video))
         self.coord_system = coord_system
+        self.repetition_penalty = repetition_penalty_for(model_path, options)
+        if self.repetition_penalty != 1.0:
+            print(f"{model_path}: greedy decoding with repetition_penalty {self.repetition_penalty}")
 
     @paddle.no_grad()
     def evaluate(self, benchmark: Benchmark) -> dict:
@@ -135,7 +151,8 @@ class Evaluator:
         template = template_for(options, task.base, self.model_path, task.template)
         with self.precision.compute():
             answers = answer_greedily(self.generator, benchmark.prompts, template, options.batch_size,
-                                      options.max_new_tokens, benchmark.name)
+                                      options.max_new_tokens, benchmark.name,
+                                      repetition_penalty=self.repetition_penalty)
         for index, reason in answers.unreadable:
             print(f"skipped {samples[index].get(SOURCE_KEY, index)}: {reason}")
         samples = [samples[i] for i in answers.kept]

@@ -32,6 +32,7 @@ from PIL import Image
 from ..data.images import as_rgb
 from ..data.samples import DataError
 from ..generation.rollout import SamplingParams
+from ..models.generation_defaults import within
 from .limits import ServeLimits
 from .sampling import request_sampling
 
@@ -84,9 +85,9 @@ def _number(body: dict, key: str, default, low: float, high: float, integer: boo
     value = body.get(key, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+    if not within(value, -math.inf, math.inf, integer):
         raise _bad(f"'{key}' must be {'an integer' if integer else 'a number'}, got {value!r}", key)
-    if not (math.isfinite(value) and low <= value <= high):
+    if not within(value, low, high, integer):
         raise _bad(f"'{key}' must be between {low} and {high}, got {value!r}", key)
     return value
 
@@ -235,7 +236,7 @@ def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
                        readers: MediaReaders = MediaReaders(), sampling_defaults: Optional[dict] = None
                        ) -> ChatRequest:
     """The request in ``raw``; ``sampling_defaults``: the settings it may leave out, from the served checkpoint
-    (``sampling.checkpoint_sampling_defaults``)."""
+    (``models.generation_defaults``)."""
     sampling_defaults = sampling_defaults or {}
     try:
         body = json.loads(raw)

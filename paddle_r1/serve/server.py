@@ -32,7 +32,7 @@ from typing import Optional
 
 from ..data.video import VideoSampling
 from .chat import MediaReaders, PromptMeter, RequestError, parse_chat_request
-from .sampling import checkpoint_sampling_defaults
+from ..models.generation_defaults import generation_defaults
 from .engine import Answer, Engine
 from .limits import ServeLimits, default_max_prompt_tokens, free_memory_bytes
 
@@ -274,7 +274,7 @@ def build_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, mod
     from ..checkpoints.folders import verify_checkpoint
 
     verify_checkpoint(checkpoint, model_only=True)
-    sampling_defaults = checkpoint_sampling_defaults(checkpoint)  # a bad file stops the start, not each request
+    sampling_defaults = generation_defaults(checkpoint)  # a bad file stops the start, not each request
     model = load_model(checkpoint, dtype=dtype)
     model.eval()
     processor = load_processor(checkpoint)
