@@ -111,9 +111,9 @@ def _hf_generate(args, model_dir: str, prompt, work: str) -> dict:
              pixel_values=prompt.pixel_values.numpy(), image_grid_thw=grids, images_per_prompt=images_per_prompt)
     script = os.path.join(HERE, "trl_anchor", "hf_generate_bench.py")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    options = ["--bf16"] * args.bf16 + [f"--repetition-penalty={args.repetition_penalty}"]
     result = subprocess.run([args.hf, script, model_dir, inputs_file, str(args.generations), str(args.new_tokens),
-                             str(args.runs)] + ["--bf16"] * args.bf16, check=True, capture_output=True, text=True,
-                            env=env)
+                             str(args.runs)] + options, check=True, capture_output=True, text=True, env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -134,7 +134,8 @@ class VllmSide:
         self.log = open(os.path.join(work, "vllm.log"), "w+")
         command = [args.vllm, os.path.join(HERE, "trl_anchor", "vllm_generate_bench.py"), model_dir, prompts_file,
                    str(args.generations), str(args.new_tokens), str(args.runs), str(args.threads)]
-        options = ["--eager"] * args.vllm_eager + ["--auto-bind"] * args.vllm_auto_bind + ["--bf16"] * args.bf16
+        options = (["--eager"] * args.vllm_eager + ["--auto-bind"] * args.vllm_auto_bind + ["--bf16"] * args.bf16
+                   + [f"--repetition-penalty={args.repetition_penalty}"])
         self.process = subprocess.Popen(command + options, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.info = self._answer()
@@ -211,6 +212,9 @@ def main() -> None:
                         help="bfloat16 on every side: paddle_r1's rollout_bf16_products (its decode step's products "
                              "by bf16 weights, the rest float32), transformers' and vLLM's models wholly in bf16; "
                              "greedy tokens then differ between the sides")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0,
+                        help="greedy decoding with this repetition penalty on every side (config key "
+                             "repetition_penalty; transformers' and vLLM's of that name; default 1: none)")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads, and cores, of every engine (default 1)")
     parser.add_argument("--model", help="an existing Qwen2.5-VL checkpoint folder (default: built here)")
@@ -230,6 +234,8 @@ def main() -> None:
                         help="time paddleformers' generate too (default: without --hf or --vllm only; ~30 s a run at "
                              "their sizes)")
     args = parser.parse_args()
+    if args.paddleformers and args.repetition_penalty != 1.0:
+        parser.error("--repetition-penalty is not passed to paddleformers' generate: leave out --paddleformers")
     for key, value in (ANCHOR_SIZES if args.hf or args.vllm else SMALL_SIZES).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -258,7 +264,7 @@ def main() -> None:
     def paddle_r1(engine: str):
         # as the others: no log-probs; the weights packed before the first token, as in the trainer's rollout
         params = SamplingParams(max_new_tokens=n, temperature=0.0, logprobs=False, pack_after=0, engine=engine,
-                                bf16_products=args.bf16)
+                                bf16_products=args.bf16, repetition_penalty=args.repetition_penalty)
         return sample_completions(model, prompt, g, params, no_eos, processor.tokenizer.pad_token_id)
 
     # rounds alternate the sides, so a machine busy for a while slows both; each side's seconds per round are the
@@ -286,7 +292,8 @@ def main() -> None:
                             f"{'compiled' if info['compiled'] else 'eager'}, process tree on core(s) {info['cores']}, "
                             f"worker threads bound: {info['bind']})",
                             answer["median_s"], np.asarray(answer["completion_ids"])))
-        if args.paddleformers if args.paddleformers is not None else not (args.hf or args.vllm):
+        penalised = args.repetition_penalty != 1.0  # paddleformers' generate is not given the penalty
+        if args.paddleformers if args.paddleformers is not None else not (args.hf or args.vllm or penalised):
             import paddleformers
 
             seconds, ids = _paddleformers_generate(model, prompt, g, n, args.runs)
@@ -295,8 +302,10 @@ def main() -> None:
     if vllm:
         vllm.close()
 
+    penalty_note = f", repetition_penalty {args.repetition_penalty}" if args.repetition_penalty != 1.0 else ""
     print(f"{_describe(model_dir, model)}: {prompt.size} prompts x {g} completions x {n} new tokens "
-          f"(greedy, {rows} rows), {args.threads} thread(s); per round the median of {args.runs} runs after a "
+          f"(greedy{penalty_note}, {rows} rows), {args.threads} thread(s); per round the median of {args.runs} runs "
+          "after a "
           f"warm-up, {args.rounds} round(s) alternating the engines; the table holds the median over rounds")
     print("| engine | seconds | decode tokens/s | seconds per round |\n|---|---|---|---|")
     for index, (name, _, _) in enumerate(rounds[0]):

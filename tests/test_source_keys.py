@@ -180,3 +180,22 @@ def test_eval_accepts_paddlemix_attn_implementation():
     args = build_parser("rec").parse_args(["--model_path", "m", "--data_root", "d", "--test_datasets", "refcoco_val",
                                            "--attn_implementation", "flash_attention_2"])
     assert args.attn_implementation == "flash_attention_2"
+
+
+def test_shuffle_dataset_false_draws_the_samples_in_their_order(tmp_path, tiny_model_dir, rec_samples):
+    """TRL's shuffle_dataset: by default each epoch is a seeded permutation; false keeps the data's order, epoch after
+    epoch (a curriculum written into the file)."""
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    def drawn(*extra) -> list:
+        config = load_config(GRPOConfig, None, ["--model_name_or_path", tiny_model_dir, "--output_dir",
+                                                str(tmp_path), "--reward_funcs", "iou", "--num_generations", "2",
+                                                "--per_device_train_batch_size", "2", *extra])
+        trainer = GRPOTrainer(config, samples=rec_samples)
+        return [rec_samples.index(sample) for _ in range(2 * len(rec_samples))
+                for draw in trainer.next_samples() for sample in draw.samples]
+
+    in_order = list(range(len(rec_samples)))
+    assert drawn("--shuffle_dataset", "false") == in_order * 2
+    shuffled = drawn()
+    assert sorted(shuffled[:len(in_order)]) == in_order and shuffled[:len(in_order)] != in_order

@@ -69,6 +69,7 @@ def main() -> None:
     folder, inputs_file, g, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     runs = int(sys.argv[5]) if len(sys.argv) > 5 else 3
     dtype = torch.bfloat16 if "--bf16" in sys.argv[6:] else torch.float32
+    penalty = next((float(a.split("=", 1)[1]) for a in sys.argv[6:] if a.startswith("--repetition-penalty=")), 1.0)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(folder, dtype=dtype).eval()
     patched = reference_image_positions(model)
     with np.load(inputs_file) as arrays:
@@ -78,7 +79,7 @@ def main() -> None:
     def generate():
         with torch.inference_mode():
             return model.generate(**inputs, do_sample=False, max_new_tokens=n, min_new_tokens=n, use_cache=True,
-                                  eos_token_id=None)
+                                  eos_token_id=None, repetition_penalty=penalty)
 
     generate()  # warm-up
     seconds = []

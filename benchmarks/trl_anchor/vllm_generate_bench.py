@@ -45,6 +45,7 @@ def main() -> None:
     folder, prompts_file = sys.argv[1], sys.argv[2]
     g, n, runs, threads = (int(x) for x in sys.argv[3:7])
     eager, auto_bind, bf16 = ("--eager" in sys.argv[7:], "--auto-bind" in sys.argv[7:], "--bf16" in sys.argv[7:])
+    penalty = next((float(a.split("=", 1)[1]) for a in sys.argv[7:] if a.startswith("--repetition-penalty=")), 1.0)
     protocol = os.fdopen(os.dup(1), "w", buffering=1)  # json lines only; vLLM's own output goes to stderr
     os.dup2(2, 1)
     cores = confine(threads)
@@ -67,7 +68,7 @@ def main() -> None:
                "height": max(image.height for image in images)}
     llm = LLM(model=folder, dtype="bfloat16" if bf16 else "float32", max_model_len=1024, seed=0, enforce_eager=eager,
               limit_mm_per_prompt={"image": largest}, max_num_seqs=max(len(requests), 16))
-    params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
+    params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False, repetition_penalty=penalty)
 
     def generate():
         llm.reset_prefix_cache()

@@ -103,6 +103,8 @@ class DataKeys:
     data_format: Optional[str] = key(None, "rec | conversation | r1v | r1v_eval | grounding | products | generic | "
                                      "easyr1 | temporal_grounding; default: detected from the records")
     strict_data: bool = key(False, "stop at the first bad record instead of skipping and counting it")
+    shuffle_dataset: bool = key(True, "each epoch draws the samples in a seeded random order (TRL's); false: in the "
+                                "data's own order, every epoch (a curriculum written into the file)")
     image_columns: Optional[list[str]] = key(None, "products format: the columns holding image paths")
     image_cache_dir: Optional[str] = key(None, "where images stored inside datasets folders are written")
     image_placement: str = key("markers", "markers: images where the problem's <image> markers are; before_text: "

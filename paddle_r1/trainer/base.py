@@ -137,7 +137,8 @@ class Trainer:
         self.optimizer = self.update.optimizer
         self.scaler = self.update.wrap_scaler(self.precision.make_grad_scaler())  # float16 only
         # one global sequence of prompt batches, one per block; each rank takes its own slices of every batch
-        self.sampler = PromptSampler(len(self.samples), layout.block_prompts, cfg.prompt_order_seed)
+        self.sampler = PromptSampler(len(self.samples), layout.block_prompts, cfg.prompt_order_seed,
+                                     cfg.shuffle_dataset)
         self.step = 0
         self.skipped_steps = 0  # in all, and in a row
         self.skipped_in_row = 0

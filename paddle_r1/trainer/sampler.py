@@ -26,11 +26,15 @@ def generation_slot(micro_step: int, steps_per_generation: int, passes: int) -> 
 
 
 class PromptSampler:
-    def __init__(self, num_samples: int, batch_size: int, seed: int):
-        self.num_samples, self.batch_size, self.seed = num_samples, batch_size, seed
+    def __init__(self, num_samples: int, batch_size: int, seed: int, shuffle: bool = True):
+        """``shuffle`` (config key ``shuffle_dataset``): each epoch a permutation seeded by ``seed`` and the epoch;
+        else the samples in their order, every epoch."""
+        self.num_samples, self.batch_size, self.seed, self.shuffle = num_samples, batch_size, seed, shuffle
         self.epoch, self.index = 0, 0
 
     def _order(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_samples)
         return np.random.default_rng(self.seed + epoch).permutation(self.num_samples)
 
     def next_batch(self) -> list[int]:
