@@ -199,3 +199,22 @@ def test_shuffle_dataset_false_draws_the_samples_in_their_order(tmp_path, tiny_m
     assert drawn("--shuffle_dataset", "false") == in_order * 2
     shuffled = drawn()
     assert sorted(shuffled[:len(in_order)]) == in_order and shuffled[:len(in_order)] != in_order
+
+
+def test_disable_dropout_turns_every_dropout_layer_off(tmp_path, tiny_model_dir, rec_samples):
+    """TRL's disable_dropout: LoRA's lora_dropout (the Qwen-VL decoders have no other dropout layer) drops nothing,
+    whatever lora_dropout says."""
+    import paddle
+
+    from paddle_r1.trainer.grpo import GRPOTrainer
+
+    def dropout_rates(*extra) -> list:
+        config = load_config(GRPOConfig, None, ["--model_name_or_path", tiny_model_dir, "--output_dir",
+                                                str(tmp_path), "--reward_funcs", "iou", "--lora", "true",
+                                                "--lora_dropout", "0.5", *extra])
+        policy = GRPOTrainer(config, samples=rec_samples).policy
+        return [layer.p for layer in policy.sublayers() if isinstance(layer, paddle.nn.Dropout)]
+
+    rates = dropout_rates()
+    assert rates and set(rates) == {0.5}
+    assert set(dropout_rates("--disable_dropout", "true")) == {0.0}

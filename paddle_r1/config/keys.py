@@ -78,6 +78,8 @@ class ModelKeys:
     lora_rank: int = key(8, "LoRA's rank r", bounds=at_least(1))
     lora_alpha: float = key(16.0, "LoRA's alpha: the adapters' output is scaled by alpha / rank", bounds=above(0))
     lora_dropout: float = key(0.0, "dropout on the adapters' input", bounds=Bounds(0, 1, high_open=True))
+    disable_dropout: bool = key(False, "every dropout layer of the policy drops nothing (TRL's): lora_dropout and "
+                                "PaddleOCR-VL's hidden_dropout, whatever their settings")
     lora_target_modules: Optional[list[str]] = key(None, "regexes over layer names; default: the decoder's "
                                                    "projections")
     coord_system: Optional[str] = key(None, "abs_resized | rel_1000 | abs_original: the system the model answers "

@@ -30,7 +30,7 @@ from ..data.samples import DataError
 from ..generation.generator import Generator
 from ..data.video import VideoSampling
 from ..generation.generator import open_sample_media
-from ..models.loading import default_coord_system, load_models
+from ..models.loading import default_coord_system, disable_dropout, load_models
 from ..memory import check_fits
 from ..parallel.optimizer_state import allocate_optimizer_state, stepping_optimizer_and_owned_weights
 from ..models.lora import ADAPTER_DIR, apply_lora, load_adapter, write_model_folder
@@ -218,6 +218,8 @@ class Trainer:
             apply_lora(self.policy, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
             if self.resume_path:
                 load_adapter(self.policy, os.path.join(self.resume_path, ADAPTER_DIR))
+        if cfg.disable_dropout:  # the reference runs in eval mode, where dropout drops nothing
+            disable_dropout(self.policy)
         self.coord_system = cfg.coord_system or default_coord_system(loaded.family)
 
     def reference_path(self) -> str:
