@@ -84,6 +84,7 @@ def test_trls_generation_keys_reach_the_rollout(tmp_path, tiny_model_dir, rec_sa
     assert (sampling.min_p, sampling.repetition_penalty) == (0.2, 1.3)
     for given, message in (
             (["--use_vllm", "true"], "use_vllm .*paddle_r1 rolls out with its own decode step"),
+            (["--chat_template_kwargs", '{"enable_thinking": false}'], "chat_template_kwargs .*not offered"),
             (["--generation_kwargs", '{"typical_p": 0.9}'], "'typical_p': not a setting of paddle_r1's rollout"),
             (["--generation_kwargs", '{"do_sample": false}'], "do_sample false: GRPO samples"),
             (["--generation_kwargs", "{min_p: 0.1"], "--generation_kwargs: cannot read"),

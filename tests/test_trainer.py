@@ -302,3 +302,21 @@ def test_auto_keeps_the_undo_copy_only_within_its_budget(tiny_model_dir, rec_sam
                                                "is auto and the host copy .* is over its .* GiB budget"):
         trainer.train()
     assert "snapshot" not in vars(trainer.update)
+
+
+def test_log_completions_prints_a_steps_completions(tiny_model_dir, rec_samples, tmp_path, capsys):
+    """TRL's log_completions / num_completions_to_print: the first N completions of each logged step printed with
+    their problem, rewards and advantage, as completions.jsonl holds them; nothing without the key."""
+    GRPOTrainer(_config(tiny_model_dir, tmp_path / "quiet", max_steps=1), samples=rec_samples).train()
+    assert "completions\n[1] reward" not in capsys.readouterr().out
+    GRPOTrainer(_config(tiny_model_dir, tmp_path / "told", max_steps=2, log_completions=True,
+                        num_completions_to_print=2), samples=rec_samples).train()
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in open(tmp_path / "told" / "completions.jsonl")]
+    for step in (1, 2):
+        first = next(row for row in rows if row["step"] == step)
+        block = printed[printed.index(f"step {step}: 2 of 6 completions"):]
+        assert block.splitlines()[1].startswith(f"[1] reward {first['reward']:.4g} (reward_helpers:short_reward ")
+        assert f"advantage {first['advantage']:.4g}" in block.splitlines()[1]
+        assert block.splitlines()[2:4] == [f"    problem: {first['problem']}", f"    completion: {first['completion']}"]
+        assert "[3] reward" not in block.split(f"step {step + 1}:")[0]

@@ -439,6 +439,11 @@ class StepKeys:
         bounds=at_least(1))
     log_completions_steps: int = key(1, "write completions.jsonl (and the trackers' completions table) every N "
                                      "steps; 0: never", bounds=at_least(0))
+    log_completions: bool = key(False, "also print each logged step's completions, the rows completions.jsonl gets "
+                                "(TRL's prints them every logging_steps): problem, completion, each reward, "
+                                "advantage; the launch scripts keep them in train.log")
+    num_completions_to_print: Optional[int] = key(None, "with log_completions, the first N of a step's completions "
+                                                  "(TRL's); null: all", bounds=at_least(1))
 
 
 @dataclass

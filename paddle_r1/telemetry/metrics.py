@@ -84,6 +84,24 @@ class MetricsLogger:
         for tracker in self.trackers:
             tracker.log_completions(rows[0]["step"], rows)
 
+    @staticmethod
+    def print_completions(rows: list[dict], limit: Optional[int], echo=print) -> None:
+        """The first ``limit`` (None: all) of one step's rows, as text: each completion with its problem, total
+        reward, each reward function's score and advantage (config key ``log_completions``)."""
+        shown = rows if limit is None else rows[:limit]
+        lines = [f"step {rows[0]['step']}: {len(shown)} of {len(rows)} completions"]
+        for i, row in enumerate(shown, 1):
+            scores = ", ".join(f"{key.removeprefix('reward/')} {_number(value)}" for key, value in row.items()
+                               if key.startswith("reward/"))
+            lines += [f"[{i}] reward {_number(row['reward'])} ({scores}), advantage {row['advantage']:.4g}",
+                      f"    problem: {row['problem']}", f"    completion: {row['completion']}"]
+        echo("\n".join(lines))
+
     def close(self) -> None:
         for tracker in self.trackers:
             tracker.close()
+
+
+def _number(value) -> str:
+    """A logged score as text: None (a reward that did not apply) as "-"."""
+    return "-" if value is None else f"{value:.4g}"

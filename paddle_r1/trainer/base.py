@@ -458,6 +458,8 @@ class Trainer:
                             for row in part]
                 if rows and self.is_main:
                     self.logger.log_completions(rows)
+                    if cfg.log_completions:
+                        self.logger.print_completions(rows, cfg.num_completions_to_print, echo=bar.write)
                 if cfg.save_steps and self.step % cfg.save_steps == 0:
                     last_saved = self.save()
             if last_saved is None or not last_saved.endswith(f"checkpoint-{self.step}"):

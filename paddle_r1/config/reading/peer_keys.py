@@ -195,6 +195,13 @@ def _generation_kwargs(value, given):
     return mapped, f"read as {', '.join(f'{k}: {v}' for k, v in mapped.items()) or 'nothing to change'}"
 
 
+def _chat_template_kwargs(value, given):
+    if value:
+        raise ConfigError("not offered: prompts are the checkpoint's chat template as it is, with no keyword "
+                          "arguments; put what the prompt should say in question_template or system_prompt")
+    return {}, "empty: nothing to pass"
+
+
 def _use_vllm(value, given):
     if value is True:
         raise ConfigError("paddle_r1 rolls out with its own decode step on Paddle (vLLM runs on PyTorch; a "
@@ -242,6 +249,7 @@ SOURCE_KEYS: dict[str, SourceKey] = {
     "vllm_importance_sampling_cap": SourceKey(TRL, _alias("importance_sampling_clip_max")),  # TRL's deprecated name
     "generation_kwargs": SourceKey(TRL, _generation_kwargs),
     "use_vllm": SourceKey(TRL, _use_vllm),
+    "chat_template_kwargs": SourceKey(TRL, _chat_template_kwargs),
     "deepspeed": SourceKey(TRL, _no_effect("DeepSpeed does not apply to Paddle; sharding: stage1 / stage2 splits the "
                                            "optimizer state")),
 }
