@@ -12,7 +12,8 @@ What a row has seen: its prompt's tokens (image and video placeholders included,
 tokens it sampled, and in a multi-turn rollout its given first turn and its tools' messages. Not the prompt's left
 padding: vLLM's prompts have none, while transformers' batched ``generate`` counts the pad token too, which would
 make a row's tokens depend on the prompts batched with it (here they must not: the same completions on 1 or N
-ranks). The set is a [rows, vocab] float32 tensor (1 where seen), kept only when the penalty is not 1.
+ranks). The set is a [rows, vocab] float32 tensor counting each token's occurrences (> 0: seen; a scatter-add,
+which every Paddle device has), kept only when the penalty is not 1.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ class SeenTokens:
     """Per row, which token ids it has seen (see the module docstring)."""
 
     def __init__(self, seen: paddle.Tensor):
-        self.seen = seen  # [rows, vocab] float32: 1 where seen, else 0
+        self.seen = seen  # [rows, vocab] float32: how many times each row has seen each token
 
     @classmethod
     def of(cls, ids: paddle.Tensor, mask: paddle.Tensor, vocab: int) -> "SeenTokens":
@@ -35,7 +36,7 @@ class SeenTokens:
     def add(self, ids: paddle.Tensor, mask: paddle.Tensor) -> "SeenTokens":
         """The tokens of ``ids`` [rows, length] where ``mask`` [rows, length] is 1 (a bool or integer mask) seen too."""
         self.seen = paddle.put_along_axis(self.seen, ids.astype("int64"), mask.astype("float32"), axis=1,
-                                          reduce="amax")
+                                          reduce="add")
         return self
 
     def select(self, rows: paddle.Tensor) -> "SeenTokens":
