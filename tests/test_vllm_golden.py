@@ -19,6 +19,7 @@ import hashlib
 import http.client
 import json
 import os
+import shutil
 import threading
 
 import numpy as np
@@ -26,6 +27,7 @@ import paddle
 import pytest
 
 from checkpoint_builds import PROMPT, VLLM_BUILDS, build, chat_request, prompt_image
+from paddle_r1.checkpoints.manifest import write_manifest
 from paddle_r1.serve.limits import ServeLimits
 from paddle_r1.serve.server import build_server
 
@@ -55,28 +57,45 @@ def paddle_logprobs(generator, name: str, golden: dict) -> np.ndarray:
     return np.take_along_axis(steps, np.array([[first[0], second[0]] for first, second in golden["top2_logprobs"]]), 1)
 
 
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """The model folder of a build by its name, built on first use."""
+    root, made = str(tmp_path_factory.mktemp("vllm_checkpoints")), {}
+
+    def checkpoint(name: str) -> str:
+        if name not in made:
+            made[name] = build(name, root)[1]
+        return made[name]
+
+    return checkpoint
+
+
 @pytest.fixture(scope="module", params=sorted(VLLM["builds"]))
-def served(request, tmp_path_factory):
+def served(request, checkpoints):
     """(build name, vLLM's answer, paddle-r1 serve's answer to the same request, paddle_r1's log-probs of vLLM's
     top-2 tokens per step)."""
     name = request.param
     golden = VLLM["builds"][name]
-    _, checkpoint = build(name, str(tmp_path_factory.mktemp("vllm_checkpoints")))
+    checkpoint = checkpoints(name)
+    server, answer = serve_and_ask(checkpoint, name, chat_request(name, name, VLLM["max_tokens"]))
+    return name, golden, answer, paddle_logprobs(server.engine.generator, name, golden)
+
+
+def serve_and_ask(checkpoint: str, name: str, request: dict) -> tuple:
+    """paddle-r1 serve on ``checkpoint`` (served as ``name``) asked ``request`` once: (the stopped server, its
+    answer)."""
     server = build_server(checkpoint, port=0, model_name=name,
                           limits=ServeLimits(max_tokens=VLLM["max_tokens"], max_prompt_tokens=1024))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         connection = http.client.HTTPConnection(*server.server_address[:2], timeout=120)
-        connection.request("POST", "/v1/chat/completions", json.dumps(chat_request(name, name, VLLM["max_tokens"])),
-                           {"Content-Type": "application/json"})
+        connection.request("POST", "/v1/chat/completions", json.dumps(request), {"Content-Type": "application/json"})
         reply = connection.getresponse()
         assert reply.status == 200, reply.read()
-        answer = json.load(reply)
+        return server, json.load(reply)
     finally:
         server.shutdown()
         server.server_close()
-    return name, golden, answer, paddle_logprobs(server.engine.generator, name, golden)
 
 
 def test_every_family_was_served_by_vllm():
@@ -119,3 +138,23 @@ def test_the_log_probs_are_vllms_and_no_step_is_a_near_tie(served):
     print(f"{name}: log-probs differ from vLLM's by at most {difference:.1e}; smallest top-2 gap {gap:.1e}")
     assert difference <= LOGPROB_ATOL, name
     assert gap > NEAR_TIE * difference, name
+
+
+def test_the_checkpoints_generation_config_sets_the_defaults_as_in_vllm(checkpoints, tmp_path):
+    """A request with no sampling setting takes the checkpoint's generation_config.json values in vLLM's server
+    (``--generation-config auto``, its default): the fixture's build served with a repetition penalty, top_k 1 and a
+    temperature in that file answers with vLLM's tokens, which the penalty makes differ from its plain greedy ones."""
+    golden = VLLM["generation_defaults"]
+    name = golden["build"]
+    checkpoint = str(tmp_path / "checkpoint")
+    shutil.copytree(checkpoints(name), checkpoint)
+    path = os.path.join(checkpoint, "generation_config.json")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({**config, **golden["generation_config"]}, f)
+    write_manifest(checkpoint)  # the edit is meant: the checkpoint's manifest records the file as it is now
+    request = {k: v for k, v in chat_request(name, name, VLLM["max_tokens"]).items() if k != "temperature"}
+    _, answer = serve_and_ask(checkpoint, name, request)
+    assert answer["prompt_token_ids"] == golden["prompt_token_ids"]
+    assert answer["choices"][0]["token_ids"] == golden["token_ids"] != VLLM["builds"][name]["token_ids"]
