@@ -110,6 +110,25 @@ def test_concurrent_requests_share_a_batch(client, server):
     assert len(sampled.choices) == 3 and all("]" not in c.message.content for c in sampled.choices)
 
 
+def test_a_seed_fixes_a_sampled_answer_whatever_it_is_batched_with(client, server):
+    """OpenAI's and vLLM's ``seed``: the same seeded request gets the same sampled completions, alone or decoded in
+    one batch with other requests; another seed other ones."""
+    def ask(text, seed=None):
+        reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": text}], n=2,
+                                               temperature=1.0, max_tokens=10, seed=seed)
+        return [choice.message.content for choice in reply.choices]
+
+    alone = ask("count the shapes", seed=7)
+    assert ask("count the shapes", seed=7) == alone and alone[0] != alone[1]
+    before = server.engine.batches
+    with ThreadPoolExecutor(4) as pool:
+        batched = list(pool.map(lambda args: ask(*args), [("count the shapes", 7), ("other", None),
+                                                          ("and another", 3), ("count the shapes", 7)]))
+    assert server.engine.batches - before < 4  # some were decoded together
+    assert batched[0] == batched[3] == alone
+    assert ask("count the shapes", seed=8) != alone
+
+
 def post(server, body: bytes, path="/v1/chat/completions"):
     conn = http.client.HTTPConnection(*server.server_address[:2], timeout=60)
     conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
@@ -144,16 +163,20 @@ def with_image(url: str) -> bytes:
     (chat(max_tokens=10_000), 400, "'max_tokens' must be between 1 and 16"),
     (chat(temperature="hot"), 400, "'temperature' must be a number"),
     (chat(return_token_ids="yes"), 400, "'return_token_ids' must be true or false"),
+    (chat(frequency_penalty=0.5), 400, "'frequency_penalty' is not supported by this server; leave it out (or 0.0)"),
+    (chat(logprobs=True, top_logprobs=2), 400, "'logprobs' is not supported by this server"),
+    (chat(seed=-1), 400, "'seed' must be between 0 and"),
     (chat(messages=[{"role": "wizard", "content": "x"}]), 400, "needs a role"),
     (b"[1, 2]", 400, "must be a JSON object"),
     (b" " * (2 << 20), 413, "over this server's limit"),
 ], ids=["malformed-json", "unknown-model", "oversize-image", "http-url", "local-path", "bad-image", "max-tokens",
-        "temperature", "return-token-ids", "role", "not-object", "oversize-body"])
+        "temperature", "return-token-ids", "frequency-penalty", "logprobs", "seed", "role", "not-object",
+        "oversize-body"])
 def test_bad_requests_get_4xx_and_the_server_lives_on(server, client, body, status, message):
     got_status, got_message = post(server, body)
     assert got_status == status and message in got_message, got_message
     assert client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "ok"}],
-                                          max_tokens=2).choices
+                                          max_tokens=2, frequency_penalty=0, presence_penalty=0.0).choices
 
 
 def test_the_openai_client_sees_4xx_as_its_errors(client):

@@ -37,6 +37,11 @@ from .limits import ServeLimits
 from .sampling import request_sampling
 
 ROLES = ("system", "user", "assistant")
+# OpenAI's and vLLM's request settings this server does not carry out, and the values that ask for nothing (a
+# request giving one of those is served; another value is a 400 rather than an answer made without it)
+NOT_HONOURED = {"frequency_penalty": (None, 0, 0.0), "presence_penalty": (None, 0, 0.0), "logit_bias": (None, {}),
+                "logprobs": (None, False), "top_logprobs": (None, 0), "tools": (None, []), "response_format": (
+                    None, {"type": "text"}), "best_of": (None, 1), "use_beam_search": (None, False)}
 
 
 class RequestError(Exception):
@@ -60,6 +65,7 @@ class ChatRequest:
     return_token_ids: bool = False  # vLLM's extension: the reply carries the prompt's and each choice's token ids
     prompt: str = ""  # the messages through the chat template, as the model reads them (``PromptMeter.check``)
     videos: list = field(default_factory=list)  # clips (``data.video.Clip``) in the order the messages show them
+    seed: Optional[int] = None  # the random numbers of this request's draws (``engine.request_uniforms``)
 
     @property
     def batch_key(self) -> tuple:
@@ -270,9 +276,13 @@ def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
     if not (isinstance(stop, list) and len(stop) <= limits.max_stop and all(isinstance(s, str) and s for s in stop)):
         raise _bad(f"'stop' must be a string or a list of at most {limits.max_stop} non-empty strings", "stop")
     stream, return_token_ids = (_flag(body, key) for key in ("stream", "return_token_ids"))
+    for name, neutral in NOT_HONOURED.items():
+        if body.get(name) not in neutral:
+            raise _bad(f"'{name}' is not supported by this server; leave it out (or {neutral[-1]!r})", name)
+    seed = _number(body, "seed", None, 0, 2 ** 63 - 1, True)
     return ChatRequest(messages=chat, images=images, sampling=sampling,
                        n=_number(body, "n", 1, 1, limits.max_n, True), stop=stop, stream=stream, videos=videos,
-                       return_token_ids=return_token_ids)
+                       return_token_ids=return_token_ids, seed=seed)
 
 
 class PromptMeter:

@@ -13,6 +13,10 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import paddle
 
 from ..generation.encoding import encode_prompts
 from ..generation.generator import Generator
@@ -53,6 +57,19 @@ def kept_tokens(ids, mask) -> list:
     """Each row's ids where its mask is 1: a prompt without its left padding, a completion without the padding after
     its end token."""
     return [[int(t) for t, keep in zip(row, row_mask) if keep] for row, row_mask in zip(ids.tolist(), mask.tolist())]
+
+
+def request_uniforms(requests: list[ChatRequest]) -> Optional[paddle.Tensor]:
+    """The random numbers each completion row draws its tokens with ([rows, max_new_tokens], rows request by request,
+    ``n`` each: ``rollout.sample_completions``' ``uniforms``), where a request of the batch gives a ``seed``: its rows'
+    from ``numpy.random.default_rng(seed)``, the others' fresh. A row's tokens depend only on its own numbers, so a
+    seeded request's answer is the same whatever it is batched with. None when no request gives a seed."""
+    if all(request.seed is None for request in requests):
+        return None
+    first = requests[0]
+    shape = (first.n, first.sampling.max_new_tokens)
+    rows = [np.random.default_rng(request.seed).random(shape, dtype=np.float32) for request in requests]
+    return paddle.to_tensor(np.concatenate(rows))
 
 
 class Engine:
@@ -104,7 +121,7 @@ class Engine:
         prompt, _ = encode_prompts([r.prompt for r in requests], [r.images for r in requests], generator.processor,
                                    [r.videos for r in requests])
         rollout = sample_completions(generator.model, prompt, first.n, first.sampling, generator.eos_token_ids,
-                                     generator.tokenizer.pad_token_id)
+                                     generator.tokenizer.pad_token_id, uniforms=request_uniforms(requests))
         self.batches += 1
         decoded = generator.decode(rollout)
         completions = kept_tokens(rollout.completion_ids, rollout.completion_mask)
