@@ -81,10 +81,29 @@ def test_decode_failures_name_each_sample_by_its_first_failing_file(tmp_path):
     assert decode_failures(samples[:2], VideoSampling(), threads=3) == []
 
 
+def _until_it_reads_an_image(process, folder) -> None:
+    """Wait until ``process`` has a .png of ``folder`` open (``/proc/PID/fd``): it is past its start-up and reading
+    the data (a fixed wait sent the signal during the interpreter's start-up on a busy machine)."""
+    import os
+    import time
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            targets = [os.readlink(f"/proc/{process.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{process.pid}/fd")]
+        except OSError:  # a descriptor closed while listed
+            targets = []
+        if any(t.startswith(str(folder)) and t.endswith(".png") for t in targets):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"check-data opened no image in 120 s (exit code {process.poll()})")
+
+
 def test_ctrl_c_stops_a_long_decode_at_once(tmp_path):
     """400 rows, each its own path (hard links) to one 3000 x 3000 image that takes a tenth of a second or more to
-    decode: SIGINT two seconds in ends the command within seconds (the files not yet begun are dropped), exit code
-    130 and one line that promises nothing about checkpoints (check-data writes none)."""
+    decode: SIGINT once the command has an image open ends the command within seconds (the files not yet begun are
+    dropped, also when the signal comes before the decoding's results are first awaited), exit code 130 and one line
+    that promises nothing about checkpoints (check-data writes none)."""
     import os
     import signal
     import subprocess
@@ -103,7 +122,7 @@ def test_ctrl_c_stops_a_long_decode_at_once(tmp_path):
                                 "--decode", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     try:
-        time.sleep(2)
+        _until_it_reads_an_image(process, tmp_path)
         signalled = time.perf_counter()
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)

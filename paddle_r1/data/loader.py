@@ -181,8 +181,8 @@ def decode_failures(samples: list[dict], video: VideoSampling, threads: int,
     """(index, reason) for each of ``samples`` whose images or clips do not decode whole when read as training reads
     them (``images.load_image``; ``video.read_clip`` with ``video`` and the clip's own keys), in sample order; the
     reason is the first failing file's. Each file is decoded once however many samples share it (REC rows share
-    their COCO image), on ``threads`` threads (Pillow and FFmpeg decode outside the GIL; on Ctrl-C the map drops
-    the files not yet begun); ``decoded`` counts the images and clips read."""
+    their COCO image), on ``threads`` threads (Pillow and FFmpeg decode outside the GIL; on Ctrl-C the files not yet
+    begun are dropped); ``decoded`` counts the images and clips read."""
     images = list(dict.fromkeys(path for sample in samples for path in _image_paths(sample)))
     clips = dict(read for sample in samples for read in _clip_reads(sample, video))
 
@@ -194,8 +194,12 @@ def decode_failures(samples: list[dict], video: VideoSampling, threads: int,
         return None
 
     with ThreadPoolExecutor(threads) as pool:
-        image_failures = dict(zip(images, pool.map(lambda path: failure(load_image, path), images)))
-        clip_failures = dict(zip(clips, pool.map(lambda args: failure(read_clip, *args), clips.values())))
+        try:
+            image_failures = dict(zip(images, pool.map(lambda path: failure(load_image, path), images)))
+            clip_failures = dict(zip(clips, pool.map(lambda args: failure(read_clip, *args), clips.values())))
+        except BaseException:  # Ctrl-C before a map's results were first asked for: its own cancelling never ran
+            pool.shutdown(cancel_futures=True)
+            raise
     if decoded is not None:
         decoded.update(images=len(images), clips=len(clips))
     failures = []
