@@ -176,8 +176,7 @@ class _Episodes:
                                self.params.engine, self.params.pack_after, self.params.cuda_graphs)
         active = list(range(len(self.rows)))
         # what each row has seen, for the repetition penalty: its prompt, its turns and its tools' messages
-        seen = seen_in_prompts(self.params.repetition_penalty, repeat_rows(self.prompt.input_ids, self.g), mask,
-                               logits.shape[-1])
+        seen = seen_in_prompts(self.params.repetition_penalty, self.prompt.input_ids, self.g, mask, logits.shape[-1])
         for turn in range(self.max_turns):
             given = turn == 0 and first_turns is not None
             if given:

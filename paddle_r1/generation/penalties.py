@@ -21,6 +21,8 @@ from typing import Optional
 
 import paddle
 
+from ..models.forward import repeat_rows
+
 
 class SeenTokens:
     """Per row, which token ids it has seen (see the module docstring)."""
@@ -49,6 +51,9 @@ class SeenTokens:
         return paddle.where(self.seen > 0, penalized, logits)
 
 
-def seen_in_prompts(penalty: float, ids: paddle.Tensor, mask: paddle.Tensor, vocab: int) -> Optional[SeenTokens]:
-    """The prompts' tokens as seen, where a ``penalty`` other than 1 reads them; else None (nothing to keep)."""
-    return None if penalty == 1.0 else SeenTokens.of(ids, mask, vocab)
+def seen_in_prompts(penalty: float, prompt_ids: paddle.Tensor, repeats: int, mask: paddle.Tensor, vocab: int
+                    ) -> Optional[SeenTokens]:
+    """The tokens of ``prompt_ids`` [prompts, length], each prompt's row ``repeats`` times in a row (its completions;
+    ``mask`` [prompts x repeats, length]), as seen, where a ``penalty`` other than 1 reads them; else None, with
+    nothing made."""
+    return None if penalty == 1.0 else SeenTokens.of(repeat_rows(prompt_ids, repeats), mask, vocab)

@@ -264,7 +264,7 @@ def sample_completions(model, prompt: PromptBatch, num_generations: int, params:
                                params.max_new_tokens, params.engine, params.pack_after, params.cuda_graphs,
                                params.bf16_products)
         eos = paddle.to_tensor(list(eos_token_ids), dtype="int64")
-        seen = seen_in_prompts(params.repetition_penalty, repeat_rows(prompt.input_ids, num_generations), prompt_mask,
+        seen = seen_in_prompts(params.repetition_penalty, prompt.input_ids, num_generations, prompt_mask,
                                logits.shape[-1])
         completion_ids, finished, sampling_logp = sample_tokens(decoder, logits, params, eos, pad_token_id, uniforms,
                                                                 eos_check_every, seen)

@@ -184,11 +184,10 @@ def load_models(path: str, beta: float, dtype: str = "float32", freeze_vision: b
     return LoadedModels(policy=policy, reference=reference, processor=processor, family=policy.config.model_type)
 
 
-def disable_dropout(model) -> int:
+def disable_dropout(model) -> None:
     """Every dropout layer of ``model`` set to drop nothing (TRL's ``disable_dropout``: its ``nn.Dropout`` modules'
-    ``p`` to 0), so that the training forward's log-probs are those the rollout sampled from; returns how many. In the
-    families paddle_r1 runs these are LoRA's ``lora_dropout`` and ERNIE's ``hidden_dropout`` (PaddleOCR-VL)."""
-    layers = [layer for layer in model.sublayers() if isinstance(layer, paddle.nn.Dropout)]
-    for layer in layers:
-        layer.p = 0.0
-    return len(layers)
+    ``p`` to 0), so that the training forward's log-probs are those the rollout sampled from. In the families
+    paddle_r1 runs these are LoRA's ``lora_dropout`` and ERNIE's ``hidden_dropout`` (PaddleOCR-VL)."""
+    for layer in model.sublayers():
+        if isinstance(layer, paddle.nn.Dropout):
+            layer.p = 0.0

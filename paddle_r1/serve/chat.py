@@ -32,11 +32,13 @@ from PIL import Image
 from ..data.images import as_rgb
 from ..data.samples import DataError
 from ..generation.rollout import SamplingParams
-from ..models.generation_defaults import within
+from ..models.generation_defaults import SAMPLING_BOUNDS, within
 from .limits import ServeLimits
-from .sampling import request_sampling
 
 ROLES = ("system", "user", "assistant")
+# the sampling settings a request may give (OpenAI's, and vLLM's extra top_k, min_p, repetition_penalty) and vLLM's
+# values for those neither the request nor the checkpoint gives
+NEUTRAL_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
 # OpenAI's and vLLM's request settings this server does not carry out, and the values that ask for nothing (a
 # request giving one of those is served; another value is a 400 rather than an answer made without it)
 NOT_HONOURED = {"frequency_penalty": (None, 0, 0.0), "presence_penalty": (None, 0, 0.0), "logit_bias": (None, {}),
@@ -238,6 +240,18 @@ def read_content(content, where: str, images: list, limits: ServeLimits, readers
     return parts
 
 
+def _sampling(body: dict, defaults: dict, max_tokens: int) -> SamplingParams:
+    """The request's sampling: each of ``NEUTRAL_SAMPLING`` from ``body``, else from ``defaults`` (the checkpoint's
+    generation_config.json, ``models.generation_defaults``: vLLM's ``--generation-config auto``; the Qwen2-VL and
+    Qwen2.5-VL Instruct files give top_k 1 and repetition_penalty 1.05, so a request that says nothing is answered
+    greedily with that penalty, by vLLM as here), else neutral. ``top_k`` -1 (vLLM's "all tokens") is 0 here."""
+    values = {name: _number(body, name, defaults.get(name, neutral), *SAMPLING_BOUNDS[name])
+              for name, neutral in NEUTRAL_SAMPLING.items()}
+    top_k = max(values.pop("top_k"), 0)
+    return SamplingParams(max_new_tokens=max_tokens, logprobs=False, top_k=top_k,
+                          **{name: float(value) for name, value in values.items()})
+
+
 def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
                        readers: MediaReaders = MediaReaders(), sampling_defaults: Optional[dict] = None
                        ) -> ChatRequest:
@@ -270,7 +284,7 @@ def parse_chat_request(raw: bytes, served_model: str, limits: ServeLimits,
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     default_max_tokens = min(sampling_defaults.get("max_tokens", limits.max_tokens), limits.max_tokens)
     max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", default_max_tokens, 1, limits.max_tokens, True)
-    sampling = request_sampling(body, sampling_defaults, max_tokens, _number)
+    sampling = _sampling(body, sampling_defaults, max_tokens)
     stop = body.get("stop") or []
     stop = [stop] if isinstance(stop, str) else stop
     if not (isinstance(stop, list) and len(stop) <= limits.max_stop and all(isinstance(s, str) and s for s in stop)):

@@ -85,7 +85,7 @@ class ChatServer(ThreadingHTTPServer):
                  prompt_meter: PromptMeter, api_key: Optional[str] = None, sampling_defaults: Optional[dict] = None):
         super().__init__(address, ChatHandler)
         self.engine, self.model_name, self.limits, self.readers = engine, model_name, limits, readers
-        self.sampling_defaults = sampling_defaults or {}  # from the checkpoint (``sampling.py``)
+        self.sampling_defaults = sampling_defaults or {}  # the checkpoint's (``chat._sampling``)
         self.api_key = api_key.encode() if api_key else None
         self.prompt_meter = prompt_meter
         self.slots = threading.BoundedSemaphore(limits.max_concurrency)
